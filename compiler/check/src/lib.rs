@@ -1,0 +1,1 @@
+//! Name resolution, types and the static RLHF checks (issue 3).

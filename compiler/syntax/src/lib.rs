@@ -1,0 +1,284 @@
+//! The rl language's syntax: the grammar (`grammar/rl.pest`), the syntax tree, a parser that
+//! reports every syntax error of a file in one run, and the canonical formatter.
+//!
+//! Parsing never panics and always returns a [`Module`] (with the items it could read) and the
+//! diagnostics; no pest type escapes this crate.
+
+pub mod ast;
+pub mod format;
+mod grammar;
+mod lower;
+mod syntax_error;
+pub mod trivia;
+
+pub use syntax_error::closest;
+
+use ast::{ITEM_KEYWORDS, Item, Module, Span};
+use grammar::{RlParser, Rule};
+use lower::Lowerer;
+use pest::Parser;
+use pest::error::{ErrorVariant, InputLocation};
+use rlc_diagnostics::{Code, Diagnostic, FileId};
+use std::collections::BTreeSet;
+use trivia::{Comment, CommentKind};
+
+/// The result of parsing one file.
+#[derive(Clone, Debug)]
+pub struct Parsed {
+    pub module: Module,
+    pub comments: Vec<Comment>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Brackets nested deeper than this are refused before parsing, so that no input can exhaust the
+/// stack of the (recursive) parser.
+pub const MAX_NESTING: usize = 128;
+
+/// Parses one file. Items are read one at a time; after a syntax error the parser resumes at the
+/// next line that starts with an item keyword, so one run reports the errors of every item.
+pub fn parse(file: FileId, src: &str) -> Parsed {
+    pest::set_error_detail(true);
+    let comments = trivia::comments(src);
+    let mut diagnostics = Vec::new();
+    let mut items = Vec::new();
+
+    if let Some(at) = too_deep(src) {
+        diagnostics.push(
+            Diagnostic::new(
+                Code::UnexpectedToken,
+                format!("brackets nested more than {MAX_NESTING} deep"),
+                file,
+                Span::new(at, at + 1),
+            )
+            .primary_label("too deep")
+            .help("split the expression with `let` bindings"),
+        );
+        return Parsed {
+            module: Module {
+                doc: None,
+                items,
+                span: Span::new(0, src.len()),
+            },
+            comments,
+            diagnostics,
+        };
+    }
+
+    let mut pos = trivia::skip(src, 0);
+    while pos < src.len() {
+        match RlParser::parse(Rule::item_entry, &src[pos..]) {
+            Ok(mut pairs) => {
+                let entry = pairs.next().expect("grammar: item_entry");
+                let item_pair = entry
+                    .into_inner()
+                    .next()
+                    .expect("grammar: item_entry holds an item");
+                let end = pos + item_pair.as_span().end();
+                let mut lowerer = Lowerer {
+                    file,
+                    offset: pos,
+                    diagnostics: &mut diagnostics,
+                };
+                items.push(lowerer.item(item_pair));
+                pos = trivia::skip(src, end);
+            }
+            Err(err) => {
+                let (at, rules, tokens) = furthest_failure(&err);
+                let at = pos + at;
+                // A complete item followed by something that starts no item: keep the item and
+                // report the stray text on its own.
+                let mut start = pos;
+                if let Some((item, end)) =
+                    complete_item_ending_at(file, src, pos, at, &mut diagnostics)
+                {
+                    items.push(item);
+                    start = end;
+                }
+                diagnostics.push(syntax_error::diagnose(
+                    file, src, start, at, &rules, &tokens,
+                ));
+                pos = resume_point(src, pos, at);
+            }
+        }
+    }
+
+    attach_docs(&mut items, &comments, src);
+    let doc = module_doc(&comments);
+    if items.is_empty() && diagnostics.is_empty() {
+        diagnostics.push(
+            Diagnostic::new(
+                Code::EmptyFile,
+                "this file declares nothing",
+                file,
+                Span::point(0),
+            )
+            .primary_label("empty module")
+            .help("a module holds items: `import`, `model`, `fn`, `pipeline`, …"),
+        );
+    }
+    Parsed {
+        module: Module {
+            doc,
+            items,
+            span: Span::new(0, src.len()),
+        },
+        comments,
+        diagnostics,
+    }
+}
+
+/// The item at `pos` if it parses and ends, comments aside, exactly at `at`.
+fn complete_item_ending_at(
+    file: FileId,
+    src: &str,
+    pos: usize,
+    at: usize,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<(Item, usize)> {
+    let pair = RlParser::parse(Rule::item, &src[pos..]).ok()?.next()?;
+    let end = pos + pair.as_span().end();
+    (trivia::skip(src, end) == at).then(|| {
+        let mut lowerer = Lowerer {
+            file,
+            offset: pos,
+            diagnostics,
+        };
+        (lowerer.item(pair), at)
+    })
+}
+
+/// Where the parse got furthest, and what it would have accepted there: the rules and the
+/// literal tokens attempted at that position.
+fn furthest_failure(err: &pest::error::Error<Rule>) -> (usize, Vec<Rule>, BTreeSet<String>) {
+    let loc = match err.location {
+        InputLocation::Pos(p) => p,
+        InputLocation::Span((s, _)) => s,
+    };
+    let positives = match &err.variant {
+        ErrorVariant::ParsingError { positives, .. } => positives.clone(),
+        ErrorVariant::CustomError { .. } => Vec::new(),
+    };
+    let Some(attempts) = err.parse_attempts() else {
+        return (loc, positives, BTreeSet::new());
+    };
+    let at = attempts.max_position.max(loc);
+    let mut rules: Vec<Rule> = attempts
+        .call_stacks()
+        .iter()
+        .filter_map(|c| c.deepest.get_rule().copied())
+        .collect();
+    let tokens: BTreeSet<String> = attempts
+        .expected_tokens()
+        .into_iter()
+        .map(|t| t.to_string())
+        .filter(|t| is_literal_token(t))
+        .collect();
+    // The end of a keyword tried in a look-ahead (`!keyword`) is no place to report an error:
+    // nothing but word characters was expected there. Fall back to where the rule failed.
+    if tokens.is_empty()
+        && rules
+            .iter()
+            .all(|r| matches!(r, Rule::keyword | Rule::item_start | Rule::item_entry))
+    {
+        return (loc, positives, BTreeSet::new());
+    }
+    if at == loc {
+        rules.extend(positives);
+    }
+    (at, rules, tokens)
+}
+
+/// pest's token type is private; its text form is the literal, except for character ranges
+/// (`a..z`) and built-in rules, which say nothing useful to a user.
+fn is_literal_token(t: &str) -> bool {
+    let is_range = t.chars().count() == 4 && t.chars().skip(1).take(2).eq("..".chars());
+    let lexical = t.trim().is_empty() || t == "//" || t == "_";
+    !(is_range || lexical || t == "BUILTIN_RULE")
+}
+
+/// Where to continue after a syntax error at `at` in the item that starts at `item_start`: the
+/// first line at or after the error's line that starts, in column 0, with an item keyword.
+fn resume_point(src: &str, item_start: usize, at: usize) -> usize {
+    let mut line_start = src[..at.min(src.len())].rfind('\n').map_or(0, |n| n + 1);
+    loop {
+        if line_start > item_start && starts_item(&src[line_start..]) {
+            return line_start;
+        }
+        match src[line_start..].find('\n') {
+            Some(n) => line_start += n + 1,
+            None => return src.len(),
+        }
+    }
+}
+
+fn starts_item(line: &str) -> bool {
+    if line.starts_with("///") {
+        return true;
+    }
+    let word_end = line
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(line.len());
+    ITEM_KEYWORDS.contains(&&line[..word_end])
+}
+
+/// The offset of the first bracket nested deeper than [`MAX_NESTING`], if any.
+fn too_deep(src: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, b) in src.bytes().enumerate() {
+        match b {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Some(i);
+                }
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Gives each item the `///` comments that stand right above it (only white space between).
+fn attach_docs(items: &mut [Item], comments: &[Comment], src: &str) {
+    let mut next = 0;
+    for item in items.iter_mut() {
+        let start = item.span.start as usize;
+        let mut lines: Vec<&Comment> = Vec::new();
+        while next < comments.len() && (comments[next].span.end as usize) <= start {
+            let c = &comments[next];
+            let gap_after = &src[c.span.end as usize..next_boundary(comments, next, start)];
+            if c.kind == CommentKind::Doc && gap_after.trim().is_empty() {
+                lines.push(c);
+            } else {
+                lines.clear();
+            }
+            next += 1;
+        }
+        if !lines.is_empty() {
+            item.doc = Some(
+                lines
+                    .iter()
+                    .map(|c| trivia::doc_text(c))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
+        }
+    }
+}
+
+/// The end of the gap after comment `i`: the next comment's start, or `item_start`.
+fn next_boundary(comments: &[Comment], i: usize, item_start: usize) -> usize {
+    comments
+        .get(i + 1)
+        .map_or(item_start, |c| (c.span.start as usize).min(item_start))
+}
+
+fn module_doc(comments: &[Comment]) -> Option<String> {
+    let lines: Vec<&str> = comments
+        .iter()
+        .filter(|c| c.kind == CommentKind::ModuleDoc)
+        .map(trivia::doc_text)
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}

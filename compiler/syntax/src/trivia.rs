@@ -1,0 +1,110 @@
+//! Comments, which the grammar skips: the formatter puts them back and the parser reads
+//! documentation from them.
+
+use crate::ast::Span;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommentKind {
+    /// `// …`
+    Line,
+    /// `/// …`, documents the next item.
+    Doc,
+    /// `//! …`, documents the module.
+    ModuleDoc,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Comment {
+    pub kind: CommentKind,
+    /// From the first `/` to the end of the line (the new line excluded).
+    pub span: Span,
+    pub text: String,
+}
+
+/// Every comment of `src`, in order. Strings are skipped so that `"http://x"` is not a comment;
+/// an unterminated string ends at its line, as in the grammar.
+pub fn comments(src: &str) -> Vec<Comment> {
+    let bytes = src.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                let end = src[i..].find('\n').map_or(src.len(), |n| i + n);
+                let text = &src[i..end];
+                let kind = if text.starts_with("///") && !text.starts_with("////") {
+                    CommentKind::Doc
+                } else if text.starts_with("//!") {
+                    CommentKind::ModuleDoc
+                } else {
+                    CommentKind::Line
+                };
+                out.push(Comment {
+                    kind,
+                    span: Span::new(i, end),
+                    text: text.trim_end().to_string(),
+                });
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// The text of a doc comment without its marker and the one space after it.
+pub fn doc_text(comment: &Comment) -> &str {
+    let body = &comment.text[3..];
+    body.strip_prefix(' ').unwrap_or(body)
+}
+
+/// Skips white space and comments from `pos`; returns the offset of the next token.
+pub fn skip(src: &str, mut pos: usize) -> usize {
+    let bytes = src.as_bytes();
+    while pos < bytes.len() {
+        match bytes[pos] {
+            b' ' | b'\t' | b'\r' | b'\n' => pos += 1,
+            b'/' if bytes.get(pos + 1) == Some(&b'/') => {
+                pos = src[pos..].find('\n').map_or(src.len(), |n| pos + n);
+            }
+            _ => break,
+        }
+    }
+    pos
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_comments_outside_strings() {
+        let src = "let a = \"http://x\" // note\n/// doc\n//! mod\n//// rule\n";
+        let kinds: Vec<_> = comments(src)
+            .into_iter()
+            .map(|c| (c.kind, c.text))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (CommentKind::Line, "// note".to_string()),
+                (CommentKind::Doc, "/// doc".to_string()),
+                (CommentKind::ModuleDoc, "//! mod".to_string()),
+                (CommentKind::Line, "//// rule".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn skip_passes_comments_and_space() {
+        assert_eq!(skip("  // a\n\t x", 0), 9);
+        assert_eq!(skip("// only", 0), 7);
+    }
+}

@@ -1,0 +1,61 @@
+//! PPO with a critic and a learned reward model, on two CPU devices.
+
+import std.algo { gae, whiten, ppo_clip, value_loss, kl_k1, token_mean, entropy }
+import std.models { tiny_gpt }
+import std.task.digits { sort }
+
+cluster local = cpu(devices: 2)
+
+let arch_small = tiny_gpt(layers: 2, hidden: 64, heads: 4, vocab: sort.vocab, max_len: 32)
+
+model policy: CausalLM {
+  arch  = arch_small
+  init  = random(seed: 1)
+  optim = adamw(lr: 1e-3)
+}
+model reference: CausalLM = frozen(policy)
+model critic: ValueModel {
+  arch  = arch_small
+  init  = random(seed: 2)
+  optim = adamw(lr: 2e-3)
+}
+model scorer: RewardModel {
+  arch   = arch_small
+  init   = random(seed: 3)
+  frozen = true
+}
+
+place policy.train    on local[0..2] with dp(2)
+place policy.generate on local[0..2] with dp(2)
+place reference       on local[0..1] with dp(1)
+place scorer          on local[1..2] with dp(1)
+place critic.train    on local[0..2] with dp(2)
+place critic.values   on local[0..2] with dp(2)
+
+/// Sequence score at the last response token, minus a per-token KL penalty.
+fn shaped_reward(score: f32[B], kl: f32[B, T], mask: Mask[B, T], last: Mask[B, T], beta: f32) -> f32[B, T] {
+  where(last, score, 0.0) - beta * where(mask, kl, 0.0)
+}
+
+pipeline train(steps = 200, prompts_per_step = 16, beta = 0.05) {
+  loop step in 0..steps {
+    let prompts  = sort.sample(prompts_per_step)
+    let rollout  = policy.generate(prompts, n: 1, max_new: 8, temperature: 1.0, top_p: 0.95)
+    let old_logp = policy.logprobs(rollout)
+    let ref_logp = reference.logprobs(rollout)
+    let old_v    = critic.values(rollout)
+    let score    = scorer.score(rollout)
+    let reward   = shaped_reward(score, kl_k1(old_logp, ref_logp), rollout.mask, rollout.last, beta)
+    let adv      = gae(reward, old_v, rollout.mask, gamma: 1.0, lam: 0.95)
+    let ret      = adv + old_v
+    let adv_w    = whiten(adv, rollout.mask)
+    policy.update(rollout, epochs: 2, minibatch: 16) { logp ->
+      token_mean(ppo_clip(logp, old_logp, adv_w, eps: 0.2), rollout.mask)
+    }
+    critic.update(rollout, epochs: 2, minibatch: 16) { v ->
+      token_mean(value_loss(v, old_v, ret, clip: 0.5), rollout.mask)
+    }
+    log { reward: mean(score), kl: token_mean(kl_k1(old_logp, ref_logp), rollout.mask) }
+    every 100 steps { checkpoint policy, critic }
+  }
+}

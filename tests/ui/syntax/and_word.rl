@@ -1,0 +1,3 @@
+fn f(a: Mask[B], b: Mask[B]) -> Mask[B] {
+  a and b //~ E0111
+}

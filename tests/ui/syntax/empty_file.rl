@@ -1,0 +1,1 @@
+// Only a comment. //~ W0101

@@ -1,0 +1,2 @@
+# a comment the Python way //~ E0112
+cluster local = cpu(devices: 2)

@@ -1,0 +1,1 @@
+import { grpo_advantage } //~ E0101

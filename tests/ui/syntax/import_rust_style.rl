@@ -1,0 +1,1 @@
+import std.algo.{grpo_advantage} //~ E0101

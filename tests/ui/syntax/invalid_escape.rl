@@ -1,0 +1,1 @@
+dataset prompts = jsonl("data\prompts.jsonl", field: "prompt") //~ E0114

@@ -1,0 +1,3 @@
+fn both(a: Mask[B], b: Mask[B]) -> Mask[B] {
+  a & b //~ E0101
+}

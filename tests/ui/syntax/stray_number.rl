@@ -1,0 +1,2 @@
+cluster local = cpu(devices: 2)
+42 //~ E0117

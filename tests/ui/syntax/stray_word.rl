@@ -1,0 +1,3 @@
+modle policy: CausalLM { //~ E0117
+  arch = tiny_gpt(layers: 2)
+}

@@ -1,0 +1,4 @@
+struct Sample {
+  tokens: Tokens[B, T],
+  score //~ E0101
+}

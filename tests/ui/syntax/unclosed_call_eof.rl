@@ -1,0 +1,1 @@
+cluster local = cpu(devices: 2 //~ E0102

@@ -1,0 +1,1 @@
+import "./lib/rewards.rl as rewards //~ E0106

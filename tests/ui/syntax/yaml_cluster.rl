@@ -1,0 +1,3 @@
+cluster big {
+  nodes: 16 //~ E0103
+}
