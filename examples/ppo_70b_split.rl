@@ -40,10 +40,10 @@ model scorer: RewardModel {
 
 place policy.train    on big[0..64]    with fsdp(8), tp(8), micro(1)
 place policy.generate on big[64..96]   with dp(4), tp(8)
-place reference       on big[96..104]  with tp(8)
-place scorer          on big[104..112] with tp(8)
+place reference       on big[96..104]  with tp(8), micro(16)
+place scorer          on big[104..112] with tp(8), micro(16)
 place critic.train    on big[112..128] with fsdp(2), tp(8), micro(1)
-place critic.values   on big[112..128] with dp(2), tp(8)
+place critic.values   on big[112..128] with dp(2), tp(8), micro(16)
 
 fn shaped_reward(score: f32[B], kl: f32[B, T], mask: Mask[B, T], last: Mask[B, T], beta: f32) -> f32[B, T] {
   where(last, score, 0.0) - beta * where(mask, kl, 0.0)

@@ -1,6 +1,6 @@
 //! PPO with a critic and a learned reward model, on two CPU devices.
 
-import std.algo { gae, whiten, ppo_clip, value_loss, kl_k1, token_mean, entropy }
+import std.algo { gae, whiten, ppo_clip, value_loss, kl_k1, token_mean }
 import std.models { tiny_gpt }
 import std.task.digits { sort }
 

@@ -1,4 +1,4 @@
-//! `rlc check`: parse and check files, print every diagnostic.
+//! `rlc check`: check files (each one the root of its program) and print every diagnostic.
 
 use super::{OutputArgs, output, sources};
 use rlc_diagnostics::Files;
@@ -10,9 +10,8 @@ pub fn run(paths: &[PathBuf], args: &OutputArgs) -> Result<ExitCode, String> {
     let mut diagnostics = Vec::new();
     for path in sources::collect(paths)? {
         let text = sources::read(&path)?;
-        let id = files.add(sources::display_name(&path), text);
-        let parsed = rlc_syntax::parse(id, &files.get(id).text);
-        diagnostics.extend(parsed.diagnostics);
+        let checked = rlc_check::check(&sources::FileLoader, &mut files, &sources::display_name(&path), text);
+        diagnostics.extend(checked.diagnostics);
     }
     Ok(output::emit(&mut diagnostics, &files, args))
 }

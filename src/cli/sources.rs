@@ -57,3 +57,13 @@ pub fn read(path: &Path) -> Result<String, String> {
 pub fn display_name(path: &Path) -> String {
     path.to_string_lossy().replace('\\', "/")
 }
+
+/// Serves imported modules from the file system (paths relative to the working directory).
+pub struct FileLoader;
+
+impl rlc_check::SourceLoader for FileLoader {
+    fn read(&self, path: &str) -> Result<String, String> {
+        let bytes = std::fs::read(path).map_err(|e| e.kind().to_string())?;
+        String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
+    }
+}

@@ -1,1 +1,71 @@
-//! Name resolution, types and the static RLHF checks (issue 3).
+//! Name resolution, types and the static RLHF checks: a job that `rlc check` accepts must not
+//! fail at launch for any reason its text already decides.
+//!
+//! The crate does no IO: user modules come in through a [`SourceLoader`], `std` is embedded.
+//! [`check`] never panics; it returns every diagnostic it found and the [`Program`] model.
+
+mod builtins;
+pub mod checks;
+mod eval;
+pub mod modules;
+mod pipeline;
+mod place;
+pub mod program;
+mod shapes;
+pub mod value;
+
+pub use eval::TypeTable;
+pub use program::Program;
+
+use rlc_diagnostics::{Diagnostic, Files};
+
+/// The embedded standard library.
+pub mod std_lib {
+    include!(concat!(env!("OUT_DIR"), "/std_modules.rs"));
+}
+
+/// Reads the modules a program imports by relative path (the CLI reads files; the LSP and the
+/// tests serve text from memory).
+pub trait SourceLoader {
+    fn read(&self, path: &str) -> Result<String, String>;
+}
+
+/// Everything the checker learned about a program.
+pub struct Checked {
+    pub diagnostics: Vec<Diagnostic>,
+    pub modules: modules::Modules,
+    pub program: Program,
+    /// The type of every expression, for hover.
+    pub types: TypeTable,
+}
+
+impl Checked {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// Checks the module at `root_path` (whose text is `root_text`) and everything it imports. The
+/// files read are added to `files`, which may already hold those of other roots.
+pub fn check(loader: &dyn SourceLoader, files: &mut Files, root_path: &str, root_text: String) -> Checked {
+    let mut diagnostics = Vec::new();
+    let modules = modules::load(loader, root_path, root_text, files, &mut diagnostics);
+    // After a syntax error the items it cut short are missing: checking names and types then
+    // would only report the consequences. Every module's syntax errors are reported.
+    if diagnostics.iter().any(Diagnostic::is_error) {
+        diagnostics.sort_by_key(Diagnostic::sort_key);
+        return Checked { diagnostics, modules, program: Program::default(), types: TypeTable::new() };
+    }
+    let mut evaluator = eval::Evaluator::new(&modules);
+    evaluator.run();
+    let (program, types) = (std::mem::take(&mut evaluator.program), std::mem::take(&mut evaluator.types));
+    diagnostics.append(&mut evaluator.diags);
+    // The static checks judge only a program whose configuration evaluated cleanly, so that one
+    // mistake is not reported again as its consequences.
+    if !diagnostics.iter().any(Diagnostic::is_error) {
+        checks::run(&program, &mut diagnostics);
+    }
+    diagnostics.sort_by_key(Diagnostic::sort_key);
+    diagnostics.dedup();
+    Checked { diagnostics, modules, program, types }
+}

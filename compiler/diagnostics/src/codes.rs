@@ -60,6 +60,61 @@ codes! {
     CommaBetweenFields = "E0118", Error, "`,` between `key = value` fields";
     UnknownLayout = "E0119", Error, "unknown parallel layout";
     EmptyFile = "W0101", Warning, "file declares nothing";
+    // Names and modules.
+    UndefinedName = "E0201", Error, "undefined name";
+    DuplicateName = "E0202", Error, "a name declared twice";
+    UnknownModule = "E0203", Error, "unknown module";
+    ImportCycle = "E0204", Error, "import cycle";
+    PrivateItem = "E0205", Error, "private item used from another module";
+    NoSuchItem = "E0206", Error, "module has no item of that name";
+    UnusedImport = "W0201", Warning, "unused import";
+    UnusedBinding = "W0202", Warning, "unused binding";
+    // Types.
+    ShapeMismatch = "E0301", Error, "tensor shapes do not match";
+    DtypeMismatch = "E0302", Error, "element types do not match";
+    WrongArity = "E0303", Error, "wrong number of arguments";
+    UnknownArgument = "E0304", Error, "unknown, missing or repeated argument name";
+    LossNotScalar = "E0305", Error, "a loss that is not a scalar";
+    LossIgnoresModel = "E0306", Error, "a loss that does not depend on the updated model";
+    TypeMismatch = "E0307", Error, "a value of the wrong kind";
+    UnknownField = "E0308", Error, "no such field";
+    UnknownType = "E0309", Error, "unknown type";
+    UnknownAxis = "E0310", Error, "reduction over an axis the tensor does not have";
+    NotConstant = "E0311", Error, "a value that must be known before the job starts";
+    // Roles.
+    UnsupportedOperation = "E0401", Error, "operation not supported by the model's kind";
+    UpdateFrozen = "E0402", Error, "update of a frozen model";
+    VocabMismatch = "E0403", Error, "models or task disagree on the vocabulary";
+    UnknownRoleKind = "E0404", Error, "unknown model kind";
+    MissingSetting = "E0405", Error, "a required setting is missing";
+    // Placement.
+    DevicesOutOfRange = "E0501", Error, "device range outside the cluster";
+    LayoutProduct = "E0502", Error, "layout does not match the number of devices";
+    HeadsTp = "E0503", Error, "tensor parallelism does not divide the attention heads";
+    KvHeadsTp = "E0504", Error, "tensor parallelism and key/value heads do not fit";
+    LayersPp = "E0505", Error, "pipeline parallelism does not divide the layers";
+    VocabTp = "E0506", Error, "tensor parallelism does not divide the vocabulary";
+    HeadsSp = "E0507", Error, "sequence parallelism does not divide the attention heads";
+    PhaseNotPlaced = "E0508", Error, "a phase the pipeline runs has no placement";
+    UnknownPhase = "E0509", Error, "placement of an unknown role or phase";
+    DuplicatePlacement = "E0510", Error, "a phase placed twice";
+    // Batch arithmetic.
+    BatchNotDivisible = "E0601", Error, "batch does not split over the data-parallel ranks";
+    MinibatchTooLarge = "E0602", Error, "minibatch larger than the batch";
+    MinibatchMicro = "E0603", Error, "minibatch does not split into micro-batches";
+    ZeroAccumulation = "E0604", Error, "zero gradient-accumulation steps";
+    EpochsBelowOne = "E0605", Error, "fewer than one epoch";
+    // Algorithm sanity.
+    GroupOfOne = "E0701", Error, "group-based estimator with one sample per prompt";
+    SequenceTooLong = "E0702", Error, "prompt and response longer than the model's context";
+    NonPositiveTemperature = "E0703", Error, "sampling temperature not above zero";
+    InvalidSampling = "E0704", Error, "invalid sampling setting";
+    // Memory.
+    OutOfMemory = "E0801", Error, "the estimate exceeds device memory";
+    // Wasteful plans.
+    IdleDevices = "W0301", Warning, "devices no phase uses";
+    UnusedPlacement = "W0302", Warning, "a placement for a phase the pipeline never runs";
+    UnevenColocation = "W0303", Warning, "a phase on fewer devices than its colocated partners";
 }
 
 impl CodeInfo {

@@ -76,6 +76,7 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
                 let end = pos + item_pair.as_span().end();
                 let mut lowerer = Lowerer {
                     file,
+                    src,
                     offset: pos,
                     diagnostics: &mut diagnostics,
                 };
@@ -140,6 +141,7 @@ fn complete_item_ending_at(
     (trivia::skip(src, end) == at).then(|| {
         let mut lowerer = Lowerer {
             file,
+            src,
             offset: pos,
             diagnostics,
         };

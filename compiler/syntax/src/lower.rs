@@ -9,6 +9,8 @@ use rlc_diagnostics::{Code, Diagnostic, FileId};
 /// Builds AST nodes from pairs of one item parsed from `src[offset..]`.
 pub(crate) struct Lowerer<'a> {
     pub file: FileId,
+    /// The whole file (spans are trimmed of trailing white space and comments against it).
+    pub src: &'a str,
     pub offset: usize,
     pub diagnostics: &'a mut Vec<Diagnostic>,
 }
@@ -16,9 +18,13 @@ pub(crate) struct Lowerer<'a> {
 type P<'i> = Pair<'i, Rule>;
 
 impl Lowerer<'_> {
+    /// The pair's span in the file. pest includes the white space and comments it skipped
+    /// while trying an optional part at the end of a rule; they are not part of the node.
     fn span(&self, pair: &P) -> Span {
         let s = pair.as_span();
-        Span::new(s.start() + self.offset, s.end() + self.offset)
+        let start = s.start() + self.offset;
+        let end = crate::trivia::previous_token_end(self.src, start, s.end() + self.offset);
+        Span::new(start, end)
     }
 
     /// A name. Keywords are read as names by the grammar and rejected here, so that the

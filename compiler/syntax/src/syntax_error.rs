@@ -656,7 +656,7 @@ pub(crate) fn diagnose(
     }
     // When the unexpected token is on a later line, what is missing belongs after the previous
     // token: point there (as rustc does) and show the token as a secondary label.
-    let prev_end = previous_token_end(src, item_start, at);
+    let prev_end = crate::trivia::previous_token_end(src, item_start, at);
     let diag = if src[prev_end..at].contains('\n') || found.kind == TokenKind::Eof {
         let missing = if expected.is_empty() {
             "something is missing here".to_string()
@@ -693,37 +693,6 @@ pub(crate) fn diagnose(
         }
         _ => diag,
     }
-}
-
-/// The end of the last token before `at`, skipping white space and comments (not before
-/// `floor`).
-fn previous_token_end(src: &str, floor: usize, at: usize) -> usize {
-    let mut end = at;
-    loop {
-        let before = src[floor..end].trim_end();
-        let line_start = before.rfind('\n').map_or(0, |n| n + 1);
-        match comment_start(&before[line_start..]) {
-            Some(c) => end = floor + line_start + c,
-            None => return floor + before.len(),
-        }
-    }
-}
-
-/// Where a `//` comment starts in one line, outside strings.
-fn comment_start(line: &str) -> Option<usize> {
-    let bytes = line.as_bytes();
-    let mut in_string = false;
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' if in_string => i += 1,
-            b'"' => in_string = !in_string,
-            b'/' if !in_string && bytes.get(i + 1) == Some(&b'/') => return Some(i),
-            _ => {}
-        }
-        i += 1;
-    }
-    None
 }
 
 /// The start of a string left open on the line of `at`, if any.

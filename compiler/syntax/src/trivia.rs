@@ -80,6 +80,37 @@ pub fn skip(src: &str, mut pos: usize) -> usize {
     pos
 }
 
+/// The end of the last token before `at`, skipping white space and comments (not before
+/// `floor`).
+pub fn previous_token_end(src: &str, floor: usize, at: usize) -> usize {
+    let mut end = at;
+    loop {
+        let before = src[floor..end].trim_end();
+        let line_start = before.rfind('\n').map_or(0, |n| n + 1);
+        match comment_start(&before[line_start..]) {
+            Some(c) => end = floor + line_start + c,
+            None => return floor + before.len(),
+        }
+    }
+}
+
+/// Where a `//` comment starts in one line, outside strings.
+fn comment_start(line: &str) -> Option<usize> {
+    let bytes = line.as_bytes();
+    let mut in_string = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if in_string => i += 1,
+            b'"' => in_string = !in_string,
+            b'/' if !in_string && bytes.get(i + 1) == Some(&b'/') => return Some(i),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +131,13 @@ mod tests {
                 (CommentKind::Line, "//// rule".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn previous_token_end_skips_space_and_comments() {
+        let src = "a = f(x) // note \"q\"\n  \n";
+        assert_eq!(previous_token_end(src, 0, src.len()), 8);
+        assert_eq!(previous_token_end("s = \"a//b\"  ", 0, 13), 11);
     }
 
     #[test]

@@ -1,0 +1,67 @@
+//! Algorithm sanity: sampling settings that make sense, and sequences that fit the context.
+//! (A group estimator fed one sample per prompt is caught where the call is evaluated.)
+
+use crate::program::*;
+use rlc_diagnostics::{Code, Diagnostic};
+
+pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
+    let Some(pipeline) = &program.pipeline else { return };
+    for call in &pipeline.calls {
+        let model = &program.models[call.model];
+        if let Some(s) = &call.sampling {
+            if s.temperature.value <= 0.0 {
+                diags.push(
+                    Diagnostic::new(Code::NonPositiveTemperature, format!("temperature {} cannot sample", s.temperature.value), s.temperature.origin.file, s.temperature.origin.span)
+                        .primary_label("must be above 0")
+                        .help("sampling divides the logits by the temperature; for greedy decoding use `top_k: 1`"),
+                );
+            }
+            if !(s.top_p.value > 0.0 && s.top_p.value <= 1.0) {
+                diags.push(
+                    Diagnostic::new(Code::InvalidSampling, format!("top_p {} is outside (0, 1]", s.top_p.value), s.top_p.origin.file, s.top_p.origin.span)
+                        .primary_label("not a probability mass"),
+                );
+            }
+            for (what, v) in [("n", s.n), ("max_new", s.max_new)] {
+                if v.value < 1 {
+                    diags.push(
+                        Diagnostic::new(Code::InvalidSampling, format!("`{what}: {}` generates nothing", v.value), v.origin.file, v.origin.span)
+                            .primary_label("must be at least 1"),
+                    );
+                }
+            }
+            if let Some(k) = s.top_k
+                && k.value < 1
+            {
+                diags.push(
+                    Diagnostic::new(Code::InvalidSampling, format!("`top_k: {}` keeps no token", k.value), k.origin.file, k.origin.span)
+                        .primary_label("must be at least 1"),
+                );
+            }
+        }
+        if call.op == Op::Generate
+            && let (Some(arch), Some(prompt), Some(response)) = (&model.arch, call.prompt_len, call.response_len)
+            && (prompt.value + response.value) as u64 > arch.max_len
+        {
+            diags.push(
+                Diagnostic::new(
+                    Code::SequenceTooLong,
+                    format!(
+                        "prompts of up to {} tokens plus {} new tokens need {} positions, but `{}` has a context of {}",
+                        prompt.value,
+                        response.value,
+                        prompt.value + response.value,
+                        model.name,
+                        arch.max_len
+                    ),
+                    response.origin.file,
+                    response.origin.span,
+                )
+                .primary_label(format!("{} new tokens", response.value))
+                .label(prompt.origin.file, prompt.origin.span, format!("prompts of up to {} tokens", prompt.value))
+                .label(model.arch_origin.file, model.arch_origin.span, format!("max_len {}", arch.max_len))
+                .help(format!("lower `max_new` to {} or raise `max_len`", arch.max_len.saturating_sub(prompt.value as u64))),
+            );
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! Loading modules (the root file, relative imports through the [`SourceLoader`], `std` from the
+//! binary), binding their names, and diagnosing unknown modules, missing or private items,
+//! duplicate names and import cycles.
+
+use crate::SourceLoader;
+use crate::std_lib::STD_MODULES;
+use rlc_diagnostics::{Code, Diagnostic, FileId, Files, Span};
+use rlc_syntax::ast::{Ident, ImportSource, Item, ItemKind, Module};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a name in a module's scope stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// Item `index` of module `module`.
+    Item { module: usize, index: usize },
+    /// A whole module (`import std.algo`).
+    Module(usize),
+}
+
+/// A name brought in by an import, for the unused-import warning.
+#[derive(Clone, Debug)]
+pub struct ImportedName {
+    pub name: String,
+    pub span: Span,
+    pub binding: Binding,
+}
+
+#[derive(Debug)]
+pub struct LoadedModule {
+    /// `std.algo`, or the file's path for user modules.
+    pub name: String,
+    pub file: FileId,
+    pub is_std: bool,
+    pub ast: Module,
+    /// Items declared here, by name.
+    pub items: BTreeMap<String, usize>,
+    /// Names imported into this module.
+    pub imports: Vec<ImportedName>,
+}
+
+impl LoadedModule {
+    pub fn lookup(&self, self_id: usize, name: &str) -> Option<Binding> {
+        if let Some(&index) = self.items.get(name) {
+            return Some(Binding::Item { module: self_id, index });
+        }
+        self.imports.iter().find(|i| i.name == name).map(|i| i.binding)
+    }
+
+    pub fn item(&self, index: usize) -> &Item {
+        &self.ast.items[index]
+    }
+}
+
+/// Every module of a compilation; module 0 is the root.
+#[derive(Debug, Default)]
+pub struct Modules {
+    pub modules: Vec<LoadedModule>,
+    /// Import edges `(from, to, span of the import in from)`, for cycle detection.
+    edges: Vec<(usize, usize, Span)>,
+}
+
+impl Modules {
+    pub fn get(&self, id: usize) -> &LoadedModule {
+        &self.modules[id]
+    }
+}
+
+/// Loads the root module and everything it imports, transitively.
+pub fn load(
+    loader: &dyn SourceLoader,
+    root_path: &str,
+    root_text: String,
+    files: &mut Files,
+    diags: &mut Vec<Diagnostic>,
+) -> Modules {
+    let mut modules = Modules::default();
+    let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+    let root = add_module(&mut modules, files, diags, root_path.to_string(), root_path.to_string(), root_text, false);
+    by_key.insert(format!("file:{root_path}"), root);
+
+    let mut next = 0;
+    while next < modules.modules.len() {
+        let id = next;
+        next += 1;
+        let imports: Vec<(usize, Item)> = modules.modules[id]
+            .ast
+            .items
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| matches!(item.kind, ItemKind::Import(_)))
+            .map(|(i, item)| (i, item.clone()))
+            .collect();
+        for (_, item) in imports {
+            let ItemKind::Import(import) = &item.kind else { continue };
+            let file = modules.modules[id].file;
+            let target = match &import.source {
+                ImportSource::Path(path) => resolve_std(&mut modules, &mut by_key, files, diags, file, path),
+                ImportSource::File(s) => {
+                    let from = modules.modules[id].name.clone();
+                    let path = join_relative(&from, &s.value);
+                    let key = format!("file:{path}");
+                    match by_key.get(&key) {
+                        Some(&m) => Some((m, None)),
+                        None => match loader.read(&path) {
+                            Ok(text) => {
+                                let m = add_module(&mut modules, files, diags, path.clone(), path, text, false);
+                                by_key.insert(key, m);
+                                Some((m, None))
+                            }
+                            Err(why) => {
+                                diags.push(
+                                    Diagnostic::new(Code::UnknownModule, format!("cannot import `{}`: {why}", s.value), file, s.span)
+                                        .primary_label("no such file")
+                                        .help("the path is relative to the importing file"),
+                                );
+                                None
+                            }
+                        },
+                    }
+                }
+            };
+            let Some((target, item_name)) = target else { continue };
+            modules.edges.push((id, target, import.span));
+            bind_import(&mut modules, diags, id, target, item_name, import);
+        }
+    }
+    report_cycles(&modules, diags);
+    modules
+}
+
+#[allow(clippy::too_many_arguments)]
+fn add_module(
+    modules: &mut Modules,
+    files: &mut Files,
+    diags: &mut Vec<Diagnostic>,
+    name: String,
+    file_name: String,
+    text: String,
+    is_std: bool,
+) -> usize {
+    let file = files.add(file_name, text);
+    let parsed = rlc_syntax::parse(file, &files.get(file).text);
+    diags.extend(parsed.diagnostics);
+    let mut items = BTreeMap::new();
+    for (index, item) in parsed.module.items.iter().enumerate() {
+        let Some(ident) = item.name() else { continue };
+        if let Some(&first) = items.get(&ident.name) {
+            let first: &Item = &parsed.module.items[first];
+            diags.push(duplicate(file, ident, first.name().unwrap().span));
+        } else {
+            items.insert(ident.name.clone(), index);
+        }
+    }
+    modules.modules.push(LoadedModule { name, file, is_std, ast: parsed.module, items, imports: Vec::new() });
+    modules.modules.len() - 1
+}
+
+fn duplicate(file: FileId, again: &Ident, first: Span) -> Diagnostic {
+    Diagnostic::new(Code::DuplicateName, format!("`{}` is declared twice", again.name), file, again.span)
+        .primary_label("declared again here")
+        .label(file, first, "first declared here")
+        .help("rename one of them")
+}
+
+/// `std.a.b` is module `std.a.b`, or item `b` of module `std.a`.
+fn resolve_std(
+    modules: &mut Modules,
+    by_key: &mut BTreeMap<String, usize>,
+    files: &mut Files,
+    diags: &mut Vec<Diagnostic>,
+    file: FileId,
+    path: &[Ident],
+) -> Option<(usize, Option<Ident>)> {
+    let dotted = |p: &[Ident]| p.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(".");
+    let full = dotted(path);
+    let span = path[0].span.to(path[path.len() - 1].span);
+    let mut load_std = |name: &str| -> Option<usize> {
+        let key = format!("std:{name}");
+        if let Some(&m) = by_key.get(&key) {
+            return Some(m);
+        }
+        let (_, file_name, text) = STD_MODULES.iter().find(|(m, _, _)| *m == name)?;
+        let m = add_module(modules, files, diags, name.to_string(), file_name.to_string(), text.to_string(), true);
+        by_key.insert(key, m);
+        Some(m)
+    };
+    if let Some(m) = load_std(&full) {
+        return Some((m, None));
+    }
+    if path.len() > 1
+        && let Some(m) = load_std(&dotted(&path[..path.len() - 1]))
+    {
+        return Some((m, Some(path[path.len() - 1].clone())));
+    }
+    let known: Vec<&str> = STD_MODULES.iter().map(|(m, _, _)| *m).collect();
+    let mut d = Diagnostic::new(Code::UnknownModule, format!("there is no module `{full}`"), file, span).primary_label("unknown module");
+    d = match rlc_syntax::closest(&full, known.iter().copied(), 3) {
+        Some(near) => d.help(format!("did you mean `{near}`?")),
+        None if full.starts_with("std") => d.help(format!("the std modules are {}", known.join(", "))),
+        None => d.help("import a file with `import \"./path.rl\" as name`, or a std module with `import std.…`"),
+    };
+    diags.push(d);
+    None
+}
+
+fn bind_import(
+    modules: &mut Modules,
+    diags: &mut Vec<Diagnostic>,
+    from: usize,
+    target: usize,
+    item_name: Option<Ident>,
+    import: &rlc_syntax::ast::Import,
+) {
+    let file = modules.modules[from].file;
+    let mut bound: Vec<ImportedName> = Vec::new();
+    let mut bind_item = |modules: &Modules, name: &Ident, alias: &Ident, bound: &mut Vec<ImportedName>| {
+        let module = modules.get(target);
+        match module.items.get(&name.name) {
+            Some(&index) => {
+                if !module.item(index).is_pub {
+                    let decl = module.item(index).name().unwrap().span;
+                    diags.push(
+                        Diagnostic::new(Code::PrivateItem, format!("`{}` is private to `{}`", name.name, module.name), file, name.span)
+                            .primary_label("private item")
+                            .label(module.file, decl, "declared here without `pub`")
+                            .help(format!("mark it `pub` in `{}` to export it", module.name)),
+                    );
+                }
+                bound.push(ImportedName { name: alias.name.clone(), span: alias.span, binding: Binding::Item { module: target, index } });
+            }
+            None => {
+                let names: Vec<&str> = module.items.keys().map(String::as_str).collect();
+                let mut d = Diagnostic::new(Code::NoSuchItem, format!("`{}` has no item `{}`", module.name, name.name), file, name.span)
+                    .primary_label("not found");
+                if let Some(near) = rlc_syntax::closest(&name.name, names.iter().copied(), 2) {
+                    d = d.help(format!("did you mean `{near}`?"));
+                }
+                diags.push(d);
+            }
+        }
+    };
+    match (&item_name, &import.names) {
+        (Some(item), _) => bind_item(modules, item, import.alias.as_ref().unwrap_or(item), &mut bound),
+        (None, Some(names)) => {
+            for n in names {
+                bind_item(modules, &n.name, n.binding(), &mut bound);
+            }
+            if let Some(alias) = &import.alias {
+                bound.push(ImportedName { name: alias.name.clone(), span: alias.span, binding: Binding::Module(target) });
+            }
+        }
+        (None, None) => {
+            let name = match (&import.alias, &import.source) {
+                (Some(alias), _) => alias.clone(),
+                (None, ImportSource::Path(path)) => path[path.len() - 1].clone(),
+                (None, ImportSource::File(s)) => {
+                    diags.push(
+                        Diagnostic::new(Code::UnknownModule, "a file import needs a name", file, s.span)
+                            .primary_label("no name for this module")
+                            .help(format!("write `import \"{}\" as name`", s.raw)),
+                    );
+                    return;
+                }
+            };
+            bound.push(ImportedName { name: name.name, span: name.span, binding: Binding::Module(target) });
+        }
+    }
+    let module = &mut modules.modules[from];
+    for b in bound {
+        if let Some(&index) = module.items.get(&b.name) {
+            let first = module.ast.items[index].name().unwrap().span;
+            diags.push(duplicate(file, &Ident { name: b.name.clone(), span: b.span }, first));
+        } else if let Some(prev) = module.imports.iter().find(|i| i.name == b.name) {
+            diags.push(duplicate(file, &Ident { name: b.name.clone(), span: b.span }, prev.span));
+        } else {
+            module.imports.push(b);
+        }
+    }
+}
+
+/// `./lib/x.rl` imported from `dir/main.rl` is `dir/lib/x.rl`; `..` segments are folded.
+fn join_relative(from: &str, path: &str) -> String {
+    if path.starts_with('/') {
+        return path.to_string();
+    }
+    let mut parts: Vec<&str> = from.split('/').collect();
+    parts.pop();
+    for seg in path.split('/') {
+        match seg {
+            "." | "" => {}
+            ".." if parts.last().is_some_and(|p| *p != "..") && !parts.is_empty() => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    parts.join("/")
+}
+
+/// Reports each import cycle once, at the import that closes it in the earliest module.
+fn report_cycles(modules: &Modules, diags: &mut Vec<Diagnostic>) {
+    let n = modules.modules.len();
+    let mut reported: BTreeSet<Vec<usize>> = BTreeSet::new();
+    for start in 0..n {
+        // Depth-first search for a path back to `start` through modules > start only, so each
+        // cycle is found once, from its smallest module.
+        let mut stack: Vec<(usize, Vec<(usize, Span)>)> = vec![(start, Vec::new())];
+        let mut seen = BTreeSet::new();
+        while let Some((m, path)) = stack.pop() {
+            for &(from, to, span) in &modules.edges {
+                if from != m {
+                    continue;
+                }
+                let mut p = path.clone();
+                p.push((from, span));
+                if to == start {
+                    let key: Vec<usize> = p.iter().map(|(m, _)| *m).collect();
+                    if reported.insert(key) {
+                        diags.push(cycle_diagnostic(modules, &p));
+                    }
+                } else if to > start && seen.insert(to) {
+                    stack.push((to, p));
+                }
+            }
+        }
+    }
+}
+
+fn cycle_diagnostic(modules: &Modules, path: &[(usize, Span)]) -> Diagnostic {
+    let names: Vec<&str> = path.iter().map(|(m, _)| modules.get(*m).name.as_str()).collect();
+    let (first, first_span) = path[0];
+    let mut d = Diagnostic::new(
+        Code::ImportCycle,
+        format!("import cycle: {} → {}", names.join(" → "), names[0]),
+        modules.get(first).file,
+        first_span,
+    )
+    .primary_label("this import starts the cycle");
+    for &(m, span) in &path[1..] {
+        d = d.label(modules.get(m).file, span, "which imports back along the cycle");
+    }
+    d.help("move what both modules need into a third module that imports neither")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join_relative;
+
+    #[test]
+    fn relative_paths_fold_dots() {
+        assert_eq!(join_relative("dir/main.rl", "./lib/x.rl"), "dir/lib/x.rl");
+        assert_eq!(join_relative("dir/sub/main.rl", "../x.rl"), "dir/x.rl");
+        assert_eq!(join_relative("main.rl", "x.rl"), "x.rl");
+        assert_eq!(join_relative("main.rl", "../x.rl"), "../x.rl");
+    }
+}

@@ -1,0 +1,359 @@
+//! The program model: what the evaluator learned about a job (hardware, roles, placements and
+//! the pipeline's role calls), with every number carrying the span it came from. The placement,
+//! batch, algorithm, memory and waste checks are pure functions of this model, and lowering
+//! (the plan) starts from it.
+
+use rlc_diagnostics::{FileId, Span};
+
+/// A place in the source: which file and which bytes. Numbers keep one so that a diagnostic can
+/// label where each came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Origin {
+    pub file: FileId,
+    pub span: Span,
+}
+
+/// A number and where it was written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub origin: Origin,
+}
+
+/// One kind of accelerator (or CPU device).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceSpec {
+    pub name: String,
+    /// Bytes of device memory.
+    pub memory: f64,
+    /// Peak dense FLOP/s at the training precision.
+    pub flops: f64,
+    /// Memory bandwidth, bytes/s.
+    pub bandwidth: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cluster {
+    pub name: String,
+    pub nodes: Sourced<u64>,
+    pub devices_per_node: Sourced<u64>,
+    pub device: DeviceSpec,
+    /// Bytes/s between devices of one node, and between nodes.
+    pub intra_bandwidth: f64,
+    pub inter_bandwidth: f64,
+    pub is_cpu: bool,
+    pub origin: Origin,
+}
+
+impl Cluster {
+    pub fn device_count(&self) -> u64 {
+        self.nodes.value * self.devices_per_node.value
+    }
+}
+
+/// A transformer's shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arch {
+    /// The preset's name, when the arch came from one (for messages: "qwen2_7b").
+    pub preset: Option<String>,
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub ffn: u64,
+    pub vocab: u64,
+    pub max_len: u64,
+    pub tie_embeddings: bool,
+}
+
+impl Arch {
+    /// Parameter count of the decoder with an LM head (untied unless `tie_embeddings`):
+    /// embeddings, per layer attention (q, k, v, o with grouped KV) + SwiGLU MLP + two norms,
+    /// the final norm.
+    pub fn parameters(&self) -> u64 {
+        let head_dim = self.hidden / self.heads.max(1);
+        let kv = self.kv_heads * head_dim;
+        let attention = self.hidden * self.hidden * 2 + self.hidden * kv * 2;
+        let mlp = 3 * self.hidden * self.ffn;
+        let norms = 2 * self.hidden;
+        let embed = self.vocab * self.hidden;
+        let head = if self.tie_embeddings { 0 } else { self.vocab * self.hidden };
+        embed + self.layers * (attention + mlp + norms) + self.hidden + head
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RoleKind {
+    CausalLM,
+    ValueModel,
+    RewardModel,
+}
+
+impl RoleKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleKind::CausalLM => "CausalLM",
+            RoleKind::ValueModel => "ValueModel",
+            RoleKind::RewardModel => "RewardModel",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<RoleKind> {
+        [RoleKind::CausalLM, RoleKind::ValueModel, RoleKind::RewardModel].into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// The operations a model of this kind supports.
+    pub fn supports(self, op: Op) -> bool {
+        match op {
+            Op::Generate | Op::Logprobs => self == RoleKind::CausalLM,
+            Op::Values => self == RoleKind::ValueModel,
+            Op::Score => self == RoleKind::RewardModel,
+            Op::Update => true,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Precision {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Precision {
+    pub fn bytes(self) -> u64 {
+        match self {
+            Precision::F32 => 4,
+            Precision::Bf16 | Precision::F16 => 2,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Init {
+    Random { seed: u64 },
+    HuggingFace { path: String },
+    Checkpoint { path: String },
+    /// `frozen(policy)`: a frozen copy of another role's initial weights.
+    CopyOf { model: usize },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Optimizer {
+    pub name: String,
+    pub lr: f64,
+    pub warmup: u64,
+    pub weight_decay: f64,
+    pub clip: f64,
+}
+
+/// One `model` item.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Model {
+    pub name: String,
+    pub kind: RoleKind,
+    /// `None` when the arch could not be evaluated (an error was reported already).
+    pub arch: Option<Arch>,
+    /// Where the arch was set (the `arch = …` line), for labels.
+    pub arch_origin: Origin,
+    pub init: Option<Init>,
+    /// `None` for a frozen model.
+    pub optimizer: Option<Optimizer>,
+    pub frozen: bool,
+    pub precision: Precision,
+    /// Activation recomputation (gradient checkpointing) during training.
+    pub recompute: bool,
+    pub origin: Origin,
+}
+
+/// What a role does in a step; `place role.phase` names one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    Generate,
+    Logprobs,
+    Values,
+    Score,
+    Update,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Generate => "generate",
+            Op::Logprobs => "logprobs",
+            Op::Values => "values",
+            Op::Score => "score",
+            Op::Update => "update",
+        }
+    }
+
+    /// The placement phase this operation runs under (`update` runs in `train`).
+    pub fn phase(self) -> Phase {
+        match self {
+            Op::Generate => Phase::Generate,
+            Op::Logprobs => Phase::Logprobs,
+            Op::Values => Phase::Values,
+            Op::Score => Phase::Score,
+            Op::Update => Phase::Train,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    Train,
+    Generate,
+    Logprobs,
+    Values,
+    Score,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 5] = [Phase::Train, Phase::Generate, Phase::Logprobs, Phase::Values, Phase::Score];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Train => "train",
+            Phase::Generate => "generate",
+            Phase::Logprobs => "logprobs",
+            Phase::Values => "values",
+            Phase::Score => "score",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
+    /// Whether the phase keeps gradients and optimiser state.
+    pub fn is_training(self) -> bool {
+        self == Phase::Train
+    }
+}
+
+/// A parallel layout; a factor not written is 1.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct Layout {
+    pub dp: Option<Sourced<u64>>,
+    pub tp: Option<Sourced<u64>>,
+    pub pp: Option<Sourced<u64>>,
+    pub fsdp: Option<Sourced<u64>>,
+    pub sp: Option<Sourced<u64>>,
+    pub micro: Option<Sourced<u64>>,
+}
+
+impl Layout {
+    fn get(f: Option<Sourced<u64>>) -> u64 {
+        f.map_or(1, |s| s.value)
+    }
+    pub fn dp(&self) -> u64 {
+        Self::get(self.dp)
+    }
+    pub fn tp(&self) -> u64 {
+        Self::get(self.tp)
+    }
+    pub fn pp(&self) -> u64 {
+        Self::get(self.pp)
+    }
+    pub fn fsdp(&self) -> u64 {
+        Self::get(self.fsdp)
+    }
+    pub fn sp(&self) -> u64 {
+        Self::get(self.sp)
+    }
+    /// Sequences per micro-batch per data-parallel rank (`None`: the whole per-rank minibatch).
+    pub fn micro(&self) -> Option<u64> {
+        self.micro.map(|m| m.value)
+    }
+    /// Ranks that each hold a different slice of the batch (data and fully-sharded data parallel).
+    pub fn data_ranks(&self) -> u64 {
+        self.dp() * self.fsdp()
+    }
+    /// Devices the layout occupies.
+    pub fn devices(&self) -> u64 {
+        self.dp() * self.fsdp() * self.tp() * self.pp()
+    }
+}
+
+/// One `place` item, resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Placement {
+    pub model: usize,
+    /// `None`: every phase of the role not placed on its own.
+    pub phase: Option<Phase>,
+    pub cluster: usize,
+    /// Devices `start..end` of the cluster, in node-major order.
+    pub devices: std::ops::Range<u64>,
+    pub devices_origin: Origin,
+    /// `… auto`: the planner chooses the layout (no arithmetic to check yet).
+    pub auto: bool,
+    pub layout: Layout,
+    pub origin: Origin,
+}
+
+/// Sampling settings of one `generate` call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampling {
+    pub n: Sourced<i64>,
+    pub max_new: Sourced<i64>,
+    pub temperature: Sourced<f64>,
+    pub top_p: Sourced<f64>,
+    pub top_k: Option<Sourced<i64>>,
+}
+
+/// One role operation the pipeline performs per step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoleCall {
+    pub model: usize,
+    pub op: Op,
+    /// Sequences this call processes per step (prompts × samples), when known.
+    pub batch: Option<Sourced<i64>>,
+    /// Longest prompt in tokens, when the dataset says (a synthetic task does).
+    pub prompt_len: Option<Sourced<i64>>,
+    /// Response tokens per sequence (the generating call's `max_new`).
+    pub response_len: Option<Sourced<i64>>,
+    /// Set on `generate`.
+    pub sampling: Option<Sampling>,
+    /// Set on `update`.
+    pub epochs: Option<Sourced<i64>>,
+    pub minibatch: Option<Sourced<i64>>,
+    pub origin: Origin,
+}
+
+/// The one pipeline of the root module, as the checks need it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineFacts {
+    pub name: String,
+    pub steps: Option<i64>,
+    pub calls: Vec<RoleCall>,
+    pub origin: Origin,
+}
+
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Program {
+    pub clusters: Vec<Cluster>,
+    pub models: Vec<Model>,
+    pub placements: Vec<Placement>,
+    pub pipeline: Option<PipelineFacts>,
+    /// Where `place auto` hands every unplaced role to the planner, if it does.
+    pub auto_place: Option<Origin>,
+}
+
+impl Program {
+    pub fn model_index(&self, name: &str) -> Option<usize> {
+        self.models.iter().position(|m| m.name == name)
+    }
+
+    /// The placement an operation of `model` runs on: its own phase's, else the role's, else
+    /// (for log-probs and values of a trainable model) its training placement.
+    pub fn placement_for(&self, model: usize, phase: Phase) -> Option<&Placement> {
+        let exact = self.placements.iter().find(|p| p.model == model && p.phase == Some(phase));
+        let role = || self.placements.iter().find(|p| p.model == model && p.phase.is_none());
+        let train = || {
+            matches!(phase, Phase::Logprobs | Phase::Values)
+                .then(|| self.placements.iter().find(|p| p.model == model && p.phase == Some(Phase::Train)))
+                .flatten()
+        };
+        exact.or_else(role).or_else(train)
+    }
+}
