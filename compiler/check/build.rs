@@ -10,13 +10,30 @@ fn main() {
     let mut files = Vec::new();
     collect(&root.join("std"), &mut files);
     files.sort();
-    let mut out = String::from("/// `(module path, file name, source)` of every std module, sorted.\npub static STD_MODULES: &[(&str, &str, &str)] = &[\n");
+    let mut out = String::from(
+        "/// `(module path, file name, source)` of every std module, sorted.\npub static STD_MODULES: &[(&str, &str, &str)] = &[\n",
+    );
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
         let rel = file.strip_prefix(&root).unwrap().with_extension("");
-        let module = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect::<Vec<_>>().join(".");
-        let name = format!("<std>/{}", file.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/"));
-        writeln!(out, "    ({module:?}, {name:?}, include_str!({:?})),", file.canonicalize().unwrap()).unwrap();
+        let module = rel
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(".");
+        let name = format!(
+            "<std>/{}",
+            file.strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/")
+        );
+        writeln!(
+            out,
+            "    ({module:?}, {name:?}, include_str!({:?})),",
+            file.canonicalize().unwrap()
+        )
+        .unwrap();
     }
     out.push_str("];\n");
     let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("std_modules.rs");
@@ -24,7 +41,9 @@ fn main() {
 }
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {

@@ -10,7 +10,12 @@ pub fn run(paths: &[PathBuf], args: &OutputArgs) -> Result<ExitCode, String> {
     let mut diagnostics = Vec::new();
     for path in sources::collect(paths)? {
         let text = sources::read(&path)?;
-        let checked = rlc_check::check(&sources::FileLoader, &mut files, &sources::display_name(&path), text);
+        let checked = rlc_check::check(
+            &sources::FileLoader,
+            &mut files,
+            &sources::display_name(&path),
+            text,
+        );
         diagnostics.extend(checked.diagnostics);
     }
     Ok(output::emit(&mut diagnostics, &files, args))

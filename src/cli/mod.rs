@@ -1,8 +1,10 @@
 //! Command-line interface: argument parsing and one module per command.
 
+mod build;
 mod check;
 mod explain;
 mod fmt;
+mod graph;
 mod output;
 mod sources;
 
@@ -55,6 +57,43 @@ pub enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Check a program and lower it to a plan: the resource-placed execution graph the runtime runs.
+    #[command(
+        after_help = "Examples:\n  rlc build pipeline.rl\n  rlc build examples/ppo_70b_split.rl -o ppo.plan.json\n  rlc build pipeline.rl -o - | jq .ops"
+    )]
+    Build {
+        /// The program to build.
+        #[arg(value_name = "FILE")]
+        path: PathBuf,
+        /// Where to write the plan (written atomically); `-` is standard output.
+        /// Default: next to the source, `pipeline.rl` → `pipeline.plan.json`.
+        #[arg(short = 'o', long = "output", value_name = "PLAN")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Draw a program's plan (or a plan file): device pools as clusters, role phases as nodes,
+    /// transfers as labelled edges.
+    #[command(
+        after_help = "Examples:\n  rlc graph pipeline.rl > plan.dot\n  rlc graph pipeline.rl --format svg -o plan.svg\n  rlc graph pipeline.plan.json --format mermaid"
+    )]
+    Graph {
+        /// A program (`.rl`) or a plan file (`.json`, validated when read).
+        #[arg(value_name = "FILE")]
+        path: PathBuf,
+        /// `dot` (Graphviz source), `svg` (needs Graphviz's `dot`), `mermaid`.
+        #[arg(long, value_enum, default_value_t = graph::GraphFormat::Dot)]
+        format: graph::GraphFormat,
+        /// Where to write the picture; default standard output.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// How diagnostics of the program are printed: `human`, `json` or `sarif`.
+        #[arg(long, value_enum, default_value_t = MessageFormat::Human)]
+        message_format: MessageFormat,
+        /// Colour in human output; `auto` uses colour on a terminal unless NO_COLOR is set.
+        #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+        color: ColorChoice,
+    },
     /// Explain a diagnostic code: what it means, why, a wrong and a fixed example.
     #[command(after_help = "Examples:\n  rlc explain E0103\n  rlc explain --list")]
     Explain {
@@ -87,6 +126,22 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
             paths,
             output,
         } => fmt::run(&paths, check, &output),
+        Command::Build { path, out, output } => build::run(&path, out.as_deref(), &output),
+        Command::Graph {
+            path,
+            format,
+            out,
+            message_format,
+            color,
+        } => graph::run(
+            &path,
+            format,
+            out.as_deref(),
+            &OutputArgs {
+                format: message_format,
+                color,
+            },
+        ),
         Command::Explain { code, list } => explain::run(code.as_deref(), list),
     }
 }

@@ -50,14 +50,22 @@ const REDUCE: &[(&str, bool)] = &[("x", true), ("over", false), ("mask", false)]
 pub fn lookup(name: &str) -> Option<Builtin> {
     let b = |kind, params| Some(Builtin { kind, params });
     match name {
-        "exp" | "log" | "abs" | "sqrt" | "rsqrt" | "sigmoid" | "tanh" | "stop_grad" => b(Kind::Unary, X),
+        "exp" | "log" | "abs" | "sqrt" | "rsqrt" | "sigmoid" | "tanh" | "stop_grad" => {
+            b(Kind::Unary, X)
+        }
         "f32" => b(Kind::Cast(DType::F32), X),
         "i32" => b(Kind::Cast(DType::I32), X),
         "bool" => b(Kind::Cast(DType::Bool), X),
-        "where" => b(Kind::Where, &[("cond", true), ("then", true), ("otherwise", true)]),
+        "where" => b(
+            Kind::Where,
+            &[("cond", true), ("then", true), ("otherwise", true)],
+        ),
         "pow" => b(Kind::Pow, &[("x", true), ("p", true)]),
         "clamp" => b(Kind::Clamp, &[("x", true), ("lo", true), ("hi", true)]),
-        "min" | "max" => b(Kind::MinMax, &[("x", true), ("y", false), ("over", false), ("mask", false)]),
+        "min" | "max" => b(
+            Kind::MinMax,
+            &[("x", true), ("y", false), ("over", false), ("mask", false)],
+        ),
         "sum" => b(Kind::Sum, REDUCE),
         "mean" => b(Kind::Mean, REDUCE),
         "count" => b(Kind::Count, &[("m", true), ("over", false)]),
@@ -66,7 +74,10 @@ pub fn lookup(name: &str) -> Option<Builtin> {
         "group_sum" | "group_mean" | "group_std" => b(Kind::Group, &[("x", true), ("by", true)]),
         "group_count" => b(Kind::GroupCount, &[("by", true)]),
         "cpu" => b(Kind::Cpu, &[("devices", true)]),
-        "device" => b(Kind::Device, &[("memory", true), ("flops", true), ("bandwidth", true)]),
+        "device" => b(
+            Kind::Device,
+            &[("memory", true), ("flops", true), ("bandwidth", true)],
+        ),
         "arch" => b(
             Kind::Arch,
             &[
@@ -90,7 +101,14 @@ pub fn lookup(name: &str) -> Option<Builtin> {
         "frozen" => b(Kind::Frozen, &[("model", true)]),
         "adamw" => b(
             Kind::AdamW,
-            &[("lr", true), ("warmup", false), ("weight_decay", false), ("clip", false), ("beta1", false), ("beta2", false)],
+            &[
+                ("lr", true),
+                ("warmup", false),
+                ("weight_decay", false),
+                ("clip", false),
+                ("beta1", false),
+                ("beta2", false),
+            ],
         ),
         _ => None,
     }
@@ -169,20 +187,41 @@ impl Ctx<'_> {
         let (v, span) = args[i].as_ref().expect("required argument");
         match v.as_tensor() {
             Some(t) => Ok((t, matches!(v, Val::Int(_) | Val::Float(_) | Val::Bool(_)))),
-            None => Err(self.fail(Code::TypeMismatch, format!("`{}` takes tensors or numbers, found {}", self.name, v.describe()), *span, "not a tensor")),
+            None => Err(self.fail(
+                Code::TypeMismatch,
+                format!(
+                    "`{}` takes tensors or numbers, found {}",
+                    self.name,
+                    v.describe()
+                ),
+                *span,
+                "not a tensor",
+            )),
         }
     }
 
     fn float_tensor(&self, args: Args, i: usize) -> Result<TensorTy, Box<Diagnostic>> {
         let (t, literal) = self.tensor(args, i)?;
         if t.dtype.is_float() || (literal && t.dtype != DType::Bool) {
-            return Ok(TensorTy { dtype: if t.dtype.is_float() { t.dtype } else { DType::F32 }, dims: t.dims });
+            return Ok(TensorTy {
+                dtype: if t.dtype.is_float() {
+                    t.dtype
+                } else {
+                    DType::F32
+                },
+                dims: t.dims,
+            });
         }
         let span = args[i].as_ref().unwrap().1;
         Err(Box::new(
-            Diagnostic::new(Code::DtypeMismatch, format!("`{}` takes floating-point values, found `{t}`", self.name), self.file, span)
-                .primary_label("not floating point")
-                .help("convert with `f32(x)`"),
+            Diagnostic::new(
+                Code::DtypeMismatch,
+                format!("`{}` takes floating-point values, found `{t}`", self.name),
+                self.file,
+                span,
+            )
+            .primary_label("not floating point")
+            .help("convert with `f32(x)`"),
         ))
     }
 
@@ -191,7 +230,15 @@ impl Ctx<'_> {
             None => Ok(None),
             Some((v, span)) => match v.as_int() {
                 Some(n) => Ok(Some(n)),
-                None => Err(self.fail(Code::NotConstant, format!("`{what}` must be an integer known before the job starts, found {}", v.describe()), *span, "not a known integer")),
+                None => Err(self.fail(
+                    Code::NotConstant,
+                    format!(
+                        "`{what}` must be an integer known before the job starts, found {}",
+                        v.describe()
+                    ),
+                    *span,
+                    "not a known integer",
+                )),
             },
         }
     }
@@ -199,7 +246,12 @@ impl Ctx<'_> {
     fn positive(&self, args: Args, i: usize, what: &str) -> Result<Option<u64>, Box<Diagnostic>> {
         match self.int(args, i, what)? {
             Some(n) if n >= 1 => Ok(Some(n as u64)),
-            Some(n) => Err(self.fail(Code::TypeMismatch, format!("`{what}` must be at least 1, found {n}"), args[i].as_ref().unwrap().1, "not positive")),
+            Some(n) => Err(self.fail(
+                Code::TypeMismatch,
+                format!("`{what}` must be at least 1, found {n}"),
+                args[i].as_ref().unwrap().1,
+                "not positive",
+            )),
             None => Ok(None),
         }
     }
@@ -209,7 +261,15 @@ impl Ctx<'_> {
             None => Ok(None),
             Some((v, span)) => match v.as_float() {
                 Some(f) => Ok(Some(f)),
-                None => Err(self.fail(Code::NotConstant, format!("`{what}` must be a number known before the job starts, found {}", v.describe()), *span, "not a known number")),
+                None => Err(self.fail(
+                    Code::NotConstant,
+                    format!(
+                        "`{what}` must be a number known before the job starts, found {}",
+                        v.describe()
+                    ),
+                    *span,
+                    "not a known number",
+                )),
             },
         }
     }
@@ -217,7 +277,12 @@ impl Ctx<'_> {
     fn string(&self, args: Args, i: usize, what: &str) -> Result<String, Box<Diagnostic>> {
         match &args[i] {
             Some((Val::Str(Some(s)), _)) => Ok(s.clone()),
-            Some((v, span)) => Err(self.fail(Code::TypeMismatch, format!("`{what}` must be a string, found {}", v.describe()), *span, "not a string")),
+            Some((v, span)) => Err(self.fail(
+                Code::TypeMismatch,
+                format!("`{what}` must be a string, found {}", v.describe()),
+                *span,
+                "not a string",
+            )),
             None => Ok(String::new()),
         }
     }
@@ -226,43 +291,84 @@ impl Ctx<'_> {
         match &args[i] {
             None => Ok(None),
             Some((Val::Bool(Some(b)), _)) => Ok(Some(*b)),
-            Some((v, span)) => Err(self.fail(Code::TypeMismatch, format!("`{what}` must be `true` or `false`, found {}", v.describe()), *span, "not a boolean")),
+            Some((v, span)) => Err(self.fail(
+                Code::TypeMismatch,
+                format!("`{what}` must be `true` or `false`, found {}", v.describe()),
+                *span,
+                "not a boolean",
+            )),
         }
     }
 
     /// Removes the `over:` axis from `t`, or reduces to a scalar without one.
     fn reduce(&self, t: &TensorTy, dtype: DType) -> Out {
-        let Some(axis) = self.axis else { return Ok(Val::Tensor(TensorTy::scalar(dtype))) };
-        match t.dims.iter().position(|d| *d == Dim::Sym(axis.name.clone())) {
+        let Some(axis) = self.axis else {
+            return Ok(Val::Tensor(TensorTy::scalar(dtype)));
+        };
+        // In a pipeline tensors have sizes, not names; `B` and `T` name the rows and the
+        // response tokens of a rollout's `[B, T]` tensors.
+        let pipeline_axis = match (axis.name.as_str(), t.dims.as_slice()) {
+            ("B", [Dim::Size(_), ..]) => Some(0),
+            ("T", [Dim::Size(_), Dim::Size(_)]) => Some(1),
+            _ => None,
+        };
+        match t
+            .dims
+            .iter()
+            .position(|d| *d == Dim::Sym(axis.name.clone()))
+            .or(pipeline_axis)
+        {
             Some(p) => {
                 let mut dims = t.dims.clone();
                 dims.remove(p);
                 Ok(Val::Tensor(TensorTy { dtype, dims }))
             }
             None => Err(Box::new(
-                Diagnostic::new(Code::UnknownAxis, format!("`{t}` has no axis `{}`", axis.name), self.file, axis.span)
-                    .primary_label("not an axis of the reduced tensor")
-                    .help("name one of the tensor's dimensions as written in its type"),
+                Diagnostic::new(
+                    Code::UnknownAxis,
+                    format!("`{t}` has no axis `{}`", axis.name),
+                    self.file,
+                    axis.span,
+                )
+                .primary_label("not an axis of the reduced tensor")
+                .help("name one of the tensor's dimensions as written in its type"),
             )),
         }
     }
 
     fn mask_fits(&self, args: Args, i: usize, x: &TensorTy) -> Result<(), Box<Diagnostic>> {
-        let Some((m, span)) = &args[i] else { return Ok(()) };
+        let Some((m, span)) = &args[i] else {
+            return Ok(());
+        };
         let Some(mt) = m.as_tensor() else {
-            return Err(self.fail(Code::TypeMismatch, format!("`mask` must be a mask, found {}", m.describe()), *span, "not a mask"));
+            return Err(self.fail(
+                Code::TypeMismatch,
+                format!("`mask` must be a mask, found {}", m.describe()),
+                *span,
+                "not a mask",
+            ));
         };
         if mt.dtype != DType::Bool {
             return Err(Box::new(
-                Diagnostic::new(Code::DtypeMismatch, format!("`mask` must be a `bool` tensor, found `{mt}`"), self.file, *span)
-                    .primary_label("not a mask")
-                    .help("compare to make a mask, e.g. `x > 0.0`"),
+                Diagnostic::new(
+                    Code::DtypeMismatch,
+                    format!("`mask` must be a `bool` tensor, found `{mt}`"),
+                    self.file,
+                    *span,
+                )
+                .primary_label("not a mask")
+                .help("compare to make a mask, e.g. `x > 0.0`"),
             ));
         }
         if mt.dims != x.dims {
             return Err(Box::new(
-                Diagnostic::new(Code::ShapeMismatch, format!("the mask `{mt}` does not match the reduced `{x}`"), self.file, *span)
-                    .primary_label("mask of another shape"),
+                Diagnostic::new(
+                    Code::ShapeMismatch,
+                    format!("the mask `{mt}` does not match the reduced `{x}`"),
+                    self.file,
+                    *span,
+                )
+                .primary_label("mask of another shape"),
             ));
         }
         Ok(())
@@ -274,53 +380,130 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
         Kind::Unary => ctx.float_tensor(args, 0).map(Val::Tensor),
         Kind::Cast(dtype) => {
             let (t, _) = ctx.tensor(args, 0)?;
-            Ok(Val::Tensor(TensorTy { dtype, dims: t.dims }))
+            Ok(Val::Tensor(TensorTy {
+                dtype,
+                dims: t.dims,
+            }))
         }
         Kind::Pow => {
             let x = ctx.float_tensor(args, 0)?;
             let p = ctx.float_tensor(args, 1)?;
-            let dims = shapes::broadcast(&x, &p).map_err(|m| ctx.fail(Code::ShapeMismatch, m.text.clone(), ctx.call, &m.text))?;
-            Ok(Val::Tensor(TensorTy { dtype: x.dtype, dims }))
+            let dims = shapes::broadcast(&x, &p)
+                .map_err(|m| ctx.fail(Code::ShapeMismatch, m.text.clone(), ctx.call, &m.text))?;
+            Ok(Val::Tensor(TensorTy {
+                dtype: x.dtype,
+                dims,
+            }))
         }
         Kind::Clamp => {
             let x = ctx.float_tensor(args, 0)?;
             let mut dims = x.dims.clone();
             for i in 1..3 {
                 let bound = ctx.float_tensor(args, i)?;
-                dims = shapes::broadcast(&TensorTy { dtype: x.dtype, dims }, &bound).map_err(|m| ctx.fail(Code::ShapeMismatch, m.text.clone(), args[i].as_ref().unwrap().1, &m.text))?;
+                dims = shapes::broadcast(
+                    &TensorTy {
+                        dtype: x.dtype,
+                        dims,
+                    },
+                    &bound,
+                )
+                .map_err(|m| {
+                    ctx.fail(
+                        Code::ShapeMismatch,
+                        m.text.clone(),
+                        args[i].as_ref().unwrap().1,
+                        &m.text,
+                    )
+                })?;
             }
-            Ok(Val::Tensor(TensorTy { dtype: x.dtype, dims }))
+            Ok(Val::Tensor(TensorTy {
+                dtype: x.dtype,
+                dims,
+            }))
         }
         Kind::Where => {
             let (cond, _) = ctx.tensor(args, 0)?;
             if cond.dtype != DType::Bool {
                 return Err(Box::new(
-                    Diagnostic::new(Code::DtypeMismatch, format!("the condition of `where` must be a mask, found `{cond}`"), ctx.file, args[0].as_ref().unwrap().1)
-                        .primary_label("not a `bool` tensor")
-                        .help("compare to make a mask, e.g. `where(x > 0.0, x, 0.0)`"),
+                    Diagnostic::new(
+                        Code::DtypeMismatch,
+                        format!("the condition of `where` must be a mask, found `{cond}`"),
+                        ctx.file,
+                        args[0].as_ref().unwrap().1,
+                    )
+                    .primary_label("not a `bool` tensor")
+                    .help("compare to make a mask, e.g. `where(x > 0.0, x, 0.0)`"),
                 ));
             }
             let (a, a_lit) = ctx.tensor(args, 1)?;
             let (b, b_lit) = ctx.tensor(args, 2)?;
             let value = shapes::binary(BinaryOp::Add, &a, &b, a_lit, b_lit)
-                .or_else(|_| if a.dtype == DType::Bool && b.dtype == DType::Bool { shapes::binary(BinaryOp::And, &a, &b, false, false) } else { Err(mismatch_of(&a, &b)) })
-                .map_err(|m| Box::new(Diagnostic::new(if m.dtype { Code::DtypeMismatch } else { Code::ShapeMismatch }, format!("the branches of `where` are `{a}` and `{b}`"), ctx.file, ctx.call).primary_label(m.text).help(m.help)))?;
+                .or_else(|_| {
+                    if a.dtype == DType::Bool && b.dtype == DType::Bool {
+                        shapes::binary(BinaryOp::And, &a, &b, false, false)
+                    } else {
+                        Err(mismatch_of(&a, &b))
+                    }
+                })
+                .map_err(|m| {
+                    Box::new(
+                        Diagnostic::new(
+                            if m.dtype {
+                                Code::DtypeMismatch
+                            } else {
+                                Code::ShapeMismatch
+                            },
+                            format!("the branches of `where` are `{a}` and `{b}`"),
+                            ctx.file,
+                            ctx.call,
+                        )
+                        .primary_label(m.text)
+                        .help(m.help),
+                    )
+                })?;
             let dims = shapes::broadcast(&cond, &value).map_err(|m| {
-                Box::new(Diagnostic::new(Code::ShapeMismatch, format!("the condition `{cond}` does not fit the values `{value}`"), ctx.file, args[0].as_ref().unwrap().1).primary_label(m.text).help(m.help))
+                Box::new(
+                    Diagnostic::new(
+                        Code::ShapeMismatch,
+                        format!("the condition `{cond}` does not fit the values `{value}`"),
+                        ctx.file,
+                        args[0].as_ref().unwrap().1,
+                    )
+                    .primary_label(m.text)
+                    .help(m.help),
+                )
             })?;
-            let dtype = if a_lit && b_lit && value.dtype.is_int() { DType::F32 } else { value.dtype };
+            let dtype = if a_lit && b_lit && value.dtype.is_int() {
+                DType::F32
+            } else {
+                value.dtype
+            };
             Ok(Val::Tensor(TensorTy { dtype, dims }))
         }
         Kind::MinMax if args[1].is_some() => {
             let x = ctx.float_tensor(args, 0)?;
             let y = ctx.float_tensor(args, 1)?;
-            let dims = shapes::broadcast(&x, &y).map_err(|m| ctx.fail(Code::ShapeMismatch, format!("`{}` of `{x}` and `{y}`", ctx.name), ctx.call, &m.text))?;
-            Ok(Val::Tensor(TensorTy { dtype: x.dtype, dims }))
+            let dims = shapes::broadcast(&x, &y).map_err(|m| {
+                ctx.fail(
+                    Code::ShapeMismatch,
+                    format!("`{}` of `{x}` and `{y}`", ctx.name),
+                    ctx.call,
+                    &m.text,
+                )
+            })?;
+            Ok(Val::Tensor(TensorTy {
+                dtype: x.dtype,
+                dims,
+            }))
         }
         Kind::MinMax | Kind::Sum => {
             let (x, _) = ctx.tensor(args, 0)?;
             ctx.mask_fits(args, if b.kind == Kind::Sum { 2 } else { 3 }, &x)?;
-            let dtype = if x.dtype == DType::Bool { DType::F32 } else { x.dtype };
+            let dtype = if x.dtype == DType::Bool {
+                DType::F32
+            } else {
+                x.dtype
+            };
             ctx.reduce(&x, dtype)
         }
         Kind::Mean => {
@@ -331,7 +514,12 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
         Kind::Count => {
             let (m, _) = ctx.tensor(args, 0)?;
             if m.dtype != DType::Bool {
-                return Err(ctx.fail(Code::DtypeMismatch, format!("`count` counts the true entries of a mask, found `{m}`"), args[0].as_ref().unwrap().1, "not a mask"));
+                return Err(ctx.fail(
+                    Code::DtypeMismatch,
+                    format!("`count` counts the true entries of a mask, found `{m}`"),
+                    args[0].as_ref().unwrap().1,
+                    "not a mask",
+                ));
             }
             ctx.reduce(&m, DType::F32)
         }
@@ -349,13 +537,21 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
             let (by, _) = ctx.tensor(args, by_index)?;
             if !by.dtype.is_int() || by.dims.len() != 1 {
                 return Err(Box::new(
-                    Diagnostic::new(Code::TypeMismatch, format!("`by:` takes one group id per row (`i32[B]`), found `{by}`"), ctx.file, args[by_index].as_ref().unwrap().1)
-                        .primary_label("not group ids")
-                        .help("pass `rollout.group`"),
+                    Diagnostic::new(
+                        Code::TypeMismatch,
+                        format!("`by:` takes one group id per row (`i32[B]`), found `{by}`"),
+                        ctx.file,
+                        args[by_index].as_ref().unwrap().1,
+                    )
+                    .primary_label("not group ids")
+                    .help("pass `rollout.group`"),
                 ));
             }
             if b.kind == Kind::GroupCount {
-                return Ok(Val::Tensor(TensorTy { dtype: DType::F32, dims: by.dims }));
+                return Ok(Val::Tensor(TensorTy {
+                    dtype: DType::F32,
+                    dims: by.dims,
+                }));
             }
             let x = ctx.float_tensor(args, 0)?;
             if x.dims != by.dims {
@@ -369,28 +565,56 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
         }
         Kind::Cpu => {
             let devices = ctx.positive(args, 0, "devices")?.unwrap_or(1);
-            let origin = Origin { file: ctx.file, span: args[0].as_ref().unwrap().1 };
+            let origin = Origin {
+                file: ctx.file,
+                span: args[0].as_ref().unwrap().1,
+            };
             Ok(Val::ClusterSpec(Rc::new(Cluster {
                 name: "cpu".into(),
                 nodes: Sourced { value: 1, origin },
-                devices_per_node: Sourced { value: devices, origin },
-                device: DeviceSpec { name: "cpu".into(), memory: 16.0 * 1024f64.powi(3), flops: 50e9, bandwidth: 20e9 },
+                devices_per_node: Sourced {
+                    value: devices,
+                    origin,
+                },
+                device: DeviceSpec {
+                    name: "cpu".into(),
+                    memory: 16.0 * 1024f64.powi(3),
+                    flops: 50e9,
+                    bandwidth: 20e9,
+                },
                 intra_bandwidth: 10e9,
                 inter_bandwidth: 10e9,
                 is_cpu: true,
-                origin: Origin { file: ctx.file, span: ctx.call },
+                origin: Origin {
+                    file: ctx.file,
+                    span: ctx.call,
+                },
             })))
         }
         Kind::Device => {
             let memory = ctx.float(args, 0, "memory")?.unwrap_or(0.0);
             let flops = ctx.float(args, 1, "flops")?.unwrap_or(0.0);
             let bandwidth = ctx.float(args, 2, "bandwidth")?.unwrap_or(0.0);
-            for (i, v, what) in [(0, memory, "memory"), (1, flops, "flops"), (2, bandwidth, "bandwidth")] {
+            for (i, v, what) in [
+                (0, memory, "memory"),
+                (1, flops, "flops"),
+                (2, bandwidth, "bandwidth"),
+            ] {
                 if v <= 0.0 {
-                    return Err(ctx.fail(Code::TypeMismatch, format!("a device's `{what}` must be positive"), args[i].as_ref().unwrap().1, "not positive"));
+                    return Err(ctx.fail(
+                        Code::TypeMismatch,
+                        format!("a device's `{what}` must be positive"),
+                        args[i].as_ref().unwrap().1,
+                        "not positive",
+                    ));
                 }
             }
-            Ok(Val::Device(Rc::new(DeviceSpec { name: "device".into(), memory, flops, bandwidth })))
+            Ok(Val::Device(Rc::new(DeviceSpec {
+                name: "device".into(),
+                memory,
+                flops,
+                bandwidth,
+            })))
         }
         Kind::Arch => {
             let layers = ctx.positive(args, 0, "layers")?.unwrap_or(1);
@@ -404,12 +628,32 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
             let tie_embeddings = ctx.bool(args, 8, "tie_embeddings")?.unwrap_or(false);
             ctx.float(args, 9, "norm_eps")?;
             if hidden % heads != 0 {
-                return Err(ctx.fail(Code::TypeMismatch, format!("`hidden` ({hidden}) is not a multiple of `heads` ({heads})"), args[1].as_ref().unwrap().1, "each head needs hidden / heads channels"));
+                return Err(ctx.fail(
+                    Code::TypeMismatch,
+                    format!("`hidden` ({hidden}) is not a multiple of `heads` ({heads})"),
+                    args[1].as_ref().unwrap().1,
+                    "each head needs hidden / heads channels",
+                ));
             }
             if heads % kv_heads != 0 {
-                return Err(ctx.fail(Code::TypeMismatch, format!("`heads` ({heads}) is not a multiple of `kv_heads` ({kv_heads})"), args[3].as_ref().unwrap().1, "query heads share key/value heads in equal groups"));
+                return Err(ctx.fail(
+                    Code::TypeMismatch,
+                    format!("`heads` ({heads}) is not a multiple of `kv_heads` ({kv_heads})"),
+                    args[3].as_ref().unwrap().1,
+                    "query heads share key/value heads in equal groups",
+                ));
             }
-            Ok(Val::Arch(Rc::new(program::Arch { preset: None, layers, hidden, heads, kv_heads, ffn, vocab, max_len, tie_embeddings })))
+            Ok(Val::Arch(Rc::new(program::Arch {
+                preset: None,
+                layers,
+                hidden,
+                heads,
+                kv_heads,
+                ffn,
+                vocab,
+                max_len,
+                tie_embeddings,
+            })))
         }
         Kind::Task => {
             let kind = ctx.string(args, 0, "kind")?;
@@ -420,9 +664,14 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                 "add_numbers" => 2 * digits + 3,
                 _ => {
                     return Err(Box::new(
-                        Diagnostic::new(Code::TypeMismatch, format!("unknown task kind `{kind}`"), ctx.file, args[0].as_ref().unwrap().1)
-                            .primary_label("not a task")
-                            .help("the tasks are reverse_digits, add_numbers and sort_digits"),
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            format!("unknown task kind `{kind}`"),
+                            ctx.file,
+                            args[0].as_ref().unwrap().1,
+                        )
+                        .primary_label("not a task")
+                        .help("the tasks are reverse_digits, add_numbers and sort_digits"),
                     ));
                 }
             };
@@ -434,7 +683,10 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                 field: None,
                 vocab: Some(TASK_VOCAB),
                 prompt_len: Some(prompt_len),
-                origin: Origin { file: ctx.file, span: ctx.call },
+                origin: Origin {
+                    file: ctx.file,
+                    span: ctx.call,
+                },
             })))
         }
         Kind::Jsonl => {
@@ -448,24 +700,41 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                 field: Some(field),
                 vocab: None,
                 prompt_len: None,
-                origin: Origin { file: ctx.file, span: ctx.call },
+                origin: Origin {
+                    file: ctx.file,
+                    span: ctx.call,
+                },
             })))
         }
         Kind::Random => {
             let seed = ctx.int(args, 0, "seed")?.unwrap_or(0);
             Ok(Val::Init(Rc::new(InitVal::Random(seed))))
         }
-        Kind::Hf => Ok(Val::Init(Rc::new(InitVal::Hf(ctx.string(args, 0, "path")?)))),
-        Kind::Load => Ok(Val::Init(Rc::new(InitVal::Load(ctx.string(args, 0, "path")?)))),
+        Kind::Hf => Ok(Val::Init(Rc::new(InitVal::Hf(
+            ctx.string(args, 0, "path")?,
+        )))),
+        Kind::Load => Ok(Val::Init(Rc::new(InitVal::Load(
+            ctx.string(args, 0, "path")?,
+        )))),
         Kind::Frozen => match &args[0] {
             Some((Val::Model(m), _)) => Ok(Val::Init(Rc::new(InitVal::Frozen(*m)))),
-            Some((v, span)) => Err(ctx.fail(Code::TypeMismatch, format!("`frozen` takes a model, found {}", v.describe()), *span, "not a model")),
+            Some((v, span)) => Err(ctx.fail(
+                Code::TypeMismatch,
+                format!("`frozen` takes a model, found {}", v.describe()),
+                *span,
+                "not a model",
+            )),
             None => unreachable!("required"),
         },
         Kind::AdamW => {
             let lr = ctx.float(args, 0, "lr")?.unwrap_or(0.0);
             if lr <= 0.0 {
-                return Err(ctx.fail(Code::TypeMismatch, format!("the learning rate must be positive, found {lr}"), args[0].as_ref().unwrap().1, "not positive"));
+                return Err(ctx.fail(
+                    Code::TypeMismatch,
+                    format!("the learning rate must be positive, found {lr}"),
+                    args[0].as_ref().unwrap().1,
+                    "not positive",
+                ));
             }
             Ok(Val::Optim(Rc::new(Optimizer {
                 name: "adamw".into(),
@@ -482,5 +751,9 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
 pub const TASK_VOCAB: i64 = 16;
 
 fn mismatch_of(a: &TensorTy, b: &TensorTy) -> shapes::Mismatch {
-    shapes::Mismatch { text: format!("`{a}` and `{b}`"), help: "both branches need one kind of value".into(), dtype: true }
+    shapes::Mismatch {
+        text: format!("`{a}` and `{b}`"),
+        help: "both branches need one kind of value".into(),
+        dtype: true,
+    }
 }

@@ -47,18 +47,31 @@ impl Checked {
 
 /// Checks the module at `root_path` (whose text is `root_text`) and everything it imports. The
 /// files read are added to `files`, which may already hold those of other roots.
-pub fn check(loader: &dyn SourceLoader, files: &mut Files, root_path: &str, root_text: String) -> Checked {
+pub fn check(
+    loader: &dyn SourceLoader,
+    files: &mut Files,
+    root_path: &str,
+    root_text: String,
+) -> Checked {
     let mut diagnostics = Vec::new();
     let modules = modules::load(loader, root_path, root_text, files, &mut diagnostics);
     // After a syntax error the items it cut short are missing: checking names and types then
     // would only report the consequences. Every module's syntax errors are reported.
     if diagnostics.iter().any(Diagnostic::is_error) {
         diagnostics.sort_by_key(Diagnostic::sort_key);
-        return Checked { diagnostics, modules, program: Program::default(), types: TypeTable::new() };
+        return Checked {
+            diagnostics,
+            modules,
+            program: Program::default(),
+            types: TypeTable::new(),
+        };
     }
     let mut evaluator = eval::Evaluator::new(&modules);
     evaluator.run();
-    let (program, types) = (std::mem::take(&mut evaluator.program), std::mem::take(&mut evaluator.types));
+    let (program, types) = (
+        std::mem::take(&mut evaluator.program),
+        std::mem::take(&mut evaluator.types),
+    );
     diagnostics.append(&mut evaluator.diags);
     // The static checks judge only a program whose configuration evaluated cleanly, so that one
     // mistake is not reported again as its consequences.
@@ -67,5 +80,10 @@ pub fn check(loader: &dyn SourceLoader, files: &mut Files, root_path: &str, root
     }
     diagnostics.sort_by_key(Diagnostic::sort_key);
     diagnostics.dedup();
-    Checked { diagnostics, modules, program, types }
+    Checked {
+        diagnostics,
+        modules,
+        program,
+        types,
+    }
 }

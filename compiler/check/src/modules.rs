@@ -41,9 +41,15 @@ pub struct LoadedModule {
 impl LoadedModule {
     pub fn lookup(&self, self_id: usize, name: &str) -> Option<Binding> {
         if let Some(&index) = self.items.get(name) {
-            return Some(Binding::Item { module: self_id, index });
+            return Some(Binding::Item {
+                module: self_id,
+                index,
+            });
         }
-        self.imports.iter().find(|i| i.name == name).map(|i| i.binding)
+        self.imports
+            .iter()
+            .find(|i| i.name == name)
+            .map(|i| i.binding)
     }
 
     pub fn item(&self, index: usize) -> &Item {
@@ -75,7 +81,15 @@ pub fn load(
 ) -> Modules {
     let mut modules = Modules::default();
     let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
-    let root = add_module(&mut modules, files, diags, root_path.to_string(), root_path.to_string(), root_text, false);
+    let root = add_module(
+        &mut modules,
+        files,
+        diags,
+        root_path.to_string(),
+        root_path.to_string(),
+        root_text,
+        false,
+    );
     by_key.insert(format!("file:{root_path}"), root);
 
     let mut next = 0;
@@ -91,10 +105,14 @@ pub fn load(
             .map(|(i, item)| (i, item.clone()))
             .collect();
         for (_, item) in imports {
-            let ItemKind::Import(import) = &item.kind else { continue };
+            let ItemKind::Import(import) = &item.kind else {
+                continue;
+            };
             let file = modules.modules[id].file;
             let target = match &import.source {
-                ImportSource::Path(path) => resolve_std(&mut modules, &mut by_key, files, diags, file, path),
+                ImportSource::Path(path) => {
+                    resolve_std(&mut modules, &mut by_key, files, diags, file, path)
+                }
                 ImportSource::File(s) => {
                     let from = modules.modules[id].name.clone();
                     let path = join_relative(&from, &s.value);
@@ -103,15 +121,33 @@ pub fn load(
                         Some(&m) => Some((m, None)),
                         None => match loader.read(&path) {
                             Ok(text) => {
-                                let m = add_module(&mut modules, files, diags, path.clone(), path, text, false);
+                                let m = add_module(
+                                    &mut modules,
+                                    files,
+                                    diags,
+                                    path.clone(),
+                                    path,
+                                    text,
+                                    false,
+                                );
                                 by_key.insert(key, m);
                                 Some((m, None))
                             }
                             Err(why) => {
+                                let why = if why.contains("not found") {
+                                    "no such file".to_string()
+                                } else {
+                                    why
+                                };
                                 diags.push(
-                                    Diagnostic::new(Code::UnknownModule, format!("cannot import `{}`: {why}", s.value), file, s.span)
-                                        .primary_label("no such file")
-                                        .help("the path is relative to the importing file"),
+                                    Diagnostic::new(
+                                        Code::UnknownModule,
+                                        format!("cannot import `{}`: {why}", s.value),
+                                        file,
+                                        s.span,
+                                    )
+                                    .primary_label("no such file")
+                                    .help("the path is relative to the importing file"),
                                 );
                                 None
                             }
@@ -119,7 +155,9 @@ pub fn load(
                     }
                 }
             };
-            let Some((target, item_name)) = target else { continue };
+            let Some((target, item_name)) = target else {
+                continue;
+            };
             modules.edges.push((id, target, import.span));
             bind_import(&mut modules, diags, id, target, item_name, import);
         }
@@ -151,15 +189,27 @@ fn add_module(
             items.insert(ident.name.clone(), index);
         }
     }
-    modules.modules.push(LoadedModule { name, file, is_std, ast: parsed.module, items, imports: Vec::new() });
+    modules.modules.push(LoadedModule {
+        name,
+        file,
+        is_std,
+        ast: parsed.module,
+        items,
+        imports: Vec::new(),
+    });
     modules.modules.len() - 1
 }
 
 fn duplicate(file: FileId, again: &Ident, first: Span) -> Diagnostic {
-    Diagnostic::new(Code::DuplicateName, format!("`{}` is declared twice", again.name), file, again.span)
-        .primary_label("declared again here")
-        .label(file, first, "first declared here")
-        .help("rename one of them")
+    Diagnostic::new(
+        Code::DuplicateName,
+        format!("`{}` is declared twice", again.name),
+        file,
+        again.span,
+    )
+    .primary_label("declared again here")
+    .label(file, first, "first declared here")
+    .help("rename one of them")
 }
 
 /// `std.a.b` is module `std.a.b`, or item `b` of module `std.a`.
@@ -171,7 +221,12 @@ fn resolve_std(
     file: FileId,
     path: &[Ident],
 ) -> Option<(usize, Option<Ident>)> {
-    let dotted = |p: &[Ident]| p.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(".");
+    let dotted = |p: &[Ident]| {
+        p.iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>()
+            .join(".")
+    };
     let full = dotted(path);
     let span = path[0].span.to(path[path.len() - 1].span);
     let mut load_std = |name: &str| -> Option<usize> {
@@ -180,7 +235,15 @@ fn resolve_std(
             return Some(m);
         }
         let (_, file_name, text) = STD_MODULES.iter().find(|(m, _, _)| *m == name)?;
-        let m = add_module(modules, files, diags, name.to_string(), file_name.to_string(), text.to_string(), true);
+        let m = add_module(
+            modules,
+            files,
+            diags,
+            name.to_string(),
+            file_name.to_string(),
+            text.to_string(),
+            true,
+        );
         by_key.insert(key, m);
         Some(m)
     };
@@ -193,7 +256,13 @@ fn resolve_std(
         return Some((m, Some(path[path.len() - 1].clone())));
     }
     let known: Vec<&str> = STD_MODULES.iter().map(|(m, _, _)| *m).collect();
-    let mut d = Diagnostic::new(Code::UnknownModule, format!("there is no module `{full}`"), file, span).primary_label("unknown module");
+    let mut d = Diagnostic::new(
+        Code::UnknownModule,
+        format!("there is no module `{full}`"),
+        file,
+        span,
+    )
+    .primary_label("unknown module");
     d = match rlc_syntax::closest(&full, known.iter().copied(), 3) {
         Some(near) => d.help(format!("did you mean `{near}`?")),
         None if full.starts_with("std") => d.help(format!("the std modules are {}", known.join(", "))),
@@ -213,40 +282,67 @@ fn bind_import(
 ) {
     let file = modules.modules[from].file;
     let mut bound: Vec<ImportedName> = Vec::new();
-    let mut bind_item = |modules: &Modules, name: &Ident, alias: &Ident, bound: &mut Vec<ImportedName>| {
-        let module = modules.get(target);
-        match module.items.get(&name.name) {
-            Some(&index) => {
-                if !module.item(index).is_pub {
-                    let decl = module.item(index).name().unwrap().span;
-                    diags.push(
-                        Diagnostic::new(Code::PrivateItem, format!("`{}` is private to `{}`", name.name, module.name), file, name.span)
+    let mut bind_item =
+        |modules: &Modules, name: &Ident, alias: &Ident, bound: &mut Vec<ImportedName>| {
+            let module = modules.get(target);
+            match module.items.get(&name.name) {
+                Some(&index) => {
+                    if !module.item(index).is_pub {
+                        let decl = module.item(index).name().unwrap().span;
+                        diags.push(
+                            Diagnostic::new(
+                                Code::PrivateItem,
+                                format!("`{}` is private to `{}`", name.name, module.name),
+                                file,
+                                name.span,
+                            )
                             .primary_label("private item")
                             .label(module.file, decl, "declared here without `pub`")
                             .help(format!("mark it `pub` in `{}` to export it", module.name)),
-                    );
+                        );
+                    }
+                    bound.push(ImportedName {
+                        name: alias.name.clone(),
+                        span: alias.span,
+                        binding: Binding::Item {
+                            module: target,
+                            index,
+                        },
+                    });
                 }
-                bound.push(ImportedName { name: alias.name.clone(), span: alias.span, binding: Binding::Item { module: target, index } });
-            }
-            None => {
-                let names: Vec<&str> = module.items.keys().map(String::as_str).collect();
-                let mut d = Diagnostic::new(Code::NoSuchItem, format!("`{}` has no item `{}`", module.name, name.name), file, name.span)
+                None => {
+                    let names: Vec<&str> = module.items.keys().map(String::as_str).collect();
+                    let mut d = Diagnostic::new(
+                        Code::NoSuchItem,
+                        format!("`{}` has no item `{}`", module.name, name.name),
+                        file,
+                        name.span,
+                    )
                     .primary_label("not found");
-                if let Some(near) = rlc_syntax::closest(&name.name, names.iter().copied(), 2) {
-                    d = d.help(format!("did you mean `{near}`?"));
+                    if let Some(near) = rlc_syntax::closest(&name.name, names.iter().copied(), 2) {
+                        d = d.help(format!("did you mean `{near}`?"));
+                    }
+                    diags.push(d);
                 }
-                diags.push(d);
             }
-        }
-    };
+        };
     match (&item_name, &import.names) {
-        (Some(item), _) => bind_item(modules, item, import.alias.as_ref().unwrap_or(item), &mut bound),
+        (Some(item), _) => bind_item(
+            modules,
+            item,
+            import.alias.as_ref().unwrap_or(item),
+            &mut bound,
+        ),
         (None, Some(names)) => {
             for n in names {
                 bind_item(modules, &n.name, n.binding(), &mut bound);
             }
             if let Some(alias) = &import.alias {
-                bound.push(ImportedName { name: alias.name.clone(), span: alias.span, binding: Binding::Module(target) });
+                bound.push(ImportedName {
+                    name: alias.name.clone(),
+                    span: alias.span,
+                    binding: Binding::Module(target),
+                });
             }
         }
         (None, None) => {
@@ -255,23 +351,46 @@ fn bind_import(
                 (None, ImportSource::Path(path)) => path[path.len() - 1].clone(),
                 (None, ImportSource::File(s)) => {
                     diags.push(
-                        Diagnostic::new(Code::UnknownModule, "a file import needs a name", file, s.span)
-                            .primary_label("no name for this module")
-                            .help(format!("write `import \"{}\" as name`", s.raw)),
+                        Diagnostic::new(
+                            Code::UnknownModule,
+                            "a file import needs a name",
+                            file,
+                            s.span,
+                        )
+                        .primary_label("no name for this module")
+                        .help(format!("write `import \"{}\" as name`", s.raw)),
                     );
                     return;
                 }
             };
-            bound.push(ImportedName { name: name.name, span: name.span, binding: Binding::Module(target) });
+            bound.push(ImportedName {
+                name: name.name,
+                span: name.span,
+                binding: Binding::Module(target),
+            });
         }
     }
     let module = &mut modules.modules[from];
     for b in bound {
         if let Some(&index) = module.items.get(&b.name) {
             let first = module.ast.items[index].name().unwrap().span;
-            diags.push(duplicate(file, &Ident { name: b.name.clone(), span: b.span }, first));
+            diags.push(duplicate(
+                file,
+                &Ident {
+                    name: b.name.clone(),
+                    span: b.span,
+                },
+                first,
+            ));
         } else if let Some(prev) = module.imports.iter().find(|i| i.name == b.name) {
-            diags.push(duplicate(file, &Ident { name: b.name.clone(), span: b.span }, prev.span));
+            diags.push(duplicate(
+                file,
+                &Ident {
+                    name: b.name.clone(),
+                    span: b.span,
+                },
+                prev.span,
+            ));
         } else {
             module.imports.push(b);
         }
@@ -327,7 +446,10 @@ fn report_cycles(modules: &Modules, diags: &mut Vec<Diagnostic>) {
 }
 
 fn cycle_diagnostic(modules: &Modules, path: &[(usize, Span)]) -> Diagnostic {
-    let names: Vec<&str> = path.iter().map(|(m, _)| modules.get(*m).name.as_str()).collect();
+    let names: Vec<&str> = path
+        .iter()
+        .map(|(m, _)| modules.get(*m).name.as_str())
+        .collect();
     let (first, first_span) = path[0];
     let mut d = Diagnostic::new(
         Code::ImportCycle,
@@ -337,7 +459,11 @@ fn cycle_diagnostic(modules: &Modules, path: &[(usize, Span)]) -> Diagnostic {
     )
     .primary_label("this import starts the cycle");
     for &(m, span) in &path[1..] {
-        d = d.label(modules.get(m).file, span, "which imports back along the cycle");
+        d = d.label(
+            modules.get(m).file,
+            span,
+            "which imports back along the cycle",
+        );
     }
     d.help("move what both modules need into a third module that imports neither")
 }

@@ -10,6 +10,7 @@ impl Evaluator<'_> {
     pub(crate) fn pipeline(&mut self, module: usize, p: &ast::Pipeline) -> PipelineFacts {
         let lint = !self.modules().get(module).is_std;
         let mut frame = self.frame(module, lint);
+        frame.in_pipeline = true;
         let mut steps = None;
         for param in &p.params {
             let v = self.param_keeping_default(&mut frame, param);
@@ -21,7 +22,15 @@ impl Evaluator<'_> {
         self.take_calls();
         self.pipeline_block(&mut frame, &p.body);
         self.end_scope(&mut frame);
-        PipelineFacts { name: p.name.name.clone(), steps, calls: self.take_calls(), origin: Origin { file: frame.file(), span: p.name.span } }
+        PipelineFacts {
+            name: p.name.name.clone(),
+            steps,
+            calls: self.take_calls(),
+            origin: Origin {
+                file: frame.file(),
+                span: p.name.span,
+            },
+        }
     }
 
     /// A pipeline parameter keeps its default's value: the checks judge the job as launched
@@ -54,8 +63,16 @@ impl Evaluator<'_> {
                 match self.eval_expr(frame, range) {
                     Val::Range(_, _) | Val::Error => {}
                     other => self.diags.push(
-                        Diagnostic::new(Code::TypeMismatch, format!("`loop` runs over a range such as `0..steps`, found {}", other.describe()), file, range.span)
-                            .primary_label("not a range"),
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            format!(
+                                "`loop` runs over a range such as `0..steps`, found {}",
+                                other.describe()
+                            ),
+                            file,
+                            range.span,
+                        )
+                        .primary_label("not a range"),
                     ),
                 }
                 frame.push_scope();
@@ -73,9 +90,18 @@ impl Evaluator<'_> {
                     };
                     if !scalar {
                         self.diags.push(
-                            Diagnostic::new(Code::TypeMismatch, format!("`log` records scalars; `{}` is {}", f.name.name, v.describe()), file, f.value.span)
-                                .primary_label("not a scalar")
-                                .help("reduce it, e.g. `mean(x)`"),
+                            Diagnostic::new(
+                                Code::TypeMismatch,
+                                format!(
+                                    "`log` records scalars; `{}` is {}",
+                                    f.name.name,
+                                    v.describe()
+                                ),
+                                file,
+                                f.value.span,
+                            )
+                            .primary_label("not a scalar")
+                            .help("reduce it, e.g. `mean(x)`"),
                         );
                     }
                 }
@@ -101,17 +127,31 @@ impl Evaluator<'_> {
                     match self.lookup_value(frame, r) {
                         Val::Model(_) | Val::Error => {}
                         other => self.diags.push(
-                            Diagnostic::new(Code::TypeMismatch, format!("`checkpoint` saves models; `{}` is {}", r.name, other.describe()), file, r.span)
-                                .primary_label("not a model"),
+                            Diagnostic::new(
+                                Code::TypeMismatch,
+                                format!(
+                                    "`checkpoint` saves models; `{}` is {}",
+                                    r.name,
+                                    other.describe()
+                                ),
+                                file,
+                                r.span,
+                            )
+                            .primary_label("not a model"),
                         ),
                     }
                 }
             }
             StmtKind::Assign { .. } | StmtKind::Emit { .. } => {
                 self.diags.push(
-                    Diagnostic::new(Code::TypeMismatch, "assignment and `emit` belong in a scan", file, s.span)
-                        .primary_label("not allowed in a pipeline")
-                        .help("bind a new name with `let`"),
+                    Diagnostic::new(
+                        Code::TypeMismatch,
+                        "assignment and `emit` belong in a scan",
+                        file,
+                        s.span,
+                    )
+                    .primary_label("not allowed in a pipeline")
+                    .help("bind a new name with `let`"),
                 );
             }
             StmtKind::Let { .. } | StmtKind::Expr(_) => {

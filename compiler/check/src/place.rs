@@ -11,7 +11,10 @@ impl Evaluator<'_> {
         let m = self.modules().get(module);
         let file = m.file;
         let item_span = m.item(index).span;
-        let origin = Origin { file, span: item_span };
+        let origin = Origin {
+            file,
+            span: item_span,
+        };
         let mut frame = self.frame(module, false);
         let (model, phase) = match &p.target {
             PlaceTarget::AllRoles(_) => {
@@ -24,9 +27,14 @@ impl Evaluator<'_> {
                     Val::Error => return,
                     other => {
                         self.diags.push(
-                            Diagnostic::new(Code::UnknownPhase, format!("`{}` is {}, not a model", role.name, other.describe()), file, role.span)
-                                .primary_label("not a role")
-                                .help("place a model: `place policy.train on …`"),
+                            Diagnostic::new(
+                                Code::UnknownPhase,
+                                format!("`{}` is {}, not a model", role.name, other.describe()),
+                                file,
+                                role.span,
+                            )
+                            .primary_label("not a role")
+                            .help("place a model: `place policy.train on …`"),
                         );
                         return;
                     }
@@ -44,11 +52,28 @@ impl Evaluator<'_> {
                                 Phase::Score => mdl.kind.supports(Op::Score),
                             };
                             if !supported {
-                                let why = if phase == Phase::Train { "it is frozen".to_string() } else { format!("it is a {}", mdl.kind.as_str()) };
+                                let why = if phase == Phase::Train {
+                                    "it is frozen".to_string()
+                                } else {
+                                    format!("it is a {}", mdl.kind.as_str())
+                                };
                                 self.diags.push(
-                                    Diagnostic::new(Code::UnknownPhase, format!("`{}` has no `{}` phase: {why}", mdl.name, phase.as_str()), file, ph.span)
-                                        .primary_label("no such phase")
-                                        .label(mdl.origin.file, mdl.origin.span, "declared here"),
+                                    Diagnostic::new(
+                                        Code::UnknownPhase,
+                                        format!(
+                                            "`{}` has no `{}` phase: {why}",
+                                            mdl.name,
+                                            phase.as_str()
+                                        ),
+                                        file,
+                                        ph.span,
+                                    )
+                                    .primary_label("no such phase")
+                                    .label(
+                                        mdl.origin.file,
+                                        mdl.origin.span,
+                                        "declared here",
+                                    ),
                                 );
                                 return;
                             }
@@ -56,7 +81,13 @@ impl Evaluator<'_> {
                         }
                         None => {
                             let names = Phase::ALL.map(Phase::as_str);
-                            let mut d = Diagnostic::new(Code::UnknownPhase, format!("`{}` is not a phase", ph.name), file, ph.span).primary_label("unknown phase");
+                            let mut d = Diagnostic::new(
+                                Code::UnknownPhase,
+                                format!("`{}` is not a phase", ph.name),
+                                file,
+                                ph.span,
+                            )
+                            .primary_label("unknown phase");
                             d = match rlc_syntax::closest(&ph.name, names, 2) {
                                 Some(near) => d.help(format!("did you mean `{near}`?")),
                                 None => d.help(format!("the phases are {}", names.join(", "))),
@@ -69,7 +100,10 @@ impl Evaluator<'_> {
                 (model, phase)
             }
         };
-        let Some((cluster, devices, devices_origin)) = self.device_set(&mut frame, p, origin) else { return };
+        let Some((cluster, devices, devices_origin)) = self.device_set(&mut frame, p, origin)
+        else {
+            return;
+        };
         let layout = match &p.layout {
             ast::Layout::Auto(_) => None,
             ast::Layout::Explicit(items) => match self.layout(&mut frame, items) {
@@ -77,15 +111,25 @@ impl Evaluator<'_> {
                 None => return,
             },
         };
-        if let Some(prev) = self.program.placements.iter().find(|q| q.model == model && q.phase == phase) {
+        if let Some(prev) = self
+            .program
+            .placements
+            .iter()
+            .find(|q| q.model == model && q.phase == phase)
+        {
             let what = match phase {
                 Some(ph) => format!("`{}.{}`", self.program.models[model].name, ph.as_str()),
                 None => format!("`{}`", self.program.models[model].name),
             };
             self.diags.push(
-                Diagnostic::new(Code::DuplicatePlacement, format!("{what} is placed twice"), file, item_span)
-                    .primary_label("placed again here")
-                    .label(prev.origin.file, prev.origin.span, "first placed here"),
+                Diagnostic::new(
+                    Code::DuplicatePlacement,
+                    format!("{what} is placed twice"),
+                    file,
+                    item_span,
+                )
+                .primary_label("placed again here")
+                .label(prev.origin.file, prev.origin.span, "first placed here"),
             );
             return;
         }
@@ -102,45 +146,82 @@ impl Evaluator<'_> {
     }
 
     /// `on big[0..64]`, `on big`, or nothing (every device of the only cluster).
-    fn device_set(&mut self, frame: &mut crate::eval::Frame, p: &ast::Place, origin: Origin) -> Option<(usize, std::ops::Range<u64>, Origin)> {
+    fn device_set(
+        &mut self,
+        frame: &mut crate::eval::Frame,
+        p: &ast::Place,
+        origin: Origin,
+    ) -> Option<(usize, std::ops::Range<u64>, Origin)> {
         let file = origin.file;
         let Some(expr) = &p.devices else {
             return match self.program.clusters.len() {
                 1 => Some((0, 0..self.program.clusters[0].device_count(), origin)),
                 n => {
                     self.diags.push(
-                        Diagnostic::new(Code::MissingSetting, format!("which devices? There {} {n} clusters", if n == 1 { "is" } else { "are" }), file, origin.span)
-                            .primary_label("no `on …`")
-                            .help("say where: `place policy.train on local[0..2] with dp(2)`"),
+                        Diagnostic::new(
+                            Code::MissingSetting,
+                            format!(
+                                "which devices? There {} {n} clusters",
+                                if n == 1 { "is" } else { "are" }
+                            ),
+                            file,
+                            origin.span,
+                        )
+                        .primary_label("no `on …`")
+                        .help("say where: `place policy.train on local[0..2] with dp(2)`"),
                     );
                     None
                 }
             };
         };
-        let at = Origin { file, span: expr.span };
+        let at = Origin {
+            file,
+            span: expr.span,
+        };
         match self.eval_expr(frame, expr) {
             Val::Cluster(c) => Some((c, 0..self.program.clusters[c].device_count(), at)),
-            Val::Devices { cluster, start: Some(a), end: Some(b) } if a >= 0 && b >= 0 => Some((cluster, a as u64..b as u64, at)),
+            Val::Devices {
+                cluster,
+                start: Some(a),
+                end: Some(b),
+            } if a >= 0 && b >= 0 => Some((cluster, a as u64..b as u64, at)),
             Val::Devices { .. } => {
                 self.diags.push(
-                    Diagnostic::new(Code::NotConstant, "the device range must be known before the job starts", file, expr.span)
-                        .primary_label("not a range of known, non-negative device indices"),
+                    Diagnostic::new(
+                        Code::NotConstant,
+                        "the device range must be known before the job starts",
+                        file,
+                        expr.span,
+                    )
+                    .primary_label("not a range of known, non-negative device indices"),
                 );
                 None
             }
             Val::Error => None,
             other => {
                 self.diags.push(
-                    Diagnostic::new(Code::TypeMismatch, format!("`on` takes devices of a cluster, found {}", other.describe()), file, expr.span)
-                        .primary_label("not devices")
-                        .help("write `on cluster[start..end]`"),
+                    Diagnostic::new(
+                        Code::TypeMismatch,
+                        format!(
+                            "`on` takes devices of a cluster, found {}",
+                            other.describe()
+                        ),
+                        file,
+                        expr.span,
+                    )
+                    .primary_label("not devices")
+                    .help("write `on cluster[start..end]`"),
                 );
                 None
             }
         }
     }
 
-    fn layout(&mut self, frame: &mut crate::eval::Frame, items: &[ast::LayoutItem]) -> Option<Layout> {
+    fn layout(
+        &mut self,
+        frame: &mut crate::eval::Frame,
+        items: &[ast::LayoutItem],
+    ) -> Option<Layout> {
         let file = frame.file();
         let mut layout = Layout::default();
         let mut ok = true;
@@ -155,21 +236,44 @@ impl Evaluator<'_> {
                 Some(n) => {
                     ok = false;
                     self.diags.push(
-                        Diagnostic::new(Code::LayoutProduct, format!("`{}({n})`: a parallel degree is at least 1", item.kind.as_str()), file, item.value.span)
-                            .primary_label("not a degree"),
+                        Diagnostic::new(
+                            Code::LayoutProduct,
+                            format!(
+                                "`{}({n})`: a parallel degree is at least 1",
+                                item.kind.as_str()
+                            ),
+                            file,
+                            item.value.span,
+                        )
+                        .primary_label("not a degree"),
                     );
                     continue;
                 }
                 None => {
                     ok = false;
                     self.diags.push(
-                        Diagnostic::new(Code::NotConstant, format!("`{}` needs an integer known before the job starts, found {}", item.kind.as_str(), v.describe()), file, item.value.span)
-                            .primary_label("not a known integer"),
+                        Diagnostic::new(
+                            Code::NotConstant,
+                            format!(
+                                "`{}` needs an integer known before the job starts, found {}",
+                                item.kind.as_str(),
+                                v.describe()
+                            ),
+                            file,
+                            item.value.span,
+                        )
+                        .primary_label("not a known integer"),
                     );
                     continue;
                 }
             };
-            let sourced = Some(Sourced { value, origin: Origin { file, span: item.span } });
+            let sourced = Some(Sourced {
+                value,
+                origin: Origin {
+                    file,
+                    span: item.span,
+                },
+            });
             let slot = match item.kind {
                 LayoutKind::Dp => &mut layout.dp,
                 LayoutKind::Tp => &mut layout.tp,
@@ -181,9 +285,14 @@ impl Evaluator<'_> {
             if let Some(prev) = slot {
                 ok = false;
                 self.diags.push(
-                    Diagnostic::new(Code::DuplicateName, format!("`{}` is given twice", item.kind.as_str()), file, item.span)
-                        .primary_label("again here")
-                        .label(prev.origin.file, prev.origin.span, "first here"),
+                    Diagnostic::new(
+                        Code::DuplicateName,
+                        format!("`{}` is given twice", item.kind.as_str()),
+                        file,
+                        item.span,
+                    )
+                    .primary_label("again here")
+                    .label(prev.origin.file, prev.origin.span, "first here"),
                 );
             } else {
                 *slot = sourced;

@@ -77,7 +77,11 @@ impl Arch {
         let mlp = 3 * self.hidden * self.ffn;
         let norms = 2 * self.hidden;
         let embed = self.vocab * self.hidden;
-        let head = if self.tie_embeddings { 0 } else { self.vocab * self.hidden };
+        let head = if self.tie_embeddings {
+            0
+        } else {
+            self.vocab * self.hidden
+        };
         embed + self.layers * (attention + mlp + norms) + self.hidden + head
     }
 }
@@ -99,7 +103,13 @@ impl RoleKind {
     }
 
     pub fn from_name(name: &str) -> Option<RoleKind> {
-        [RoleKind::CausalLM, RoleKind::ValueModel, RoleKind::RewardModel].into_iter().find(|k| k.as_str() == name)
+        [
+            RoleKind::CausalLM,
+            RoleKind::ValueModel,
+            RoleKind::RewardModel,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
     }
 
     /// The operations a model of this kind supports.
@@ -131,11 +141,19 @@ impl Precision {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Init {
-    Random { seed: u64 },
-    HuggingFace { path: String },
-    Checkpoint { path: String },
+    Random {
+        seed: u64,
+    },
+    HuggingFace {
+        path: String,
+    },
+    Checkpoint {
+        path: String,
+    },
     /// `frozen(policy)`: a frozen copy of another role's initial weights.
-    CopyOf { model: usize },
+    CopyOf {
+        model: usize,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -209,7 +227,13 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 5] = [Phase::Train, Phase::Generate, Phase::Logprobs, Phase::Values, Phase::Score];
+    pub const ALL: [Phase; 5] = [
+        Phase::Train,
+        Phase::Generate,
+        Phase::Logprobs,
+        Phase::Values,
+        Phase::Score,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -347,11 +371,22 @@ impl Program {
     /// The placement an operation of `model` runs on: its own phase's, else the role's, else
     /// (for log-probs and values of a trainable model) its training placement.
     pub fn placement_for(&self, model: usize, phase: Phase) -> Option<&Placement> {
-        let exact = self.placements.iter().find(|p| p.model == model && p.phase == Some(phase));
-        let role = || self.placements.iter().find(|p| p.model == model && p.phase.is_none());
+        let exact = self
+            .placements
+            .iter()
+            .find(|p| p.model == model && p.phase == Some(phase));
+        let role = || {
+            self.placements
+                .iter()
+                .find(|p| p.model == model && p.phase.is_none())
+        };
         let train = || {
             matches!(phase, Phase::Logprobs | Phase::Values)
-                .then(|| self.placements.iter().find(|p| p.model == model && p.phase == Some(Phase::Train)))
+                .then(|| {
+                    self.placements
+                        .iter()
+                        .find(|p| p.model == model && p.phase == Some(Phase::Train))
+                })
                 .flatten()
         };
         exact.or_else(role).or_else(train)

@@ -15,42 +15,92 @@ pub struct Mismatch {
 }
 
 fn shape_err(text: String, help: &str) -> Mismatch {
-    Mismatch { text, help: help.to_string(), dtype: false }
+    Mismatch {
+        text,
+        help: help.to_string(),
+        dtype: false,
+    }
 }
 
 fn dtype_err(text: String, help: &str) -> Mismatch {
-    Mismatch { text, help: help.to_string(), dtype: true }
+    Mismatch {
+        text,
+        help: help.to_string(),
+        dtype: true,
+    }
 }
 
 const BROADCAST_HELP: &str = "element-wise operations need equal shapes; a scalar broadcasts to any shape, and `[B]` along the leading axis of `[B, T]`";
 
 /// The shape of an element-wise combination of `a` and `b`.
 pub fn broadcast(a: &TensorTy, b: &TensorTy) -> Result<Vec<Dim>, Mismatch> {
-    let (short, long) = if a.dims.len() <= b.dims.len() { (a, b) } else { (b, a) };
-    let fits = short.dims.is_empty() || short.dims == long.dims || (short.dims.len() == 1 && long.dims.len() == 2 && short.dims[0] == long.dims[0]);
-    if fits { Ok(long.dims.clone()) } else { Err(shape_err(format!("`{a}` and `{b}` do not broadcast"), BROADCAST_HELP)) }
+    let (short, long) = if a.dims.len() <= b.dims.len() {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let fits = short.dims.is_empty()
+        || short.dims == long.dims
+        || (short.dims.len() == 1 && long.dims.len() == 2 && short.dims[0] == long.dims[0]);
+    if fits {
+        Ok(long.dims.clone())
+    } else {
+        Err(shape_err(
+            format!("`{a}` and `{b}` do not broadcast"),
+            BROADCAST_HELP,
+        ))
+    }
 }
 
 /// Element type and shape of `l op r`. A literal number takes the other side's element type.
-pub fn binary(op: BinaryOp, l: &TensorTy, r: &TensorTy, l_literal: bool, r_literal: bool) -> Result<TensorTy, Mismatch> {
+pub fn binary(
+    op: BinaryOp,
+    l: &TensorTy,
+    r: &TensorTy,
+    l_literal: bool,
+    r_literal: bool,
+) -> Result<TensorTy, Mismatch> {
     let dims = broadcast(l, r)?;
     let numeric = |t: &TensorTy| t.dtype != DType::Bool;
     let dtype = match op {
         BinaryOp::And | BinaryOp::Or => {
             if l.dtype != DType::Bool || r.dtype != DType::Bool {
-                return Err(dtype_err(format!("`{}` needs booleans, found `{l}` and `{r}`", op.as_str()), "compare first, e.g. `x > 0.0`"));
+                return Err(dtype_err(
+                    format!("`{}` needs booleans, found `{l}` and `{r}`", op.as_str()),
+                    "compare first, e.g. `x > 0.0`",
+                ));
             }
             DType::Bool
         }
+        _ if numeric(l)
+            && numeric(r)
+            && !l_literal
+            && !r_literal
+            && l.dtype.is_float() != r.dtype.is_float() =>
+        {
+            return Err(dtype_err(
+                format!(
+                    "`{l}` {} `{r}` mixes floating-point and integer values",
+                    op.as_str()
+                ),
+                "convert one side, e.g. `f32(tokens)`",
+            ));
+        }
         BinaryOp::Eq | BinaryOp::Ne => {
             if numeric(l) != numeric(r) {
-                return Err(dtype_err(format!("cannot compare `{l}` with `{r}`"), "compare values of one kind"));
+                return Err(dtype_err(
+                    format!("cannot compare `{l}` with `{r}`"),
+                    "compare values of one kind",
+                ));
             }
             DType::Bool
         }
         BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {
             if !numeric(l) || !numeric(r) {
-                return Err(dtype_err(format!("cannot order `{l}` and `{r}`"), "order numbers, not masks"));
+                return Err(dtype_err(
+                    format!("cannot order `{l}` and `{r}`"),
+                    "order numbers, not masks",
+                ));
             }
             DType::Bool
         }
@@ -79,12 +129,20 @@ fn arithmetic_dtype(l: &TensorTy, r: &TensorTy, l_literal: bool, r_literal: bool
 
 /// Whether a value of type `found` may stand where `want` is declared.
 pub fn assignable(want: &TensorTy, found: &TensorTy) -> Result<(), Mismatch> {
-    let dtype_ok = want.dtype == found.dtype || (want.dtype.is_float() && found.dtype.is_float()) || (want.dtype.is_int() && found.dtype.is_int());
+    let dtype_ok = want.dtype == found.dtype
+        || (want.dtype.is_float() && found.dtype.is_float())
+        || (want.dtype.is_int() && found.dtype.is_int());
     if !dtype_ok {
-        return Err(dtype_err(format!("`{found}` where `{want}` is expected"), "convert with a cast: `f32(x)`, `i32(x)`, `bool(x)`"));
+        return Err(dtype_err(
+            format!("`{found}` where `{want}` is expected"),
+            "convert with a cast: `f32(x)`, `i32(x)`, `bool(x)`",
+        ));
     }
     if want.dims != found.dims {
-        return Err(shape_err(format!("shape `{found}` where `{want}` is expected"), BROADCAST_HELP));
+        return Err(shape_err(
+            format!("shape `{found}` where `{want}` is expected"),
+            BROADCAST_HELP,
+        ));
     }
     Ok(())
 }
@@ -97,16 +155,31 @@ pub struct Unifier {
 }
 
 impl Unifier {
-    pub fn unify(&mut self, param: &str, want: &TensorTy, found: &TensorTy, literal: bool) -> Result<(), Mismatch> {
+    pub fn unify(
+        &mut self,
+        param: &str,
+        want: &TensorTy,
+        found: &TensorTy,
+        literal: bool,
+    ) -> Result<(), Mismatch> {
         let dtype_ok = want.dtype == found.dtype
             || (want.dtype.is_float() && (found.dtype.is_float() || literal))
             || (want.dtype.is_int() && found.dtype.is_int());
         if !dtype_ok {
-            return Err(dtype_err(format!("`{found}` where `{want}` is expected"), "convert with a cast: `f32(x)`, `i32(x)`, `bool(x)`"));
+            return Err(dtype_err(
+                format!("`{found}` where `{want}` is expected"),
+                "convert with a cast: `f32(x)`, `i32(x)`, `bool(x)`",
+            ));
         }
         if want.dims.len() != found.dims.len() {
             return Err(shape_err(
-                format!("{} dimension{} where {} {} expected", found.dims.len(), if found.dims.len() == 1 { "" } else { "s" }, want.dims.len(), if want.dims.len() == 1 { "is" } else { "are" }),
+                format!(
+                    "{} dimension{} where {} {} expected",
+                    found.dims.len(),
+                    if found.dims.len() == 1 { "" } else { "s" },
+                    want.dims.len(),
+                    if want.dims.len() == 1 { "is" } else { "are" }
+                ),
                 "pass a tensor of the parameter's shape",
             ));
         }
@@ -125,7 +198,10 @@ impl Unifier {
                     }
                 },
                 Dim::Size(n) if *f != Dim::Size(*n) => {
-                    return Err(shape_err(format!("dimension {f} where the parameter fixes {n}"), "pass a tensor of the parameter's shape"));
+                    return Err(shape_err(
+                        format!("dimension {f} where the parameter fixes {n}"),
+                        "pass a tensor of the parameter's shape",
+                    ));
                 }
                 Dim::Size(_) => {}
             }
@@ -139,11 +215,17 @@ impl Unifier {
             .dims
             .iter()
             .map(|d| match d {
-                Dim::Sym(s) => self.bound.get(s).map_or_else(|| d.clone(), |(b, _)| b.clone()),
+                Dim::Sym(s) => self
+                    .bound
+                    .get(s)
+                    .map_or_else(|| d.clone(), |(b, _)| b.clone()),
                 other => other.clone(),
             })
             .collect();
-        TensorTy { dtype: t.dtype, dims }
+        TensorTy {
+            dtype: t.dtype,
+            dims,
+        }
     }
 }
 
@@ -152,7 +234,16 @@ mod tests {
     use super::*;
 
     fn t(dtype: DType, dims: &[&str]) -> TensorTy {
-        TensorTy { dtype, dims: dims.iter().map(|d| d.parse().map_or_else(|_| Dim::Sym(d.to_string()), Dim::Size)).collect() }
+        TensorTy {
+            dtype,
+            dims: dims
+                .iter()
+                .map(|d| {
+                    d.parse()
+                        .map_or_else(|_| Dim::Sym(d.to_string()), Dim::Size)
+                })
+                .collect(),
+        }
     }
 
     #[test]
@@ -166,15 +257,35 @@ mod tests {
 
     #[test]
     fn arithmetic_on_a_mask_is_a_dtype_error() {
-        let err = binary(BinaryOp::Mul, &t(DType::F32, &["B"]), &t(DType::Bool, &["B"]), false, false).unwrap_err();
+        let err = binary(
+            BinaryOp::Mul,
+            &t(DType::F32, &["B"]),
+            &t(DType::Bool, &["B"]),
+            false,
+            false,
+        )
+        .unwrap_err();
         assert!(err.dtype);
     }
 
     #[test]
     fn unifier_names_the_argument_that_fixed_a_dimension() {
         let mut u = Unifier::default();
-        u.unify("resp", &t(DType::I32, &["B", "T"]), &t(DType::I32, &["128", "8"]), false).unwrap();
-        let err = u.unify("mask", &t(DType::Bool, &["B", "T"]), &t(DType::Bool, &["128", "4"]), false).unwrap_err();
+        u.unify(
+            "resp",
+            &t(DType::I32, &["B", "T"]),
+            &t(DType::I32, &["128", "8"]),
+            false,
+        )
+        .unwrap();
+        let err = u
+            .unify(
+                "mask",
+                &t(DType::Bool, &["B", "T"]),
+                &t(DType::Bool, &["128", "4"]),
+                false,
+            )
+            .unwrap_err();
         assert_eq!(err.text, "`T` is 4 here but 8 from argument `resp`");
         assert_eq!(u.apply(&t(DType::F32, &["B"])), t(DType::F32, &["128"]));
     }

@@ -74,7 +74,10 @@ pub struct TensorTy {
 
 impl TensorTy {
     pub fn scalar(dtype: DType) -> Self {
-        TensorTy { dtype, dims: Vec::new() }
+        TensorTy {
+            dtype,
+            dims: Vec::new(),
+        }
     }
     pub fn is_scalar(&self) -> bool {
         self.dims.is_empty()
@@ -160,7 +163,11 @@ pub enum Val {
     Cluster(usize),
     /// A cluster not yet named by a `cluster` item (`cpu(devices: 2)`).
     ClusterSpec(Rc<program::Cluster>),
-    Devices { cluster: usize, start: Option<i64>, end: Option<i64> },
+    Devices {
+        cluster: usize,
+        start: Option<i64>,
+        end: Option<i64>,
+    },
     Init(Rc<InitVal>),
     Optim(Rc<program::Optimizer>),
     Dataset(Rc<DatasetSpec>),
@@ -250,7 +257,10 @@ pub fn rollout_record(rows: Dim, response: Dim) -> RecordVal {
     RecordVal {
         name: "Rollout".into(),
         fields: vec![
-            ("prompt".into(), t(DType::I32, vec![rows.clone(), Dim::Sym("P".into())])),
+            (
+                "prompt".into(),
+                t(DType::I32, vec![rows.clone(), Dim::Sym("P".into())]),
+            ),
             ("response".into(), t(DType::I32, bt.clone())),
             ("mask".into(), t(DType::Bool, bt.clone())),
             ("last".into(), t(DType::Bool, bt.clone())),

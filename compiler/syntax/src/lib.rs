@@ -37,7 +37,6 @@ pub const MAX_NESTING: usize = 128;
 /// Parses one file. Items are read one at a time; after a syntax error the parser resumes at the
 /// next line that starts with an item keyword, so one run reports the errors of every item.
 pub fn parse(file: FileId, src: &str) -> Parsed {
-    pest::set_error_detail(true);
     let comments = trivia::comments(src);
     let mut diagnostics = Vec::new();
     let mut items = Vec::new();
@@ -66,7 +65,7 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
 
     let mut pos = trivia::skip(src, 0);
     while pos < src.len() {
-        match RlParser::parse(Rule::item_entry, &src[pos..]) {
+        match parse_item(src, pos) {
             Ok(mut pairs) => {
                 let entry = pairs.next().expect("grammar: item_entry");
                 let item_pair = entry
@@ -83,8 +82,9 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
                 items.push(lowerer.item(item_pair));
                 pos = trivia::skip(src, end);
             }
-            Err(err) => {
-                let (at, rules, tokens) = furthest_failure(&err);
+            Err(_) => {
+                let err = detailed_error(&src[pos..]);
+                let (at, rules, tokens) = furthest_failure(&err, &src[pos..]);
                 let at = pos + at;
                 // A complete item followed by something that starts no item: keep the item and
                 // report the stray text on its own.
@@ -128,6 +128,33 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
     }
 }
 
+/// Parses the item at `pos`. pest indexes the lines of all the input it is given, so each item is
+/// first parsed on its own text — up to the next line that starts an item — which keeps parsing
+/// linear; only if that fails is the rest of the file tried.
+fn parse_item(
+    src: &str,
+    pos: usize,
+) -> Result<pest::iterators::Pairs<'_, Rule>, pest::error::Error<Rule>> {
+    let end = resume_point(src, pos, pos);
+    RlParser::parse(Rule::item_entry, &src[pos..end])
+        .or_else(|_| RlParser::parse(Rule::item_entry, &src[pos..]))
+}
+
+/// Re-parses a failing item with pest's record of what it attempted where. Keeping that record
+/// makes every parse about five times slower, so it is on only here. The switch is global to the
+/// process; the lock makes sure that a parse which needs the record has it (other parses that
+/// run meanwhile only get slower).
+fn detailed_error(src: &str) -> pest::error::Error<Rule> {
+    static DETAIL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = DETAIL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    pest::set_error_detail(true);
+    let result = RlParser::parse(Rule::item_entry, src);
+    pest::set_error_detail(false);
+    result.expect_err("an item that failed to parse fails again")
+}
+
 /// The item at `pos` if it parses and ends, comments aside, exactly at `at`.
 fn complete_item_ending_at(
     file: FileId,
@@ -151,7 +178,10 @@ fn complete_item_ending_at(
 
 /// Where the parse got furthest, and what it would have accepted there: the rules and the
 /// literal tokens attempted at that position.
-fn furthest_failure(err: &pest::error::Error<Rule>) -> (usize, Vec<Rule>, BTreeSet<String>) {
+fn furthest_failure(
+    err: &pest::error::Error<Rule>,
+    src: &str,
+) -> (usize, Vec<Rule>, BTreeSet<String>) {
     let loc = match err.location {
         InputLocation::Pos(p) => p,
         InputLocation::Span((s, _)) => s,
@@ -177,11 +207,18 @@ fn furthest_failure(err: &pest::error::Error<Rule>) -> (usize, Vec<Rule>, BTreeS
         .collect();
     // The end of a keyword tried in a look-ahead (`!keyword`) is no place to report an error:
     // nothing but word characters was expected there. Fall back to where the rule failed.
-    if tokens.is_empty()
-        && rules
-            .iter()
-            .all(|r| matches!(r, Rule::keyword | Rule::item_start | Rule::item_entry))
-    {
+    // Likewise a keyword that stands where a name is used: report it at its start.
+    let keyword_between = src
+        .get(loc..at)
+        .is_some_and(|w| ast::KEYWORDS.contains(&w.trim()));
+    let only_word_characters = tokens.is_empty()
+        && rules.iter().all(|r| {
+            matches!(
+                r,
+                Rule::keyword | Rule::item_start | Rule::item_entry | Rule::log_fn
+            )
+        });
+    if keyword_between || only_word_characters {
         return (loc, positives, BTreeSet::new());
     }
     if at == loc {

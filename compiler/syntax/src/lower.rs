@@ -17,6 +17,9 @@ pub(crate) struct Lowerer<'a> {
 
 type P<'i> = Pair<'i, Rule>;
 
+/// The longest run of operators (binary, prefix, or postfix) one expression may hold.
+pub const MAX_CHAIN: usize = 256;
+
 impl Lowerer<'_> {
     /// The pair's span in the file. pest includes the white space and comments it skipped
     /// while trying an optional part at the end of a rule; they are not part of the node.
@@ -454,6 +457,29 @@ impl Lowerer<'_> {
     /// precedence with explicit stacks (no recursion on the length of the chain).
     pub fn expr(&mut self, pair: P) -> Expr {
         debug_assert_eq!(pair.as_rule(), Rule::expr);
+        let span = self.span(&pair);
+        let (mut binary, mut prefix, mut postfix) = (0, 0, 0);
+        for p in pair.clone().into_inner() {
+            match p.as_rule() {
+                Rule::neg_op | Rule::not_op => prefix += 1,
+                Rule::postfix_expr => postfix = postfix.max(p.into_inner().count()),
+                _ => binary += 1,
+            }
+        }
+        if self.too_long(span, "operators", binary)
+            || self.too_long(span, "prefix operators", prefix)
+            || self.too_long(span, "calls, fields and indices", postfix)
+        {
+            return Expr {
+                kind: ExprKind::Number(NumberLit {
+                    text: "0".into(),
+                    value: 0.0,
+                    is_integer: true,
+                    unit: None,
+                }),
+                span,
+            };
+        }
         let mut operands: Vec<Expr> = Vec::new();
         let mut operators: Vec<(BinaryOp, Span)> = Vec::new();
         let mut prefixes: Vec<(UnaryOp, Span)> = Vec::new();
@@ -494,6 +520,25 @@ impl Lowerer<'_> {
             self.reduce(&mut operands, &mut operators);
         }
         operands.pop().expect("grammar: expression has an operand")
+    }
+
+    /// Refuses an expression so long that later passes, which recurse over expressions, could
+    /// exhaust the stack; no real program comes near the limit.
+    fn too_long(&mut self, span: Span, what: &str, n: usize) -> bool {
+        if n <= MAX_CHAIN {
+            return false;
+        }
+        self.diagnostics.push(
+            Diagnostic::new(
+                Code::UnexpectedToken,
+                format!("expression too long: {n} {what} in a row (at most {MAX_CHAIN})"),
+                self.file,
+                span,
+            )
+            .primary_label("too long")
+            .help("split it with `let` bindings"),
+        );
+        true
     }
 
     fn reduce(&mut self, operands: &mut Vec<Expr>, operators: &mut Vec<(BinaryOp, Span)>) {
@@ -623,6 +668,10 @@ impl Lowerer<'_> {
         let span = self.span(&pair);
         let kind = match pair.as_rule() {
             Rule::ident => ExprKind::Name(self.ident(pair)),
+            Rule::log_fn => ExprKind::Name(Ident {
+                name: "log".into(),
+                span,
+            }),
             Rule::number => ExprKind::Number(self.number(pair)),
             Rule::string => ExprKind::Str(self.string(pair)),
             Rule::bool_lit => ExprKind::Bool(pair.as_str() == "true"),

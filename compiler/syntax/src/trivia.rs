@@ -137,7 +137,7 @@ mod tests {
     fn previous_token_end_skips_space_and_comments() {
         let src = "a = f(x) // note \"q\"\n  \n";
         assert_eq!(previous_token_end(src, 0, src.len()), 8);
-        assert_eq!(previous_token_end("s = \"a//b\"  ", 0, 13), 11);
+        assert_eq!(previous_token_end("s = \"a//b\"  ", 0, 12), 10);
     }
 
     #[test]

@@ -5,7 +5,9 @@ use crate::program::*;
 use rlc_diagnostics::{Code, Diagnostic};
 
 pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
-    let Some(pipeline) = &program.pipeline else { return };
+    let Some(pipeline) = &program.pipeline else {
+        return;
+    };
     for call in &pipeline.calls {
         let model = &program.models[call.model];
         if let Some(s) = &call.sampling {
@@ -18,15 +20,25 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
             }
             if !(s.top_p.value > 0.0 && s.top_p.value <= 1.0) {
                 diags.push(
-                    Diagnostic::new(Code::InvalidSampling, format!("top_p {} is outside (0, 1]", s.top_p.value), s.top_p.origin.file, s.top_p.origin.span)
-                        .primary_label("not a probability mass"),
+                    Diagnostic::new(
+                        Code::InvalidSampling,
+                        format!("top_p {:?} is outside (0, 1]", s.top_p.value),
+                        s.top_p.origin.file,
+                        s.top_p.origin.span,
+                    )
+                    .primary_label("not a probability mass"),
                 );
             }
             for (what, v) in [("n", s.n), ("max_new", s.max_new)] {
                 if v.value < 1 {
                     diags.push(
-                        Diagnostic::new(Code::InvalidSampling, format!("`{what}: {}` generates nothing", v.value), v.origin.file, v.origin.span)
-                            .primary_label("must be at least 1"),
+                        Diagnostic::new(
+                            Code::InvalidSampling,
+                            format!("`{what}: {}` generates nothing", v.value),
+                            v.origin.file,
+                            v.origin.span,
+                        )
+                        .primary_label("must be at least 1"),
                     );
                 }
             }
@@ -34,13 +46,46 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                 && k.value < 1
             {
                 diags.push(
-                    Diagnostic::new(Code::InvalidSampling, format!("`top_k: {}` keeps no token", k.value), k.origin.file, k.origin.span)
-                        .primary_label("must be at least 1"),
+                    Diagnostic::new(
+                        Code::InvalidSampling,
+                        format!("`top_k: {}` keeps no token", k.value),
+                        k.origin.file,
+                        k.origin.span,
+                    )
+                    .primary_label("must be at least 1"),
                 );
             }
         }
         if call.op == Op::Generate
-            && let (Some(arch), Some(prompt), Some(response)) = (&model.arch, call.prompt_len, call.response_len)
+            && let (Some(arch), Some(response)) = (&model.arch, call.response_len)
+            && call.prompt_len.is_none()
+            && response.value as u64 > arch.max_len
+        {
+            diags.push(
+                Diagnostic::new(
+                    Code::SequenceTooLong,
+                    format!(
+                        "{} new tokens alone exceed the context of `{}` ({})",
+                        response.value, model.name, arch.max_len
+                    ),
+                    response.origin.file,
+                    response.origin.span,
+                )
+                .primary_label(format!("{} new tokens", response.value))
+                .label(
+                    model.arch_origin.file,
+                    model.arch_origin.span,
+                    format!("max_len {}", arch.max_len),
+                )
+                .help(format!(
+                    "lower `max_new` below {}, leaving room for the prompt",
+                    arch.max_len
+                )),
+            );
+        }
+        if call.op == Op::Generate
+            && let (Some(arch), Some(prompt), Some(response)) =
+                (&model.arch, call.prompt_len, call.response_len)
             && (prompt.value + response.value) as u64 > arch.max_len
         {
             diags.push(

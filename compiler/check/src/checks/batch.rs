@@ -5,7 +5,9 @@ use crate::program::*;
 use rlc_diagnostics::{Code, Diagnostic};
 
 pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
-    let Some(pipeline) = &program.pipeline else { return };
+    let Some(pipeline) = &program.pipeline else {
+        return;
+    };
     for call in &pipeline.calls {
         let model = &program.models[call.model];
         let phase = call.op.phase();
@@ -14,9 +16,17 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
             && epochs.value < 1
         {
             diags.push(
-                Diagnostic::new(Code::EpochsBelowOne, format!("{name} runs {} epochs: nothing would be trained", epochs.value), epochs.origin.file, epochs.origin.span)
-                    .primary_label("at least 1")
-                    .help("set `epochs: 1` or more"),
+                Diagnostic::new(
+                    Code::EpochsBelowOne,
+                    format!(
+                        "{name} runs {} epochs: nothing would be trained",
+                        epochs.value
+                    ),
+                    epochs.origin.file,
+                    epochs.origin.span,
+                )
+                .primary_label("at least 1")
+                .help("set `epochs: 1` or more"),
             );
         }
         let Some(batch) = call.batch else { continue };
@@ -39,17 +49,30 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
             );
             continue;
         }
-        let Some(minibatch) = call.minibatch else { continue };
+        let Some(minibatch) = call.minibatch else {
+            continue;
+        };
         if minibatch.value < 1 || minibatch.value > batch.value {
             diags.push(
                 Diagnostic::new(
                     Code::MinibatchTooLarge,
-                    format!("{name} uses minibatches of {} but each step has {} sequences", minibatch.value, batch.value),
+                    format!(
+                        "{name} uses minibatches of {} but each step has {} sequences",
+                        minibatch.value, batch.value
+                    ),
                     minibatch.origin.file,
                     minibatch.origin.span,
                 )
-                .primary_label(if minibatch.value < 1 { "not positive".to_string() } else { "larger than the batch".to_string() })
-                .label(batch.origin.file, batch.origin.span, format!("{} sequences per step", batch.value))
+                .primary_label(if minibatch.value < 1 {
+                    "not positive".to_string()
+                } else {
+                    "larger than the batch".to_string()
+                })
+                .label(
+                    batch.origin.file,
+                    batch.origin.span,
+                    format!("{} sequences per step", batch.value),
+                )
                 .help(format!("use a minibatch between 1 and {}", batch.value)),
             );
             continue;
@@ -59,12 +82,19 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
             diags.push(
                 Diagnostic::new(
                     Code::BatchNotDivisible,
-                    format!("{name}: a minibatch of {} does not split over {ranks} data-parallel ranks", minibatch.value),
+                    format!(
+                        "{name}: a minibatch of {} does not split over {ranks} data-parallel ranks",
+                        minibatch.value
+                    ),
                     minibatch.origin.file,
                     minibatch.origin.span,
                 )
                 .primary_label(format!("{} sequences", minibatch.value))
-                .label(p.origin.file, p.origin.span, format!("{ranks} data-parallel ranks"))
+                .label(
+                    p.origin.file,
+                    p.origin.span,
+                    format!("{ranks} data-parallel ranks"),
+                )
                 .help(format!("use a multiple of {ranks}")),
             );
             continue;
@@ -83,7 +113,7 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                     .label(minibatch.origin.file, minibatch.origin.span, format!("minibatch {} over {ranks} ranks = {per_rank} each", minibatch.value))
                     .help(format!("use micro({per_rank}) or smaller")),
                 );
-            } else if per_rank % micro.value != 0 {
+            } else if !per_rank.is_multiple_of(micro.value) {
                 diags.push(
                     Diagnostic::new(
                         Code::MinibatchMicro,

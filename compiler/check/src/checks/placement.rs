@@ -19,13 +19,30 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
             diags.push(
                 Diagnostic::new(
                     Code::DevicesOutOfRange,
-                    format!("{what} is placed on devices {}..{} but {why}", p.devices.start, p.devices.end),
+                    format!(
+                        "{what} is placed on devices {}..{} but {why}",
+                        p.devices.start, p.devices.end
+                    ),
                     p.devices_origin.file,
                     p.devices_origin.span,
                 )
-                .primary_label("outside the cluster")
-                .label(cluster.nodes.origin.file, cluster.origin.span, format!("{} node(s) × {} devices", cluster.nodes.value, cluster.devices_per_node.value))
-                .help(format!("use a range within 0..{total}")),
+                .primary_label(if p.devices.start >= p.devices.end {
+                    "no devices"
+                } else {
+                    "outside the cluster"
+                })
+                .label(
+                    cluster.nodes.origin.file,
+                    cluster.origin.span,
+                    format!(
+                        "{} node(s) × {} devices",
+                        cluster.nodes.value, cluster.devices_per_node.value
+                    ),
+                )
+                .help(format!(
+                    "use a non-empty range within 0..{total}, e.g. `{}[0..{total}]`",
+                    cluster.name
+                )),
             );
             continue;
         }
@@ -39,13 +56,24 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                 .iter()
                 .filter_map(|(n, f)| f.map(|f| format!("{n}({})", f.value)))
                 .collect();
-            let product = if factors.is_empty() { "one replica".to_string() } else { factors.join(" × ") };
+            let product = if factors.is_empty() {
+                "one replica".to_string()
+            } else {
+                factors.join(" × ")
+            };
+            // The primary label goes on the layout (`with …`), the devices get their own.
+            let layout_span = [l.dp, l.fsdp, l.tp, l.pp, l.sp, l.micro]
+                .iter()
+                .flatten()
+                .map(|f| f.origin.span)
+                .reduce(|a, b| a.to(b))
+                .unwrap_or(p.origin.span);
             diags.push(
                 Diagnostic::new(
                     Code::LayoutProduct,
                     format!("{what} uses {product} = {} devices but is placed on {devices}", l.devices()),
                     p.origin.file,
-                    p.origin.span,
+                    layout_span,
                 )
                 .primary_label(format!("{} ≠ {devices}", l.devices()))
                 .label(p.devices_origin.file, p.devices_origin.span, format!("{devices} devices"))
@@ -53,19 +81,39 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
             );
         }
         let Some(arch) = &model.arch else { continue };
-        let preset = arch.preset.as_deref().map(|p| format!(" ({p})")).unwrap_or_default();
-        let mut divides = |factor: Option<Sourced<u64>>, n: u64, what_n: &str, code: Code, name: &str| {
-            if let Some(f) = factor
-                && n % f.value != 0
-            {
-                diags.push(
-                    Diagnostic::new(code, format!("{name}({}) does not divide the {n} {what_n} of `{}`{preset}", f.value, model.name), f.origin.file, f.origin.span)
+        let preset = arch
+            .preset
+            .as_deref()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default();
+        let mut divides =
+            |factor: Option<Sourced<u64>>, n: u64, what_n: &str, code: Code, name: &str| {
+                if let Some(f) = factor
+                    && !n.is_multiple_of(f.value)
+                {
+                    diags.push(
+                        Diagnostic::new(
+                            code,
+                            format!(
+                                "{name}({}) does not divide the {n} {what_n} of `{}`{preset}",
+                                f.value, model.name
+                            ),
+                            f.origin.file,
+                            f.origin.span,
+                        )
                         .primary_label(format!("{name}({})", f.value))
-                        .label(model.arch_origin.file, model.arch_origin.span, format!("{n} {what_n}"))
-                        .help(format!("choose a {name} degree that divides {n}: {}", divisors(n, 16))),
-                );
-            }
-        };
+                        .label(
+                            model.arch_origin.file,
+                            model.arch_origin.span,
+                            format!("{n} {what_n}"),
+                        )
+                        .help(format!(
+                            "choose a {name} degree that divides {n}: {}",
+                            divisors(n, 16)
+                        )),
+                    );
+                }
+            };
         divides(l.tp, arch.heads, "attention heads", Code::HeadsTp, "tp");
         divides(l.pp, arch.layers, "layers", Code::LayersPp, "pp");
         divides(l.tp, arch.vocab, "vocabulary entries", Code::VocabTp, "tp");
@@ -92,14 +140,18 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
 
 /// Every operation the pipeline runs has somewhere to run.
 fn phases_placed(program: &Program, diags: &mut Vec<Diagnostic>) {
-    let Some(pipeline) = &program.pipeline else { return };
+    let Some(pipeline) = &program.pipeline else {
+        return;
+    };
     if program.auto_place.is_some() {
         return;
     }
     let mut reported = std::collections::BTreeSet::new();
     for call in &pipeline.calls {
         let phase = call.op.phase();
-        if program.placement_for(call.model, phase).is_some() || !reported.insert((call.model, phase)) {
+        if program.placement_for(call.model, phase).is_some()
+            || !reported.insert((call.model, phase))
+        {
             continue;
         }
         let model = &program.models[call.model];
@@ -125,6 +177,9 @@ pub fn phase_name(model: &Model, phase: Option<Phase>) -> String {
 
 /// Divisors of `n` up to `max`, for help text.
 fn divisors(n: u64, max: u64) -> String {
-    let ds: Vec<String> = (1..=max.min(n)).filter(|d| n % d == 0).map(|d| d.to_string()).collect();
+    let ds: Vec<String> = (1..=max.min(n))
+        .filter(|d| n.is_multiple_of(*d))
+        .map(|d| d.to_string())
+        .collect();
     ds.join(", ")
 }

@@ -1,0 +1,445 @@
+//! Loading a plan file: the version first, then the schema, then the references and rank bounds.
+//! Every problem is a [`PlanError`] with a stable code.
+
+use crate::model::*;
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// Stable codes of plan errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PlanCode {
+    /// P0001: the file's `version` is missing or not the one this build reads.
+    Version,
+    /// P0002: an op, value, instance, role or cluster named that does not exist.
+    DanglingReference,
+    /// P0003: a rank at or beyond the world size, or outside the instance it belongs to.
+    RankOutOfBounds,
+    /// P0004: not a plan: not JSON, or a field missing or of the wrong type.
+    Malformed,
+    /// P0005: a layout whose factors do not multiply to its ranks, overlapping clusters, ids out
+    /// of order.
+    Inconsistent,
+    /// P0006: an op depends on an op that does not come before it, or a rank program runs an op
+    /// before one it depends on.
+    Order,
+}
+
+impl PlanCode {
+    pub const ALL: [PlanCode; 6] = [
+        PlanCode::Version,
+        PlanCode::DanglingReference,
+        PlanCode::RankOutOfBounds,
+        PlanCode::Malformed,
+        PlanCode::Inconsistent,
+        PlanCode::Order,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanCode::Version => "P0001",
+            PlanCode::DanglingReference => "P0002",
+            PlanCode::RankOutOfBounds => "P0003",
+            PlanCode::Malformed => "P0004",
+            PlanCode::Inconsistent => "P0005",
+            PlanCode::Order => "P0006",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            PlanCode::Version => "unsupported plan version",
+            PlanCode::DanglingReference => "dangling reference in a plan",
+            PlanCode::RankOutOfBounds => "rank out of bounds in a plan",
+            PlanCode::Malformed => "malformed plan file",
+            PlanCode::Inconsistent => "inconsistent plan",
+            PlanCode::Order => "plan operations out of dependency order",
+        }
+    }
+}
+
+/// One problem with a plan: a code, where (a JSON-pointer-like path) and what.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PlanError {
+    pub code: PlanCode,
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)?;
+        if !self.path.is_empty() {
+            write!(f, " (at `{}`)", self.path)?;
+        }
+        Ok(())
+    }
+}
+
+fn err(code: PlanCode, path: impl Into<String>, message: impl Into<String>) -> PlanError {
+    PlanError {
+        code,
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+/// Reads a plan file: checks the version before anything else (a newer file is a version error,
+/// not a schema error), then the schema, then [`validate`].
+pub fn load(text: &str) -> Result<Plan, Vec<PlanError>> {
+    let raw: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| vec![err(PlanCode::Malformed, "", format!("not JSON: {e}"))])?;
+    match raw.get("version").and_then(serde_json::Value::as_u64) {
+        Some(v) if v == u64::from(PLAN_VERSION) => {}
+        Some(v) => {
+            return Err(vec![err(
+                PlanCode::Version,
+                "/version",
+                format!(
+                    "the plan is version {v}; this rlc reads version {PLAN_VERSION} (rebuild it with `rlc build`)"
+                ),
+            )]);
+        }
+        None => {
+            return Err(vec![err(
+                PlanCode::Version,
+                "/version",
+                format!("the plan has no `version` (this rlc reads version {PLAN_VERSION})"),
+            )]);
+        }
+    }
+    let plan: Plan = serde_json::from_value(raw)
+        .map_err(|e| vec![err(PlanCode::Malformed, "", format!("not a plan: {e}"))])?;
+    let errors = validate(&plan);
+    if errors.is_empty() {
+        Ok(plan)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Every problem of a deserialised plan, sorted (empty: the plan is valid).
+pub fn validate(plan: &Plan) -> Vec<PlanError> {
+    let mut out = Vec::new();
+    let world = plan.world_size;
+    if plan.version != PLAN_VERSION {
+        out.push(err(
+            PlanCode::Version,
+            "/version",
+            format!(
+                "the plan is version {}; this rlc reads version {PLAN_VERSION}",
+                plan.version
+            ),
+        ));
+    }
+    let ranks_ok = |out: &mut Vec<PlanError>, path: String, set: &RankSet| {
+        if set.end() > world {
+            out.push(err(
+                PlanCode::RankOutOfBounds,
+                path,
+                format!("rank {} is not below the world size {world}", set.end() - 1),
+            ));
+        }
+    };
+
+    // Clusters tile the world.
+    let mut covered = RankSet::default();
+    for (i, c) in plan.clusters.iter().enumerate() {
+        ranks_ok(&mut out, format!("/clusters/{i}/ranks"), &c.ranks);
+        if covered.intersects(&c.ranks) {
+            out.push(err(
+                PlanCode::Inconsistent,
+                format!("/clusters/{i}/ranks"),
+                format!("cluster `{}` overlaps another cluster's ranks", c.name),
+            ));
+        }
+        if u64::from(c.ranks.len()) != c.nodes * c.devices_per_node {
+            out.push(err(
+                PlanCode::Inconsistent,
+                format!("/clusters/{i}/ranks"),
+                format!(
+                    "cluster `{}` has {} ranks for {} × {} devices",
+                    c.name,
+                    c.ranks.len(),
+                    c.nodes,
+                    c.devices_per_node
+                ),
+            ));
+        }
+        covered = covered.union(&c.ranks);
+    }
+    if covered != RankSet::range(0, world) && world > 0 {
+        out.push(err(
+            PlanCode::Inconsistent,
+            "/clusters",
+            format!("the clusters' ranks `{covered}` are not `0..{world}`"),
+        ));
+    }
+
+    let roles: BTreeSet<&str> = plan.roles.iter().map(|r| r.name.as_str()).collect();
+    let instances: BTreeSet<&str> = plan.instances.iter().map(|i| i.id.as_str()).collect();
+    let clusters: BTreeSet<&str> = plan.clusters.iter().map(|c| c.name.as_str()).collect();
+    let role_ref = |out: &mut Vec<PlanError>, path: String, name: &str| {
+        if !roles.contains(name) {
+            out.push(err(
+                PlanCode::DanglingReference,
+                path,
+                format!("no role `{name}`"),
+            ));
+        }
+    };
+    let instance_ref = |out: &mut Vec<PlanError>, path: String, id: &str| {
+        if !instances.contains(id) {
+            out.push(err(
+                PlanCode::DanglingReference,
+                path,
+                format!("no instance `{id}`"),
+            ));
+        }
+    };
+
+    for (i, inst) in plan.instances.iter().enumerate() {
+        let path = format!("/instances/{i}");
+        role_ref(&mut out, format!("{path}/role"), &inst.role);
+        if !clusters.contains(inst.cluster.as_str()) {
+            out.push(err(
+                PlanCode::DanglingReference,
+                format!("{path}/cluster"),
+                format!("no cluster `{}`", inst.cluster),
+            ));
+        } else if let Some(c) = plan.clusters.iter().find(|c| c.name == inst.cluster)
+            && let Some(r) = inst.ranks.iter().find(|r| !c.ranks.contains(*r))
+        {
+            out.push(err(
+                PlanCode::RankOutOfBounds,
+                format!("{path}/ranks"),
+                format!(
+                    "rank {r} of `{}` is not a rank of cluster `{}` ({})",
+                    inst.id, c.name, c.ranks
+                ),
+            ));
+        }
+        ranks_ok(&mut out, format!("{path}/ranks"), &inst.ranks);
+        let l = inst.layout;
+        if [l.dp, l.fsdp, l.tp, l.pp, l.sp].contains(&0) {
+            out.push(err(
+                PlanCode::Inconsistent,
+                format!("{path}/layout"),
+                format!("a factor of `{}`'s layout is 0", inst.id),
+            ));
+        } else if l.devices() != inst.ranks.len() {
+            out.push(err(
+                PlanCode::Inconsistent,
+                format!("{path}/layout"),
+                format!(
+                    "`{}` has {} ranks but its layout needs {}",
+                    inst.id,
+                    inst.ranks.len(),
+                    l.devices()
+                ),
+            ));
+        }
+    }
+
+    let n_ops = plan.ops.len() as u64;
+    let n_values = plan.values.len() as u64;
+    let op_ref = |out: &mut Vec<PlanError>, path: String, id: u32| {
+        if u64::from(id) >= n_ops {
+            out.push(err(
+                PlanCode::DanglingReference,
+                path,
+                format!("no op {id} (the plan has {n_ops})"),
+            ));
+        }
+    };
+    let value_ref = |out: &mut Vec<PlanError>, path: String, id: u32| {
+        if u64::from(id) >= n_values {
+            out.push(err(
+                PlanCode::DanglingReference,
+                path,
+                format!("no value {id} (the plan has {n_values})"),
+            ));
+        }
+    };
+
+    for (i, v) in plan.values.iter().enumerate() {
+        let path = format!("/values/{i}");
+        if v.id as usize != i {
+            out.push(err(
+                PlanCode::Inconsistent,
+                format!("{path}/id"),
+                format!("value {i} has id {}", v.id),
+            ));
+        }
+        op_ref(&mut out, format!("{path}/producer"), v.producer);
+        instance_ref(&mut out, format!("{path}/at"), &v.at);
+    }
+
+    for (i, op) in plan.ops.iter().enumerate() {
+        let path = format!("/ops/{i}");
+        if op.id as usize != i {
+            out.push(err(
+                PlanCode::Inconsistent,
+                format!("{path}/id"),
+                format!("op {i} has id {}", op.id),
+            ));
+        }
+        ranks_ok(&mut out, format!("{path}/ranks"), &op.ranks);
+        if let Some(inst) = &op.instance {
+            instance_ref(&mut out, format!("{path}/instance"), inst);
+        }
+        for (k, u) in op.uses.iter().enumerate() {
+            instance_ref(&mut out, format!("{path}/uses/{k}"), u);
+        }
+        for (k, input) in op.inputs.iter().enumerate() {
+            value_ref(&mut out, format!("{path}/inputs/{k}/value"), input.value);
+        }
+        for (k, &v) in op.outputs.iter().enumerate() {
+            value_ref(&mut out, format!("{path}/outputs/{k}"), v);
+        }
+        for (k, &d) in op.deps.iter().enumerate() {
+            op_ref(&mut out, format!("{path}/deps/{k}"), d);
+            if d as usize >= i && u64::from(d) < n_ops {
+                out.push(err(
+                    PlanCode::Order,
+                    format!("{path}/deps/{k}"),
+                    format!("op {i} depends on op {d}, which does not come before it"),
+                ));
+            } else if let Some(dep) = plan.ops.get(d as usize)
+                && dep.level >= op.level
+            {
+                out.push(err(
+                    PlanCode::Order,
+                    format!("{path}/level"),
+                    format!(
+                        "op {i} (level {}) depends on op {d} of level {}",
+                        op.level, dep.level
+                    ),
+                ));
+            }
+        }
+        if let Some(role) = op.kind.role() {
+            role_ref(&mut out, format!("{path}/kind/role"), role);
+        }
+        match &op.kind {
+            OpKind::Transfer {
+                value,
+                from,
+                to,
+                sends,
+                ..
+            } => {
+                value_ref(&mut out, format!("{path}/kind/value"), *value);
+                instance_ref(&mut out, format!("{path}/kind/from"), from);
+                instance_ref(&mut out, format!("{path}/kind/to"), to);
+                for (k, s) in sends.iter().enumerate() {
+                    if s.from >= world {
+                        out.push(err(
+                            PlanCode::RankOutOfBounds,
+                            format!("{path}/kind/sends/{k}/from"),
+                            format!("rank {} is not below the world size {world}", s.from),
+                        ));
+                    }
+                    ranks_ok(&mut out, format!("{path}/kind/sends/{k}/to"), &s.to);
+                }
+            }
+            OpKind::WeightSync {
+                from, to, moves, ..
+            } => {
+                instance_ref(&mut out, format!("{path}/kind/from"), from);
+                instance_ref(&mut out, format!("{path}/kind/to"), to);
+                for (k, m) in moves.iter().enumerate() {
+                    if m.from >= world {
+                        out.push(err(
+                            PlanCode::RankOutOfBounds,
+                            format!("{path}/kind/moves/{k}/from"),
+                            format!("rank {} is not below the world size {world}", m.from),
+                        ));
+                    }
+                    ranks_ok(&mut out, format!("{path}/kind/moves/{k}/to"), &m.to);
+                }
+            }
+            OpKind::Checkpoint { instance, .. } => {
+                instance_ref(&mut out, format!("{path}/kind/instance"), instance)
+            }
+            OpKind::Log { fields } => {
+                for (k, f) in fields.iter().enumerate() {
+                    value_ref(&mut out, format!("{path}/kind/fields/{k}/value"), f.value);
+                }
+            }
+            OpKind::Update { loss, .. } => {
+                for (k, c) in loss.captures.iter().enumerate() {
+                    value_ref(
+                        &mut out,
+                        format!("{path}/kind/loss/captures/{k}/value"),
+                        c.value,
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    for (i, e) in plan.edges.iter().enumerate() {
+        let path = format!("/edges/{i}");
+        value_ref(&mut out, format!("{path}/value"), e.value);
+        op_ref(&mut out, format!("{path}/from"), e.from);
+        op_ref(&mut out, format!("{path}/to"), e.to);
+        if let Some(v) = e.via {
+            op_ref(&mut out, format!("{path}/via"), v);
+        }
+    }
+
+    let mut programmed = RankSet::default();
+    for (i, p) in plan.programs.iter().enumerate() {
+        let path = format!("/programs/{i}");
+        ranks_ok(&mut out, format!("{path}/ranks"), &p.ranks);
+        if programmed.intersects(&p.ranks) {
+            out.push(err(
+                PlanCode::Inconsistent,
+                format!("{path}/ranks"),
+                "ranks with two programs",
+            ));
+        }
+        programmed = programmed.union(&p.ranks);
+        for r in p.resident.keys() {
+            instance_ref(&mut out, format!("{path}/resident/{r}"), r);
+        }
+        let mut done: BTreeSet<u32> = BTreeSet::new();
+        for (k, step) in p.steps.iter().enumerate() {
+            match step {
+                Step::Run { op, .. } => {
+                    op_ref(&mut out, format!("{path}/steps/{k}/op"), *op);
+                    if let Some(o) = plan.ops.get(*op as usize) {
+                        if let Some(r) = p.ranks.iter().find(|r| !o.ranks.contains(*r)) {
+                            out.push(err(
+                                PlanCode::RankOutOfBounds,
+                                format!("{path}/steps/{k}/op"),
+                                format!("rank {r} runs op {op}, which does not list it"),
+                            ));
+                        }
+                        // A dependency on an op this rank also runs must have run already.
+                        for d in &o.deps {
+                            if let Some(dep) = plan.ops.get(*d as usize)
+                                && p.ranks.iter().any(|r| dep.ranks.contains(r))
+                                && !done.contains(d)
+                            {
+                                out.push(err(
+                                    PlanCode::Order,
+                                    format!("{path}/steps/{k}"),
+                                    format!("op {op} runs before op {d}, which it depends on"),
+                                ));
+                            }
+                        }
+                    }
+                    done.insert(*op);
+                }
+                Step::Offload { instance, .. } | Step::Onload { instance, .. } => {
+                    instance_ref(&mut out, format!("{path}/steps/{k}/instance"), instance);
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The main job: the GRPO example (examples/grpo_digits.rl) on two CPU devices. Builds rlc and
+# checks the program, then prints what it will run. (Training itself arrives with the runtime.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --locked --quiet
+rlc=target/release/rlc
+example=examples/grpo_digits.rl
+echo "== rlc check $example"
+"$rlc" check "$example"
+echo "ok: no diagnostics"
+if "$rlc" build --help >/dev/null 2>&1; then
+  echo
+  echo "== rlc build $example"
+  "$rlc" build "$example" -o target/grpo_digits.plan.json
+  echo "plan written to target/grpo_digits.plan.json"
+fi

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (`.ci/run` calls this). Does its own setup: Rust crates
+# from crates.io; the editor tests install their npm packages and the tree-sitter CLI when
+# missing. Takes about N minutes on a fresh 2-core machine (see README).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "compiler and CLI tests (unit, UI, property, snapshot)"
+INSTA_UPDATE=no cargo test --workspace --locked
+
+if [[ -x scripts/test-editors.sh ]]; then
+  step "editor grammars"
+  bash scripts/test-editors.sh
+fi

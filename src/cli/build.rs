@@ -1,0 +1,116 @@
+//! `rlc build`: check a program and, when it has no errors, lower it to a plan file.
+
+use super::{OutputArgs, output, sources};
+use rlc_diagnostics::Files;
+use rlc_plan::Plan;
+use rlc_plan::model::OpKind;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Checks and lowers `path`. `Ok(Err(code))`: diagnostics (or lowering errors) were printed and
+/// the command exits with `code`; `Err`: an I/O error.
+pub(super) fn compile(path: &Path, args: &OutputArgs) -> Result<Result<Plan, ExitCode>, String> {
+    let text = sources::read(path)?;
+    let mut files = Files::new();
+    let checked = rlc_check::check(
+        &sources::FileLoader,
+        &mut files,
+        &sources::display_name(path),
+        text,
+    );
+    let mut diagnostics = checked.diagnostics.clone();
+    if checked.has_errors() {
+        return Ok(Err(output::emit(&mut diagnostics, &files, args)));
+    }
+    if !diagnostics.is_empty() {
+        // Warnings: shown, and the plan is still built.
+        output::emit(&mut diagnostics, &files, args);
+    }
+    match rlc_plan::lower::lower(&checked) {
+        Ok(plan) => {
+            let problems = rlc_plan::validate(&plan);
+            if let Some(first) = problems.first() {
+                return Err(format!(
+                    "internal error: the plan of `{}` is not valid: {first}",
+                    path.display()
+                ));
+            }
+            Ok(Ok(plan))
+        }
+        Err(errors) => {
+            for e in errors {
+                eprintln!("error: `{}` cannot be lowered: {e}", path.display());
+            }
+            Ok(Err(ExitCode::from(1)))
+        }
+    }
+}
+
+/// The default plan path: next to the source, `pipeline.rl` → `pipeline.plan.json`.
+fn default_output(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map_or_else(|| "plan".into(), |s| s.to_string_lossy().into_owned());
+    path.with_file_name(format!("{stem}.plan.json"))
+}
+
+pub fn run(path: &Path, out: Option<&Path>, args: &OutputArgs) -> Result<ExitCode, String> {
+    let plan = match compile(path, args)? {
+        Ok(plan) => plan,
+        Err(code) => return Ok(code),
+    };
+    let json = plan.to_json();
+    let target = out.map_or_else(|| default_output(path), Path::to_path_buf);
+    if target.as_os_str() == "-" {
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(json.as_bytes())
+            .map_err(|e| format!("cannot write the plan: {e}"))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    write_atomically(&target, json.as_bytes())?;
+    let transfers = plan
+        .ops
+        .iter()
+        .filter(|o| matches!(o.kind, OpKind::Transfer { .. }))
+        .count();
+    let syncs = plan
+        .ops
+        .iter()
+        .filter(|o| matches!(o.kind, OpKind::WeightSync { .. }))
+        .count();
+    eprintln!(
+        "wrote {}: {} ranks, {} role instances, {} ops ({} transfers, {} weight syncs)",
+        target.display(),
+        plan.world_size,
+        plan.instances.len(),
+        plan.ops.len(),
+        transfers,
+        syncs
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `bytes` to a temporary file beside `target`, then renames it over `target`: a reader
+/// sees the old file or the new one, never half of one.
+pub(super) fn write_atomically(target: &Path, bytes: &[u8]) -> Result<(), String> {
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = target
+        .file_name()
+        .map_or_else(|| "plan".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, target)
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write `{}`: {e}", target.display())
+    })
+}

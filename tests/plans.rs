@@ -1,0 +1,503 @@
+//! Plans: the JSON plan of every example (insta snapshots: the contract with the runtime),
+//! determinism, the validator's coded errors, and the `build` / `graph` commands.
+
+use rlc_diagnostics::Files;
+use rlc_plan::model::*;
+use rlc_plan::{PlanCode, lower};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Loader;
+
+impl rlc_check::SourceLoader for Loader {
+    fn read(&self, path: &str) -> Result<String, String> {
+        std::fs::read_to_string(path).map_err(|e| e.to_string())
+    }
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Checks and lowers a program given by its path relative to the repository root.
+fn plan_of(path: &str) -> Plan {
+    let text = std::fs::read_to_string(root().join(path)).expect("example readable");
+    plan_of_text(path, &text)
+}
+
+fn plan_of_text(path: &str, text: &str) -> Plan {
+    let _cwd = std::env::set_current_dir(root());
+    let mut files = Files::new();
+    let checked = rlc_check::check(&Loader, &mut files, path, text.to_string());
+    let errors: Vec<String> = checked
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| format!("{d:?}"))
+        .collect();
+    assert!(errors.is_empty(), "{path} has errors: {errors:#?}");
+    lower::lower(&checked).unwrap_or_else(|e| panic!("{path} does not lower: {e:?}"))
+}
+
+fn examples() -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(root().join("examples"))
+        .expect("examples/")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rl"))
+        .map(|p| format!("examples/{}", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn example_plans() {
+    for path in examples() {
+        let plan = plan_of(&path);
+        let json = plan.to_json();
+        let name = Path::new(&path)
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        insta::assert_snapshot!(name, json);
+    }
+}
+
+/// Two builds of the same program give the same bytes, in process and through `rlc build`.
+#[test]
+fn builds_are_byte_identical() {
+    for path in examples() {
+        let a = plan_of(&path).to_json();
+        let b = plan_of(&path).to_json();
+        assert_eq!(a, b, "{path}: two lowerings differ");
+    }
+    let dir = tempdir("identical");
+    let (one, two) = (dir.join("one.json"), dir.join("two.json"));
+    for out in [&one, &two] {
+        let status = rlc()
+            .args(["build", "examples/ppo_70b_split.rl", "-o"])
+            .arg(out)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let (x, y) = (std::fs::read(&one).unwrap(), std::fs::read(&two).unwrap());
+    assert_eq!(x, y, "two `rlc build` runs differ");
+    assert_eq!(
+        String::from_utf8(x).unwrap(),
+        plan_of("examples/ppo_70b_split.rl").to_json(),
+        "the CLI writes the library's plan"
+    );
+}
+
+/// A plan file reads back to the same plan, and every example's plan is valid.
+#[test]
+fn plans_round_trip_and_validate() {
+    for path in examples() {
+        let plan = plan_of(&path);
+        assert_eq!(rlc_plan::validate(&plan), Vec::new(), "{path}");
+        let loaded = rlc_plan::load(&plan.to_json()).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+        assert_eq!(loaded, plan, "{path}");
+        assert_eq!(loaded.to_json(), plan.to_json());
+    }
+}
+
+fn broken(edit: impl FnOnce(&mut serde_json::Value)) -> Vec<rlc_plan::PlanError> {
+    let plan = plan_of("examples/ppo_critic.rl");
+    let mut json: serde_json::Value = serde_json::from_str(&plan.to_json()).unwrap();
+    edit(&mut json);
+    rlc_plan::load(&serde_json::to_string_pretty(&json).unwrap())
+        .expect_err("a broken plan is rejected")
+}
+
+fn codes(errors: &[rlc_plan::PlanError]) -> Vec<&'static str> {
+    errors.iter().map(|e| e.code.as_str()).collect()
+}
+
+#[test]
+fn validator_rejects_a_wrong_version() {
+    let errors = broken(|j| j["version"] = 99.into());
+    assert_eq!(codes(&errors), ["P0001"]);
+    assert!(errors[0].message.contains("version 99"), "{}", errors[0]);
+    let errors = broken(|j| {
+        j.as_object_mut().unwrap().remove("version");
+    });
+    assert_eq!(codes(&errors), ["P0001"]);
+}
+
+#[test]
+fn validator_rejects_dangling_references() {
+    // An op depending on an op that does not exist.
+    let errors = broken(|j| j["ops"][3]["deps"] = serde_json::json!([999]));
+    assert!(codes(&errors).contains(&"P0002"), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.path == "/ops/3/deps/0" && e.message.contains("no op 999")),
+        "{errors:?}"
+    );
+    // A value read that does not exist.
+    let errors = broken(|j| j["ops"][1]["inputs"][0]["value"] = 4242.into());
+    assert_eq!(codes(&errors), ["P0002"]);
+    // An instance that does not exist.
+    let errors = broken(|j| j["ops"][1]["instance"] = "nobody.generate".into());
+    assert_eq!(codes(&errors), ["P0002"]);
+    // A rank program running an op that does not exist.
+    let errors = broken(|j| j["programs"][0]["steps"][0]["op"] = 500.into());
+    assert!(codes(&errors).contains(&"P0002"), "{errors:?}");
+}
+
+#[test]
+fn validator_rejects_ranks_out_of_bounds() {
+    // world_size is 2 in ppo_critic.
+    let errors = broken(|j| j["instances"][0]["ranks"] = "0..3".into());
+    assert!(codes(&errors).contains(&"P0003"), "{errors:?}");
+    let errors = broken(|j| {
+        let op = j["ops"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|o| o["kind"]["op"] == "transfer")
+            .unwrap();
+        op["kind"]["sends"][0]["from"] = 7.into();
+    });
+    assert_eq!(codes(&errors), ["P0003"]);
+    let errors = broken(|j| j["programs"][0]["ranks"] = "0..9".into());
+    assert!(codes(&errors).contains(&"P0003"), "{errors:?}");
+}
+
+#[test]
+fn validator_rejects_malformed_and_inconsistent_plans() {
+    assert_eq!(codes(&rlc_plan::load("{ not json").unwrap_err()), ["P0004"]);
+    let errors = broken(|j| {
+        j.as_object_mut().unwrap().remove("ops");
+    });
+    assert_eq!(codes(&errors), ["P0004"]);
+    let errors = broken(|j| j["instances"][0]["ranks"] = "not ranks".into());
+    assert_eq!(codes(&errors), ["P0004"]);
+    // A layout whose factors do not multiply to its ranks.
+    let errors = broken(|j| j["instances"][0]["layout"]["tp"] = 2.into());
+    assert_eq!(codes(&errors), ["P0005"]);
+    // A dependency on a later op.
+    let errors = broken(|j| j["ops"][1]["deps"] = serde_json::json!([5]));
+    assert!(codes(&errors).contains(&"P0006"), "{errors:?}");
+}
+
+#[test]
+fn plan_codes_are_stable() {
+    let all: Vec<(&str, &str)> = PlanCode::ALL
+        .iter()
+        .map(|c| (c.as_str(), c.title()))
+        .collect();
+    insta::assert_debug_snapshot!(all);
+}
+
+/// What the issue asks of the lowering, spelled out on the examples (the snapshots hold the rest).
+#[test]
+fn lowering_inserts_collectives_syncs_and_offloads() {
+    // Colocated GRPO: the phases time-share the 8 GPUs with explicit offload/onload steps, and the
+    // FSDP(8) training weights are re-sharded to the dp(2) tp(4) rollout engine in place.
+    let plan = plan_of("examples/colocated_grpo.rl");
+    let steps = &plan.programs[0].steps;
+    assert!(steps.iter().any(|s| matches!(s, Step::Offload { .. })));
+    assert!(steps.iter().any(|s| matches!(s, Step::Onload { .. })));
+    let sync = plan.ops.iter().find_map(|o| match &o.kind {
+        OpKind::WeightSync {
+            from,
+            to,
+            colocated,
+            moves,
+            ..
+        } => Some((from, to, *colocated, moves)),
+        _ => None,
+    });
+    let (from, to, colocated, moves) = sync.expect("a weight sync");
+    assert_eq!(
+        (from.as_str(), to.as_str(), colocated),
+        ("actor.train", "actor.generate", true)
+    );
+    // Each of the 8 generation ranks (2 replicas × tp 4) receives its tp quarter from all 8 FSDP shards.
+    assert_eq!(moves.len(), 8 * 4);
+    for m in moves {
+        assert_eq!(
+            m.to.len(),
+            2,
+            "one piece goes to the same tp rank of both replicas"
+        );
+        assert_eq!((m.tp.end - m.tp.start, m.tp.of), (1, 4));
+    }
+    let update = plan.ops.iter().find_map(|o| match &o.kind {
+        OpKind::Update {
+            collectives,
+            accumulation,
+            ..
+        } => Some((collectives, *accumulation)),
+        _ => None,
+    });
+    let (collectives, accumulation) = update.unwrap();
+    assert_eq!(
+        accumulation,
+        Some(8),
+        "minibatch 128 over 8 data ranks in micro-batches of 2"
+    );
+    let kinds: Vec<Collective> = collectives.iter().map(|c| c.collective).collect();
+    assert_eq!(
+        kinds,
+        [
+            Collective::AllGather,
+            Collective::AllGather,
+            Collective::ReduceScatter
+        ]
+    );
+
+    // Split pools: transfers between pools, a p2p weight sync, per-pool programs that overlap.
+    let plan = plan_of("examples/ppo_70b_split.rl");
+    assert_eq!(plan.world_size, 128);
+    let transfers: Vec<Collective> = plan
+        .ops
+        .iter()
+        .filter_map(|o| match &o.kind {
+            OpKind::Transfer { collective, .. } => Some(*collective),
+            _ => None,
+        })
+        .collect();
+    for c in [Collective::P2p, Collective::Gather, Collective::Scatter] {
+        assert!(transfers.contains(&c), "{c:?} in {transfers:?}");
+    }
+    let generate = plan
+        .ops
+        .iter()
+        .find(|o| matches!(o.kind, OpKind::Generate { .. }))
+        .unwrap();
+    let reference = plan
+        .ops
+        .iter()
+        .find(|o| matches!(o.kind, OpKind::Logprobs { ref role, .. } if role == "reference"))
+        .unwrap();
+    let critic = plan
+        .ops
+        .iter()
+        .find(|o| matches!(o.kind, OpKind::Values { .. }))
+        .unwrap();
+    assert!(!reference.ranks.intersects(&critic.ranks));
+    assert_eq!(
+        reference.level, critic.level,
+        "independent work on disjoint pools has no order"
+    );
+    assert!(generate.level < reference.level);
+    let sync = plan
+        .ops
+        .iter()
+        .find(|o| matches!(&o.kind, OpKind::WeightSync { to, .. } if to == "policy.generate"))
+        .unwrap();
+    let OpKind::WeightSync {
+        colocated, moves, ..
+    } = &sync.kind
+    else {
+        unreachable!()
+    };
+    assert!(!colocated);
+    // fsdp(8) tp(8) → dp(4) tp(8): every generation rank gets its tp slice from the 8 FSDP shards.
+    assert_eq!(moves.len(), 8 * 8);
+    assert!(
+        moves
+            .iter()
+            .all(|m| m.to.len() == 4 && m.from < 64 && m.to.iter().all(|r| (64..96).contains(&r)))
+    );
+    // No rank's timeline exceeds its device.
+    for p in &plan.programs {
+        assert!(
+            p.peak <= p.capacity,
+            "ranks {} peak {} > {}",
+            p.ranks,
+            p.peak,
+            p.capacity
+        );
+    }
+}
+
+fn rlc() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rlc"));
+    c.current_dir(root());
+    c
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rlc-plans-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn build_with_errors_writes_no_plan() {
+    let dir = tempdir("errors");
+    let source = dir.join("bad.rl");
+    let text = std::fs::read_to_string(root().join("examples/grpo_digits.rl"))
+        .unwrap()
+        .replace("with dp(2)\n", "with dp(3)\n");
+    std::fs::write(&source, text).unwrap();
+    let out = dir.join("bad.plan.json");
+    let result = rlc()
+        .arg("build")
+        .arg(&source)
+        .args(["--color", "never", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        result.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert!(String::from_utf8_lossy(&result.stderr).contains("error["));
+    assert!(
+        !out.exists(),
+        "no plan is written for a program with errors"
+    );
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "no temporary file is left behind"
+    );
+}
+
+#[test]
+fn build_writes_the_default_path_and_graph_reads_plans() {
+    let dir = tempdir("default");
+    let source = dir.join("job.rl");
+    std::fs::copy(root().join("examples/grpo_digits.rl"), &source).unwrap();
+    let result = rlc().arg("build").arg(&source).output().unwrap();
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let plan_path = dir.join("job.plan.json");
+    assert!(plan_path.exists());
+
+    for format in ["dot", "mermaid"] {
+        let from_source = rlc()
+            .args(["graph", "examples/grpo_digits.rl", "--format", format])
+            .output()
+            .unwrap();
+        assert!(from_source.status.success());
+        let from_plan = rlc()
+            .arg("graph")
+            .arg(&plan_path)
+            .args(["--format", format])
+            .output()
+            .unwrap();
+        assert!(from_plan.status.success());
+        assert_eq!(
+            from_source.stdout, from_plan.stdout,
+            "a plan file draws like its source"
+        );
+    }
+
+    // A broken plan file: coded errors, exit 1.
+    let broken = dir.join("broken.json");
+    let text = std::fs::read_to_string(&plan_path).unwrap().replacen(
+        "\"version\": 1",
+        "\"version\": 7",
+        1,
+    );
+    std::fs::write(&broken, text).unwrap();
+    let result = rlc().arg("graph").arg(&broken).output().unwrap();
+    assert_eq!(result.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&result.stderr).contains("error[P0001]"),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+}
+
+#[test]
+fn graphs_of_the_examples() {
+    let plan = plan_of("examples/ppo_70b_split.rl");
+    insta::assert_snapshot!("ppo_70b_split_dot", rlc_plan::graph::dot(&plan));
+    insta::assert_snapshot!("ppo_70b_split_mermaid", rlc_plan::graph::mermaid(&plan));
+    let plan = plan_of("examples/colocated_grpo.rl");
+    insta::assert_snapshot!("colocated_grpo_mermaid", rlc_plan::graph::mermaid(&plan));
+}
+
+#[test]
+fn svg_needs_graphviz() {
+    // With a `dot` that does not exist, the error says how to get one.
+    let result = rlc()
+        .args(["graph", "examples/grpo_digits.rl", "--format", "svg"])
+        .env("RLC_DOT", "/nonexistent/dot")
+        .output()
+        .unwrap();
+    assert_eq!(result.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(stderr.contains("apt-get install graphviz"), "{stderr}");
+    // With Graphviz installed, an SVG comes out.
+    if Command::new("dot").arg("-V").output().is_ok() {
+        let result = rlc()
+            .args(["graph", "examples/grpo_digits.rl", "--format", "svg"])
+            .output()
+            .unwrap();
+        assert!(
+            result.status.success(),
+            "{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        assert!(String::from_utf8_lossy(&result.stdout).contains("<svg"));
+    }
+}
+
+/// Every UI program the checker accepts lowers without panicking, to a valid plan (or to a
+/// lowering error), and lowers the same way twice.
+#[test]
+fn every_accepted_ui_program_lowers_to_a_valid_plan() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|e| e == "rl") {
+                out.push(p);
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    walk(&root().join("tests/ui"), &mut paths);
+    let _cwd = std::env::set_current_dir(root());
+    let (mut lowered, mut refused) = (0, 0);
+    for path in paths {
+        let rel = path
+            .strip_prefix(root())
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut files = Files::new();
+        let checked = rlc_check::check(&Loader, &mut files, &rel, text);
+        if checked.has_errors() || checked.program.pipeline.is_none() {
+            continue;
+        }
+        match lower::lower(&checked) {
+            Ok(plan) => {
+                assert_eq!(rlc_plan::validate(&plan), Vec::new(), "{rel}");
+                assert_eq!(
+                    lower::lower(&checked).unwrap().to_json(),
+                    plan.to_json(),
+                    "{rel}"
+                );
+                lowered += 1;
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    println!("{lowered} UI programs lowered, {refused} refused");
+    assert!(lowered > 0);
+}

@@ -1,0 +1,11 @@
+import "./lib/cycle_c.rl" { shaped }  //~ E0204
+
+/// A small bonus for any reward above one half.
+pub fn bonus(reward: f32[B]) -> f32[B] {
+  where(reward > 0.5, 0.1, 0.0)
+}
+
+/// The reward shaped by `lib/cycle_c.rl`.
+pub fn total(reward: f32[B]) -> f32[B] {
+  shaped(reward)
+}

@@ -1,0 +1,4 @@
+/// 1 for each response token that matches the target, averaged over the response.
+fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
+  mean(where(mask, f32(resp == target), 0.0), over: V)  //~ E0310
+}

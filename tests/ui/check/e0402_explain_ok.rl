@@ -1,0 +1,7 @@
+import std.models { tiny_gpt }
+
+model scorer: RewardModel {
+  arch   = tiny_gpt(hidden: 64)
+  init   = hf("/models/reward")
+  frozen = true
+}

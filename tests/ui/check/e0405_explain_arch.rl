@@ -1,0 +1,4 @@
+model scorer: RewardModel {  //~ E0405
+  init   = hf("/models/reward")
+  frozen = true
+}

@@ -1,0 +1,6 @@
+/// The fraction of response tokens that match the target.
+fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
+  let hits = where(mask, f32(resp == target), 0.0)
+  let n = count(mask, over: T)
+  sum(hits, over: T) / (n + 1e-8)
+}
