@@ -18,3 +18,13 @@ if [[ -x scripts/test-editors.sh ]]; then
   step "editor grammars"
   bash scripts/test-editors.sh
 fi
+
+step "runtime (libtorch; installed into .deps/ when missing)"
+LIBTORCH="$(bash scripts/setup-libtorch.sh)"
+export LIBTORCH
+(
+  cd runtime
+  cargo fmt -- --check
+  cargo clippy --all-targets --locked -- -D warnings
+  cargo test --locked
+)

@@ -1,0 +1,209 @@
+use std::thread;
+
+use tch::Tensor;
+
+use super::*;
+use crate::rng::Rng;
+
+const WORLD_SIZES: [usize; 3] = [1, 2, 4];
+
+/// The input rank `rank` contributes: `[4·2, 3]` so reduce_scatter divides it for every size.
+fn input(rank: usize) -> Tensor {
+    Rng::new(100 + rank as u64).normal_tensor(&[8, 3], 1.0)
+}
+
+fn inputs(world_size: usize) -> Vec<Tensor> {
+    (0..world_size).map(input).collect()
+}
+
+/// Runs `body` on every rank of a fresh group, one thread per rank; results in rank order.
+fn on_ranks<T: Send>(world_size: usize, body: impl Fn(Communicator) -> T + Sync) -> Vec<T> {
+    thread::scope(|scope| {
+        let handles: Vec<_> = Group::new(world_size)
+            .into_iter()
+            .map(|comm| scope.spawn(|| body(comm)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank panicked"))
+            .collect()
+    })
+}
+
+fn assert_bit_identical(got: &Tensor, expected: &Tensor, what: &str) {
+    assert_eq!(got.size(), expected.size(), "{what}: shape");
+    assert!(got.equal(expected), "{what}: values differ");
+}
+
+#[test]
+fn all_reduce_matches_the_sequential_fold() {
+    for world_size in WORLD_SIZES {
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+            let expected = reduce_in_order(&inputs(world_size), op);
+            let results = on_ranks(world_size, |comm| {
+                comm.all_reduce(&input(comm.rank()), op).unwrap()
+            });
+            for (rank, got) in results.iter().enumerate() {
+                assert_bit_identical(
+                    got,
+                    &expected,
+                    &format!("{op:?} on rank {rank} of {world_size}"),
+                );
+            }
+        }
+    }
+    // The fold itself: a sum of [1, 2, 4] · x is 7 · x, and the mean divides by the count.
+    let x = Tensor::from_slice(&[1.0f32, -2.0]);
+    let scaled = [&x * 1.0, &x * 2.0, &x * 4.0];
+    assert_eq!(
+        Vec::<f32>::try_from(reduce_in_order(&scaled, ReduceOp::Sum)).unwrap(),
+        [7.0, -14.0]
+    );
+    assert_eq!(
+        Vec::<f32>::try_from(reduce_in_order(&scaled, ReduceOp::Max)).unwrap(),
+        [4.0, -2.0]
+    );
+    let mean = Vec::<f32>::try_from(reduce_in_order(&scaled, ReduceOp::Mean)).unwrap();
+    assert!((mean[0] - 7.0 / 3.0).abs() < 1e-6);
+}
+
+#[test]
+fn all_gather_and_gather_return_every_input_in_rank_order() {
+    for world_size in WORLD_SIZES {
+        let expected = inputs(world_size);
+        let gathered = on_ranks(world_size, |comm| {
+            comm.all_gather(&input(comm.rank())).unwrap()
+        });
+        let root = world_size - 1;
+        let at_root = on_ranks(world_size, |comm| {
+            comm.gather(&input(comm.rank()), root).unwrap()
+        });
+        for rank in 0..world_size {
+            assert_eq!(gathered[rank].len(), world_size);
+            for (i, t) in gathered[rank].iter().enumerate() {
+                assert_bit_identical(t, &expected[i], &format!("all_gather[{i}] on rank {rank}"));
+            }
+            assert_eq!(at_root[rank].is_some(), rank == root);
+        }
+        for (i, t) in at_root[root].as_ref().unwrap().iter().enumerate() {
+            assert_bit_identical(t, &expected[i], &format!("gather[{i}]"));
+        }
+    }
+}
+
+#[test]
+fn reduce_scatter_gives_each_rank_its_rows_of_the_reduction() {
+    for world_size in WORLD_SIZES {
+        for op in [ReduceOp::Sum, ReduceOp::Mean] {
+            let full = reduce_in_order(&inputs(world_size), op);
+            let rows = 8 / world_size as i64;
+            let results = on_ranks(world_size, |comm| {
+                comm.reduce_scatter(&input(comm.rank()), op).unwrap()
+            });
+            for (rank, got) in results.iter().enumerate() {
+                let expected = full.narrow(0, rank as i64 * rows, rows);
+                assert_bit_identical(
+                    got,
+                    &expected,
+                    &format!("{op:?} rank {rank} of {world_size}"),
+                );
+            }
+        }
+    }
+    let odd = on_ranks(3, |comm| {
+        comm.reduce_scatter(&input(comm.rank()), ReduceOp::Sum)
+            .unwrap_err()
+    });
+    assert!(odd.iter().all(|e| *e
+        == CollectiveError::NotDivisible {
+            size: 8,
+            world_size: 3
+        }));
+}
+
+#[test]
+fn broadcast_and_scatter_deliver_the_roots_data() {
+    for world_size in WORLD_SIZES {
+        let root = world_size / 2;
+        let expected = input(root);
+        let received = on_ranks(world_size, |comm| {
+            let mine = input(comm.rank());
+            comm.broadcast(Some(&mine), root).unwrap()
+        });
+        for (rank, got) in received.iter().enumerate() {
+            assert_bit_identical(got, &expected, &format!("broadcast to rank {rank}"));
+        }
+
+        let chunks = input(root).chunk(world_size as i64, 0);
+        let scattered = on_ranks(world_size, |comm| {
+            let mine = (comm.rank() == root).then(|| input(root).chunk(world_size as i64, 0));
+            comm.scatter(mine.as_deref(), root).unwrap()
+        });
+        for (rank, got) in scattered.iter().enumerate() {
+            assert_bit_identical(got, &chunks[rank], &format!("scatter to rank {rank}"));
+        }
+    }
+}
+
+#[test]
+fn misuse_is_reported_on_every_rank() {
+    let missing = on_ranks(2, |comm| comm.broadcast(None, 0).unwrap_err());
+    assert!(
+        missing
+            .iter()
+            .all(|e| matches!(e, CollectiveError::MissingRootInput { root: 0, .. }))
+    );
+    let shapes = on_ranks(2, |comm| {
+        let t = Tensor::zeros(
+            [comm.rank() as i64 + 1],
+            (tch::Kind::Float, tch::Device::Cpu),
+        );
+        comm.all_reduce(&t, ReduceOp::Sum).unwrap_err()
+    });
+    assert!(
+        shapes
+            .iter()
+            .all(|e| matches!(e, CollectiveError::ShapeMismatch { rank: 1, .. }))
+    );
+    let comms = Group::new(2);
+    assert_eq!(
+        comms[0].gather(&input(0), 2).unwrap_err(),
+        CollectiveError::InvalidRoot {
+            root: 2,
+            world_size: 2
+        }
+    );
+}
+
+#[test]
+fn a_departed_rank_fails_the_others_instead_of_hanging() {
+    let results = on_ranks(3, |comm| {
+        if comm.rank() == 1 {
+            drop(comm);
+            return Ok(());
+        }
+        comm.barrier()
+    });
+    assert_eq!(results[0], Err(CollectiveError::PeerLost));
+    assert_eq!(results[2], Err(CollectiveError::PeerLost));
+}
+
+#[test]
+fn many_rounds_stay_in_step() {
+    // Back-to-back collectives must not mix up the deposits of consecutive rounds.
+    let sums = on_ranks(4, |comm| {
+        (0..50)
+            .map(|round| {
+                let t = Tensor::from_slice(&[(round * 10 + comm.rank()) as f64]);
+                comm.all_reduce(&t, ReduceOp::Sum)
+                    .unwrap()
+                    .double_value(&[0])
+            })
+            .collect::<Vec<_>>()
+    });
+    for rank_sums in &sums {
+        for (round, sum) in rank_sums.iter().enumerate() {
+            assert_eq!(*sum, (round * 40 + 6) as f64);
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Batched autoregressive generation: the prompts (left-padded) are prefilled once, then each
+//! step decodes one token per row from the KV cache.
+
+mod sampling;
+
+pub use sampling::{SamplingConfig, next_tokens};
+
+use serde::{Deserialize, Serialize};
+use tch::{Kind, Tensor};
+
+use crate::model::{KvCache, Transformer};
+use crate::rng::Rng;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerateConfig {
+    /// Longest response, in tokens.
+    pub max_new: i64,
+    /// Samples drawn per prompt (`n` in GRPO/RLOO); the rows of one prompt are adjacent.
+    pub samples_per_prompt: i64,
+    /// A row stops after emitting this token; `None` always generates `max_new` tokens.
+    pub eos_token_id: Option<i64>,
+    /// Written into the response after a row has stopped.
+    pub pad_token_id: i64,
+    pub sampling: SamplingConfig,
+    pub seed: u64,
+    /// Decode from the KV cache; `false` recomputes the whole sequence every step (a reference
+    /// for tests and debugging).
+    pub use_kv_cache: bool,
+    /// Also return the logits each response token was chosen from.
+    pub return_logits: bool,
+}
+
+impl Default for GenerateConfig {
+    fn default() -> Self {
+        Self {
+            max_new: 16,
+            samples_per_prompt: 1,
+            eos_token_id: None,
+            pad_token_id: 0,
+            sampling: SamplingConfig::GREEDY,
+            seed: 0,
+            use_kv_cache: true,
+            return_logits: false,
+        }
+    }
+}
+
+/// What [`generate`] produced, `R = prompts × samples_per_prompt` rows.
+#[derive(Debug)]
+pub struct Rollout {
+    /// `[R, P]`, left-padded as given.
+    pub prompt_ids: Tensor,
+    pub prompt_mask: Tensor,
+    /// `[R, N]` with `N ≤ max_new` the longest response; `pad_token_id` after a row's EOS.
+    pub response_ids: Tensor,
+    /// `[R, N]` int64: 1 up to and including the EOS, 0 after it.
+    pub response_mask: Tensor,
+    /// `[R]` int64: the index of the prompt each row was sampled from.
+    pub group_ids: Tensor,
+    /// `[R, N, V]` float32 when `return_logits` was set.
+    pub logits: Option<Tensor>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GenerateError {
+    #[error("generation needs a model with an LM head")]
+    NoLmHead,
+    #[error("invalid generation setting: {0}")]
+    InvalidSetting(String),
+    #[error("prompt ids {ids:?} and prompt mask {mask:?} must have the same [B, P] shape")]
+    PromptShape { ids: Vec<i64>, mask: Vec<i64> },
+    #[error("token id {id} is outside the vocabulary of {vocab}")]
+    TokenOutOfRange { id: i64, vocab: i64 },
+    #[error("prompts must be left-padded: the last column of the prompt mask has a 0")]
+    NotLeftPadded,
+    #[error(
+        "prompts of {prompt} tokens plus {max_new} new ones exceed the model's max_len {max_len}"
+    )]
+    TooLong {
+        prompt: i64,
+        max_new: i64,
+        max_len: i64,
+    },
+}
+
+/// Left-pads token lists into `([B, P] ids, [B, P] mask)` int64 tensors.
+pub fn left_pad(prompts: &[Vec<i64>], pad_token_id: i64) -> (Tensor, Tensor) {
+    let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let mut ids = Vec::with_capacity(prompts.len() * width);
+    let mut mask = Vec::with_capacity(prompts.len() * width);
+    for prompt in prompts {
+        let padding = width - prompt.len();
+        ids.extend(std::iter::repeat_n(pad_token_id, padding).chain(prompt.iter().copied()));
+        mask.extend(std::iter::repeat_n(0i64, padding).chain(std::iter::repeat_n(1, prompt.len())));
+    }
+    let shape = [prompts.len() as i64, width as i64];
+    (
+        Tensor::from_slice(&ids).view(shape),
+        Tensor::from_slice(&mask).view(shape),
+    )
+}
+
+/// Generates responses for the left-padded `prompt_ids` / `prompt_mask` (`[B, P]`).
+pub fn generate(
+    model: &Transformer,
+    prompt_ids: &Tensor,
+    prompt_mask: &Tensor,
+    config: &GenerateConfig,
+) -> Result<Rollout, GenerateError> {
+    validate(model, prompt_ids, prompt_mask, config)?;
+    tch::no_grad(|| Ok(Decoder::new(model, prompt_ids, prompt_mask, config).run()))
+}
+
+fn validate(
+    model: &Transformer,
+    prompt_ids: &Tensor,
+    prompt_mask: &Tensor,
+    config: &GenerateConfig,
+) -> Result<(), GenerateError> {
+    if !model.heads().lm {
+        return Err(GenerateError::NoLmHead);
+    }
+    if prompt_ids.dim() != 2 || prompt_ids.size() != prompt_mask.size() || prompt_ids.size()[1] == 0
+    {
+        return Err(GenerateError::PromptShape {
+            ids: prompt_ids.size(),
+            mask: prompt_mask.size(),
+        });
+    }
+    let prompt = prompt_ids.size()[1];
+    if prompt_mask
+        .select(1, prompt - 1)
+        .eq(0)
+        .any()
+        .int64_value(&[])
+        != 0
+    {
+        return Err(GenerateError::NotLeftPadded);
+    }
+    let vocab = model.config().vocab;
+    // Padded positions are embedded too, and the pad token is fed back after EOS.
+    let extremes = [
+        prompt_ids.min().int64_value(&[]),
+        prompt_ids.max().int64_value(&[]),
+        config.pad_token_id,
+    ];
+    if let Some(&id) = extremes.iter().find(|&&id| !(0..vocab).contains(&id)) {
+        return Err(GenerateError::TokenOutOfRange { id, vocab });
+    }
+    let max_len = model.config().max_len;
+    if prompt + config.max_new > max_len {
+        return Err(GenerateError::TooLong {
+            prompt,
+            max_new: config.max_new,
+            max_len,
+        });
+    }
+    let invalid = |what: String| Err(GenerateError::InvalidSetting(what));
+    let sampling = &config.sampling;
+    if config.max_new < 1 {
+        return invalid(format!(
+            "max_new must be at least 1, got {}",
+            config.max_new
+        ));
+    }
+    if config.samples_per_prompt < 1 {
+        return invalid(format!(
+            "samples_per_prompt must be at least 1, got {}",
+            config.samples_per_prompt
+        ));
+    }
+    if !(sampling.temperature >= 0.0 && sampling.temperature.is_finite()) {
+        return invalid(format!(
+            "temperature must be finite and ≥ 0, got {}",
+            sampling.temperature
+        ));
+    }
+    if sampling.top_k.is_some_and(|k| k < 1) {
+        return invalid(format!(
+            "top_k must be at least 1, got {:?}",
+            sampling.top_k
+        ));
+    }
+    if sampling.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+        return invalid(format!("top_p must be in (0, 1], got {:?}", sampling.top_p));
+    }
+    Ok(())
+}
+
+/// The state of one generation call.
+struct Decoder<'a> {
+    model: &'a Transformer,
+    config: &'a GenerateConfig,
+    rng: Rng,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    group_ids: Tensor,
+    /// `None` when recomputing from scratch each step.
+    cache: Option<KvCache>,
+    /// Attention mask over prompt and response so far; generated tokens always count as real,
+    /// including those after EOS, whose outputs are discarded.
+    attention_mask: Tensor,
+    tokens: Vec<Tensor>,
+    alive: Vec<Tensor>,
+    logits: Vec<Tensor>,
+}
+
+impl<'a> Decoder<'a> {
+    fn new(
+        model: &'a Transformer,
+        prompt_ids: &Tensor,
+        prompt_mask: &Tensor,
+        config: &'a GenerateConfig,
+    ) -> Self {
+        let device = prompt_ids.device();
+        let prompts = prompt_ids.size()[0];
+        let n = config.samples_per_prompt;
+        let group_ids =
+            Tensor::arange(prompts, (Kind::Int64, device)).repeat_interleave_self_int(n, 0, None);
+        let prompt_mask = prompt_mask.to_kind(Kind::Int64);
+        Self {
+            model,
+            config,
+            rng: Rng::new(config.seed),
+            prompt_ids: prompt_ids.index_select(0, &group_ids),
+            attention_mask: prompt_mask.index_select(0, &group_ids),
+            prompt_mask: prompt_mask.index_select(0, &group_ids),
+            group_ids,
+            cache: config
+                .use_kv_cache
+                .then(|| KvCache::new(model.config().layers as usize)),
+            tokens: Vec::new(),
+            alive: Vec::new(),
+            logits: Vec::new(),
+        }
+    }
+
+    fn run(mut self) -> Rollout {
+        let rows = self.prompt_ids.size()[0];
+        let device = self.prompt_ids.device();
+        let mut next_logits = self.prefill();
+        let mut finished = Tensor::zeros([rows], (Kind::Bool, device));
+        for step in 0..self.config.max_new {
+            let chosen = next_tokens(&next_logits, &self.config.sampling, &mut self.rng);
+            let token = chosen.where_scalarother(&finished.logical_not(), self.config.pad_token_id);
+            self.alive.push(finished.logical_not().to_kind(Kind::Int64));
+            if self.config.return_logits {
+                self.logits.push(next_logits.to_kind(Kind::Float));
+            }
+            if let Some(eos) = self.config.eos_token_id {
+                finished = finished.logical_or(&token.eq(eos));
+            }
+            self.tokens.push(token.shallow_clone());
+            let all_finished = finished.all().int64_value(&[]) != 0;
+            if all_finished || step + 1 == self.config.max_new {
+                break;
+            }
+            next_logits = self.decode(&token);
+        }
+        self.into_rollout()
+    }
+
+    /// Logits for the first response token, `[R, V]`.
+    fn prefill(&mut self) -> Tensor {
+        let last = self.prompt_ids.size()[1] - 1;
+        match &mut self.cache {
+            Some(cache) => {
+                // Prefill each distinct prompt once (from the first of its samples), then give
+                // every sample its own copy of the cache.
+                let first_samples = Tensor::arange_start_step(
+                    0,
+                    self.prompt_ids.size()[0],
+                    self.config.samples_per_prompt,
+                    (Kind::Int64, self.prompt_ids.device()),
+                );
+                let ids = self.prompt_ids.index_select(0, &first_samples);
+                let mask = self.prompt_mask.index_select(0, &first_samples);
+                let hidden = self
+                    .model
+                    .hidden_states(&ids, &mask, Some(cache))
+                    .narrow(1, last, 1);
+                cache.select_rows(&self.group_ids);
+                self.model
+                    .lm_head(&hidden)
+                    .squeeze_dim(1)
+                    .index_select(0, &self.group_ids)
+            }
+            None => self.recompute(),
+        }
+    }
+
+    /// Feeds the tokens just chosen and returns the logits for the next ones.
+    fn decode(&mut self, token: &Tensor) -> Tensor {
+        let ones = Tensor::ones([token.size()[0], 1], (Kind::Int64, token.device()));
+        self.attention_mask = Tensor::cat(&[&self.attention_mask, &ones], 1);
+        match &mut self.cache {
+            Some(cache) => {
+                let hidden = self.model.hidden_states(
+                    &token.unsqueeze(1),
+                    &self.attention_mask,
+                    Some(cache),
+                );
+                self.model.lm_head(&hidden).squeeze_dim(1)
+            }
+            None => self.recompute(),
+        }
+    }
+
+    /// Logits for the next token from a full forward pass over prompt and response so far.
+    fn recompute(&self) -> Tensor {
+        let mut pieces = vec![self.prompt_ids.shallow_clone()];
+        pieces.extend(self.tokens.iter().map(|t| t.unsqueeze(1)));
+        let ids = Tensor::cat(&pieces, 1);
+        let last = ids.size()[1] - 1;
+        let hidden = self
+            .model
+            .hidden_states(&ids, &self.attention_mask, None)
+            .narrow(1, last, 1);
+        self.model.lm_head(&hidden).squeeze_dim(1)
+    }
+
+    fn into_rollout(self) -> Rollout {
+        Rollout {
+            prompt_ids: self.prompt_ids,
+            prompt_mask: self.prompt_mask,
+            response_ids: Tensor::stack(&self.tokens, 1),
+            response_mask: Tensor::stack(&self.alive, 1),
+            group_ids: self.group_ids,
+            logits: self
+                .config
+                .return_logits
+                .then(|| Tensor::stack(&self.logits, 1)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

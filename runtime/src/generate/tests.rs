@@ -1,0 +1,261 @@
+use tch::{Device, Tensor, nn};
+
+use super::*;
+use crate::model::{Heads, ModelConfig};
+
+fn policy(seed: u64) -> (nn::VarStore, Transformer) {
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = Transformer::new(&vs.root(), &ModelConfig::tiny(), Heads::POLICY, seed).unwrap();
+    (vs, model)
+}
+
+fn prompts() -> (Tensor, Tensor) {
+    left_pad(&[vec![5, 9, 2, 7, 11], vec![3, 4], vec![8, 1, 30]], 0)
+}
+
+fn rows(t: &Tensor) -> Vec<Vec<i64>> {
+    Vec::<Vec<i64>>::try_from(t).unwrap()
+}
+
+#[test]
+fn left_pad_aligns_prompts_to_the_right() {
+    let (ids, mask) = left_pad(&[vec![4, 5, 6], vec![7]], 1);
+    assert_eq!(rows(&ids), [vec![4, 5, 6], vec![1, 1, 7]]);
+    assert_eq!(rows(&mask), [vec![1, 1, 1], vec![0, 0, 1]]);
+}
+
+#[test]
+fn cached_and_recomputed_greedy_generation_agree() {
+    let (_, model) = policy(11);
+    let (ids, mask) = prompts();
+    let config = GenerateConfig {
+        max_new: 10,
+        return_logits: true,
+        ..GenerateConfig::default()
+    };
+    let cached = generate(&model, &ids, &mask, &config).unwrap();
+    let recomputed = generate(
+        &model,
+        &ids,
+        &mask,
+        &GenerateConfig {
+            use_kv_cache: false,
+            ..config
+        },
+    )
+    .unwrap();
+    assert_eq!(cached.response_ids.size(), [3, 10]);
+    assert_eq!(rows(&cached.response_ids), rows(&recomputed.response_ids));
+    let (a, b) = (cached.logits.unwrap(), recomputed.logits.unwrap());
+    assert_eq!(a.size(), [3, 10, ModelConfig::tiny().vocab]);
+    let err = (a - b).abs().max().double_value(&[]);
+    assert!(err <= 1e-5, "cached and recomputed logits differ by {err}");
+}
+
+#[test]
+fn greedy_tokens_match_the_arg_max_of_a_full_forward_pass() {
+    let (_, model) = policy(12);
+    let (ids, mask) = prompts();
+    let config = GenerateConfig {
+        max_new: 4,
+        ..GenerateConfig::default()
+    };
+    let rollout = generate(&model, &ids, &mask, &config).unwrap();
+    let sequence = Tensor::cat(&[&ids, &rollout.response_ids], 1);
+    let full_mask = Tensor::cat(&[&mask, &rollout.response_mask], 1);
+    let logits = model.logits(&sequence, &full_mask);
+    let predicted = logits.narrow(1, ids.size()[1] - 1, 4).argmax(-1, false);
+    assert_eq!(rows(&predicted), rows(&rollout.response_ids));
+}
+
+#[test]
+fn response_mask_covers_tokens_up_to_and_including_eos() {
+    let (_, model) = policy(13);
+    let (ids, mask) = prompts();
+    let free = generate(
+        &model,
+        &ids,
+        &mask,
+        &GenerateConfig {
+            max_new: 8,
+            ..GenerateConfig::default()
+        },
+    )
+    .unwrap();
+    let free_rows = rows(&free.response_ids);
+    // Use the token that row 0 emits third as EOS, so row 0 stops at step 2 or earlier.
+    let eos = free_rows[0][2];
+    let pad = 47;
+    let config = GenerateConfig {
+        max_new: 8,
+        eos_token_id: Some(eos),
+        pad_token_id: pad,
+        ..GenerateConfig::default()
+    };
+    let stopped = generate(&model, &ids, &mask, &config).unwrap();
+    let (tokens, masks) = (rows(&stopped.response_ids), rows(&stopped.response_mask));
+    let width = tokens[0].len();
+    let expected_width = free_rows
+        .iter()
+        .map(|row| row.iter().position(|&t| t == eos).map_or(8, |i| i + 1))
+        .max()
+        .unwrap();
+    assert_eq!(
+        width, expected_width,
+        "generation should stop once every row emitted EOS"
+    );
+    for (row, free_row) in free_rows.iter().enumerate() {
+        let stop = free_row
+            .iter()
+            .position(|&t| t == eos)
+            .map_or(width, |i| i + 1)
+            .min(width);
+        let expected_mask: Vec<i64> = (0..width).map(|i| i64::from(i < stop)).collect();
+        let expected_tokens: Vec<i64> = (0..width)
+            .map(|i| if i < stop { free_row[i] } else { pad })
+            .collect();
+        assert_eq!(masks[row], expected_mask, "mask of row {row}");
+        assert_eq!(tokens[row], expected_tokens, "tokens of row {row}");
+    }
+    assert_eq!(
+        masks[0].iter().sum::<i64>() as usize,
+        free_rows[0].iter().position(|&t| t == eos).unwrap() + 1
+    );
+}
+
+#[test]
+fn samples_of_one_prompt_are_adjacent_and_share_a_group_id() {
+    let (_, model) = policy(14);
+    let (ids, mask) = prompts();
+    let sampling = SamplingConfig {
+        temperature: 1.0,
+        top_k: None,
+        top_p: Some(0.95),
+    };
+    let config = GenerateConfig {
+        max_new: 6,
+        samples_per_prompt: 3,
+        sampling,
+        seed: 5,
+        ..GenerateConfig::default()
+    };
+    let rollout = generate(&model, &ids, &mask, &config).unwrap();
+    assert_eq!(
+        Vec::<i64>::try_from(&rollout.group_ids).unwrap(),
+        [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    );
+    assert_eq!(rollout.response_ids.size(), [9, 6]);
+    let (prompt_rows, original) = (rows(&rollout.prompt_ids), rows(&ids));
+    for (row, prompt) in prompt_rows.iter().enumerate() {
+        assert_eq!(prompt, &original[row / 3]);
+    }
+    assert_eq!(rows(&rollout.prompt_mask)[4], rows(&mask)[1]);
+    let responses = rows(&rollout.response_ids);
+    assert!(
+        responses[0] != responses[1] || responses[1] != responses[2],
+        "samples of a prompt are all equal"
+    );
+}
+
+#[test]
+fn a_seed_fixes_the_samples() {
+    let (_, model) = policy(15);
+    let (ids, mask) = prompts();
+    let sampling = SamplingConfig {
+        temperature: 1.0,
+        top_k: Some(20),
+        top_p: None,
+    };
+    let config = GenerateConfig {
+        max_new: 6,
+        samples_per_prompt: 2,
+        sampling,
+        seed: 9,
+        ..GenerateConfig::default()
+    };
+    let a = generate(&model, &ids, &mask, &config).unwrap();
+    let b = generate(&model, &ids, &mask, &config).unwrap();
+    let c = generate(
+        &model,
+        &ids,
+        &mask,
+        &GenerateConfig {
+            seed: 10,
+            ..config.clone()
+        },
+    )
+    .unwrap();
+    let d = generate(
+        &model,
+        &ids,
+        &mask,
+        &GenerateConfig {
+            use_kv_cache: false,
+            ..config
+        },
+    )
+    .unwrap();
+    assert_eq!(rows(&a.response_ids), rows(&b.response_ids));
+    assert_eq!(rows(&a.response_ids), rows(&d.response_ids));
+    assert_ne!(rows(&a.response_ids), rows(&c.response_ids));
+}
+
+#[test]
+fn invalid_settings_are_errors() {
+    let (_, model) = policy(16);
+    let (ids, mask) = prompts();
+    let bad_top_p = GenerateConfig {
+        sampling: SamplingConfig {
+            temperature: 1.0,
+            top_k: None,
+            top_p: Some(1.5),
+        },
+        ..GenerateConfig::default()
+    };
+    assert!(matches!(
+        generate(&model, &ids, &mask, &bad_top_p),
+        Err(GenerateError::InvalidSetting(_))
+    ));
+    let short_mask = mask.narrow(1, 0, 2);
+    assert!(matches!(
+        generate(&model, &ids, &short_mask, &GenerateConfig::default()),
+        Err(GenerateError::PromptShape { .. })
+    ));
+    let right_padded = Tensor::from_slice(&[1i64, 1, 0]).view([1, 3]);
+    assert_eq!(
+        generate(
+            &model,
+            &right_padded,
+            &right_padded,
+            &GenerateConfig::default()
+        )
+        .unwrap_err(),
+        GenerateError::NotLeftPadded
+    );
+    let too_long = GenerateConfig {
+        max_new: 60,
+        ..GenerateConfig::default()
+    };
+    assert_eq!(
+        generate(&model, &ids, &mask, &too_long).unwrap_err(),
+        GenerateError::TooLong {
+            prompt: 5,
+            max_new: 60,
+            max_len: 64
+        }
+    );
+    let bad_pad = GenerateConfig {
+        pad_token_id: 48,
+        ..GenerateConfig::default()
+    };
+    assert_eq!(
+        generate(&model, &ids, &mask, &bad_pad).unwrap_err(),
+        GenerateError::TokenOutOfRange { id: 48, vocab: 48 }
+    );
+    let vs = nn::VarStore::new(Device::Cpu);
+    let critic = Transformer::new(&vs.root(), &ModelConfig::tiny(), Heads::CRITIC, 0).unwrap();
+    assert_eq!(
+        generate(&critic, &ids, &mask, &GenerateConfig::default()).unwrap_err(),
+        GenerateError::NoLmHead
+    );
+}

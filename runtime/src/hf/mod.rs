@@ -1,0 +1,74 @@
+//! Loading Hugging Face Llama / Qwen2 checkpoints: `config.json` plus safetensors weights, one
+//! file or sharded with `model.safetensors.index.json`. Parameter names are the same on both sides,
+//! so loading is a name-for-name copy.
+
+mod config;
+mod weights;
+
+pub use config::{Architecture, load_config, parse_config};
+pub use weights::load_weights;
+
+use std::path::{Path, PathBuf};
+
+use tch::{Device, nn};
+
+use crate::model::{ConfigError, Heads, Transformer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum HfError {
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: invalid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error(
+        "{path}: unsupported architecture `{name}` (supported: LlamaForCausalLM, Qwen2ForCausalLM)"
+    )]
+    UnsupportedArchitecture { path: PathBuf, name: String },
+    #[error("{path}: unsupported setting: {setting}")]
+    UnsupportedSetting { path: PathBuf, setting: String },
+    #[error("{path}: {source}")]
+    InvalidConfig { path: PathBuf, source: ConfigError },
+    #[error("{dir}: no model.safetensors or model.safetensors.index.json")]
+    NoWeights { dir: PathBuf },
+    #[error("{path}: cannot read safetensors: {message}")]
+    Safetensors { path: PathBuf, message: String },
+    #[error("{path}: tensor `{name}` is missing")]
+    MissingTensor { path: PathBuf, name: String },
+    #[error("{path}: tensor `{name}` has shape {found:?}, the model expects {expected:?}")]
+    ShapeMismatch {
+        path: PathBuf,
+        name: String,
+        expected: Vec<i64>,
+        found: Vec<i64>,
+    },
+    #[error("{path}: tensor `{name}` has no place in this model (wrong config or architecture?)")]
+    UnexpectedTensor { path: PathBuf, name: String },
+}
+
+/// Reads `dir/config.json` and the weights in `dir` into a new model on `device`. Heads that a
+/// causal-LM checkpoint does not carry (value, score) keep their seeded random init.
+pub fn load_model(
+    dir: &Path,
+    heads: Heads,
+    device: Device,
+) -> Result<(nn::VarStore, Transformer), HfError> {
+    let (config, _) = load_config(dir)?;
+    let mut vs = nn::VarStore::new(device);
+    let model = Transformer::new(&vs.root(), &config, heads, 0).map_err(|source| {
+        HfError::InvalidConfig {
+            path: dir.join("config.json"),
+            source,
+        }
+    })?;
+    load_weights(&mut vs, dir)?;
+    Ok((vs, model))
+}
+
+#[cfg(test)]
+mod tests;

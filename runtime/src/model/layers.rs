@@ -1,0 +1,203 @@
+//! The building blocks of one decoder layer. Parameters are registered under the Hugging Face
+//! Llama names relative to the `nn::Path` each block is given.
+
+use tch::{Kind, Tensor, nn};
+
+use super::cache::LayerCache;
+use super::config::ModelConfig;
+use super::rope::RopeAngles;
+use crate::rng::Rng;
+
+/// Standard deviation of the random init (the `initializer_range` of Llama/Qwen2 configs).
+pub const INIT_STD: f64 = 0.02;
+
+/// A weight of `shape` drawn from N(0, INIT_STD²) with the model's own generator.
+pub fn normal_var(path: &nn::Path, name: &str, shape: &[i64], rng: &mut Rng) -> Tensor {
+    path.var_copy(name, &rng.normal_tensor(shape, INIT_STD))
+}
+
+#[derive(Debug)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    pub fn new(path: &nn::Path, size: i64, eps: f64) -> Self {
+        Self {
+            weight: path.ones("weight", &[size]),
+            eps,
+        }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        // Statistics in float32 whatever the activation dtype, as transformers does.
+        let x32 = x.to_kind(Kind::Float);
+        let variance = x32.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
+        let normed = (x32 * (variance + self.eps).rsqrt()).to_kind(x.kind());
+        &self.weight * normed
+    }
+}
+
+/// `x · Wᵀ (+ b)`, stored as `weight` `[out, in]` and, when present, `bias` `[out]`.
+#[derive(Debug)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn new(path: &nn::Path, inputs: i64, outputs: i64, bias: bool, rng: &mut Rng) -> Self {
+        let weight = normal_var(path, "weight", &[outputs, inputs], rng);
+        let bias = bias.then(|| path.zeros("bias", &[outputs]));
+        Self { weight, bias }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// SwiGLU: `down(silu(gate(x)) * up(x))`.
+#[derive(Debug)]
+pub struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    pub fn new(path: &nn::Path, config: &ModelConfig, rng: &mut Rng) -> Self {
+        Self {
+            gate_proj: Linear::new(&(path / "gate_proj"), config.hidden, config.ffn, false, rng),
+            up_proj: Linear::new(&(path / "up_proj"), config.hidden, config.ffn, false, rng),
+            down_proj: Linear::new(&(path / "down_proj"), config.ffn, config.hidden, false, rng),
+        }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let gated = self.gate_proj.forward(x).silu() * self.up_proj.forward(x);
+        self.down_proj.forward(&gated)
+    }
+}
+
+/// Grouped-query self-attention with rotary positions.
+#[derive(Debug)]
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+}
+
+impl Attention {
+    pub fn new(path: &nn::Path, config: &ModelConfig, rng: &mut Rng) -> Self {
+        let (hidden, head_dim) = (config.hidden, config.head_dim());
+        let kv_width = config.kv_heads * head_dim;
+        let bias = config.qkv_bias;
+        Self {
+            q_proj: Linear::new(
+                &(path / "q_proj"),
+                hidden,
+                config.heads * head_dim,
+                bias,
+                rng,
+            ),
+            k_proj: Linear::new(&(path / "k_proj"), hidden, kv_width, bias, rng),
+            v_proj: Linear::new(&(path / "v_proj"), hidden, kv_width, bias, rng),
+            o_proj: Linear::new(
+                &(path / "o_proj"),
+                config.heads * head_dim,
+                hidden,
+                false,
+                rng,
+            ),
+            heads: config.heads,
+            kv_heads: config.kv_heads,
+            head_dim,
+        }
+    }
+
+    /// `x`: `[B, T, hidden]`; `bias`: additive attention bias `[B, 1, T, S]` where `S` counts the
+    /// cached positions plus the `T` new ones. Appends this step's keys and values to `cache`.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        angles: &RopeAngles,
+        bias: &Tensor,
+        cache: Option<&mut LayerCache>,
+    ) -> Tensor {
+        let (batch, steps) = (x.size()[0], x.size()[1]);
+        let split_heads =
+            |t: Tensor, heads: i64| t.view([batch, steps, heads, self.head_dim]).transpose(1, 2);
+        let q = angles.apply(&split_heads(self.q_proj.forward(x), self.heads));
+        let mut k = angles.apply(&split_heads(self.k_proj.forward(x), self.kv_heads));
+        let mut v = split_heads(self.v_proj.forward(x), self.kv_heads);
+        if let Some(cache) = cache {
+            (k, v) = cache.append(k, v);
+        }
+        // Each key/value head serves `heads / kv_heads` consecutive query heads.
+        let group = self.heads / self.kv_heads;
+        let (k, v) = if group > 1 {
+            (
+                k.repeat_interleave_self_int(group, 1, None),
+                v.repeat_interleave_self_int(group, 1, None),
+            )
+        } else {
+            (k, v)
+        };
+        let scores = q.matmul(&k.transpose(-2, -1)) / (self.head_dim as f64).sqrt() + bias;
+        let probs = scores.softmax(-1, Kind::Float).to_kind(q.kind());
+        let out =
+            probs
+                .matmul(&v)
+                .transpose(1, 2)
+                .reshape([batch, steps, self.heads * self.head_dim]);
+        self.o_proj.forward(&out)
+    }
+}
+
+#[derive(Debug)]
+pub struct DecoderLayer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl DecoderLayer {
+    pub fn new(path: &nn::Path, config: &ModelConfig, rng: &mut Rng) -> Self {
+        Self {
+            input_layernorm: RmsNorm::new(
+                &(path / "input_layernorm"),
+                config.hidden,
+                config.norm_eps,
+            ),
+            self_attn: Attention::new(&(path / "self_attn"), config, rng),
+            post_attention_layernorm: RmsNorm::new(
+                &(path / "post_attention_layernorm"),
+                config.hidden,
+                config.norm_eps,
+            ),
+            mlp: Mlp::new(&(path / "mlp"), config, rng),
+        }
+    }
+
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        angles: &RopeAngles,
+        bias: &Tensor,
+        cache: Option<&mut LayerCache>,
+    ) -> Tensor {
+        let attended =
+            self.self_attn
+                .forward(&self.input_layernorm.forward(x), angles, bias, cache);
+        let x = x + attended;
+        let mlp_out = self.mlp.forward(&self.post_attention_layernorm.forward(&x));
+        x + mlp_out
+    }
+}

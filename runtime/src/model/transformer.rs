@@ -1,0 +1,252 @@
+//! The decoder trunk and its heads.
+
+use serde::{Deserialize, Serialize};
+use tch::{Kind, Tensor, nn};
+
+use super::cache::KvCache;
+use super::config::{ConfigError, ModelConfig};
+use super::layers::{DecoderLayer, RmsNorm, normal_var};
+use super::rope::Rope;
+use crate::rng::Rng;
+
+/// Which output heads a model carries on top of the shared trunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heads {
+    /// Next-token logits (`lm_head.weight`, or the embedding when tied).
+    pub lm: bool,
+    /// A scalar per token (`value_head.weight`), for critics.
+    pub value: bool,
+    /// A scalar per sequence read at its last real token (`score.weight`), for reward models.
+    pub score: bool,
+}
+
+impl Heads {
+    pub const POLICY: Heads = Heads {
+        lm: true,
+        value: false,
+        score: false,
+    };
+    pub const CRITIC: Heads = Heads {
+        lm: false,
+        value: true,
+        score: false,
+    };
+    pub const REWARD: Heads = Heads {
+        lm: false,
+        value: false,
+        score: true,
+    };
+}
+
+#[derive(Debug)]
+pub struct Transformer {
+    config: ModelConfig,
+    embed_tokens: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    rope: Rope,
+    lm_head: Option<Tensor>,
+    value_head: Option<Tensor>,
+    score_head: Option<Tensor>,
+}
+
+impl Transformer {
+    /// Registers the parameters under `root` with Hugging Face Llama names
+    /// (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`, …,
+    /// `lm_head.weight`) and draws them from a generator seeded with `seed`.
+    pub fn new(
+        root: &nn::Path,
+        config: &ModelConfig,
+        heads: Heads,
+        seed: u64,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let mut rng = Rng::new(seed);
+        let trunk = root / "model";
+        let embed_tokens = normal_var(
+            &(&trunk / "embed_tokens"),
+            "weight",
+            &[config.vocab, config.hidden],
+            &mut rng,
+        );
+        let layers = (0..config.layers)
+            .map(|i| DecoderLayer::new(&(&trunk / "layers" / i), config, &mut rng))
+            .collect();
+        let norm = RmsNorm::new(&(&trunk / "norm"), config.hidden, config.norm_eps);
+        let lm_head = heads.lm.then(|| {
+            if config.tie_embeddings {
+                embed_tokens.shallow_clone()
+            } else {
+                normal_var(
+                    &(root / "lm_head"),
+                    "weight",
+                    &[config.vocab, config.hidden],
+                    &mut rng,
+                )
+            }
+        });
+        let value_head = heads.value.then(|| {
+            normal_var(
+                &(root / "value_head"),
+                "weight",
+                &[1, config.hidden],
+                &mut rng,
+            )
+        });
+        let score_head = heads
+            .score
+            .then(|| normal_var(&(root / "score"), "weight", &[1, config.hidden], &mut rng));
+        Ok(Self {
+            config: config.clone(),
+            embed_tokens,
+            layers,
+            norm,
+            rope: Rope::new(config.head_dim(), config.rope_theta, root.device()),
+            lm_head,
+            value_head,
+            score_head,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn heads(&self) -> Heads {
+        Heads {
+            lm: self.lm_head.is_some(),
+            value: self.value_head.is_some(),
+            score: self.score_head.is_some(),
+        }
+    }
+
+    /// Final-norm hidden states `[B, T, hidden]` of the `T` new tokens `ids`.
+    ///
+    /// `mask` (`[B, S]`, 1 = real token, any numeric or bool kind) covers the cached positions and
+    /// then the new ones, so `S = cache.len() + T`; without a cache `S = T`. Padding may be on
+    /// either side: positions count real tokens only, and padded keys are never attended to.
+    ///
+    /// # Panics
+    /// If `S` does not match the cache, or (in libtorch) if an id is outside the vocabulary.
+    pub fn hidden_states(
+        &self,
+        ids: &Tensor,
+        mask: &Tensor,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor {
+        let steps = ids.size()[1];
+        let mask = mask.ne(0);
+        let total = mask.size()[1];
+        let past = cache.as_ref().map_or(0, |cache| cache.len());
+        assert_eq!(
+            total,
+            past + steps,
+            "the mask must cover the cached positions and the new ones"
+        );
+        let positions = (mask.cumsum(-1, Kind::Int64) - 1)
+            .clamp_min(0)
+            .narrow(1, past, steps);
+        let angles = self.rope.angles(&positions);
+        let bias = attention_bias(&mask, past, steps);
+        let mut x = Tensor::embedding(&self.embed_tokens, ids, -1, false, false);
+        match cache {
+            Some(cache) => {
+                for (layer, layer_cache) in self.layers.iter().zip(cache.layers_mut()) {
+                    x = layer.forward(&x, &angles, &bias, Some(layer_cache));
+                }
+            }
+            None => {
+                for layer in &self.layers {
+                    x = layer.forward(&x, &angles, &bias, None);
+                }
+            }
+        }
+        self.norm.forward(&x)
+    }
+
+    /// Logits `[B, T, vocab]` from hidden states.
+    ///
+    /// # Panics
+    /// If the model has no LM head.
+    pub fn lm_head(&self, hidden: &Tensor) -> Tensor {
+        let weight = self.lm_head.as_ref().expect("model has no LM head");
+        hidden.linear(weight, None::<&Tensor>)
+    }
+
+    /// Values `[B, T]` from hidden states.
+    ///
+    /// # Panics
+    /// If the model has no value head.
+    pub fn value_head(&self, hidden: &Tensor) -> Tensor {
+        let weight = self.value_head.as_ref().expect("model has no value head");
+        hidden.linear(weight, None::<&Tensor>).squeeze_dim(-1)
+    }
+
+    /// Scores `[B]` read at each row's last real token (right or left padding alike).
+    ///
+    /// # Panics
+    /// If the model has no score head.
+    pub fn score_head(&self, hidden: &Tensor, mask: &Tensor) -> Tensor {
+        let weight = self.score_head.as_ref().expect("model has no score head");
+        let last = last_real_index(mask);
+        let batch = hidden.size()[0];
+        let picked = hidden
+            .gather(
+                1,
+                &last
+                    .view([batch, 1, 1])
+                    .expand([batch, 1, hidden.size()[2]], false),
+                false,
+            )
+            .squeeze_dim(1);
+        picked.linear(weight, None::<&Tensor>).squeeze_dim(-1)
+    }
+
+    pub fn logits(&self, ids: &Tensor, mask: &Tensor) -> Tensor {
+        self.lm_head(&self.hidden_states(ids, mask, None))
+    }
+
+    pub fn values(&self, ids: &Tensor, mask: &Tensor) -> Tensor {
+        self.value_head(&self.hidden_states(ids, mask, None))
+    }
+
+    pub fn scores(&self, ids: &Tensor, mask: &Tensor) -> Tensor {
+        self.score_head(&self.hidden_states(ids, mask, None), mask)
+    }
+
+    /// Log-probabilities `[B, T-1]` of each realised next token `ids[:, t+1]` given `ids[:, ..=t]`.
+    pub fn logprobs(&self, ids: &Tensor, mask: &Tensor) -> Tensor {
+        token_logprobs(&self.logits(ids, mask), ids)
+    }
+}
+
+/// `log_softmax(logits[:, t]).gather(ids[:, t+1])` for `t < T-1`, in float32.
+pub fn token_logprobs(logits: &Tensor, ids: &Tensor) -> Tensor {
+    let steps = ids.size()[1];
+    logits
+        .narrow(1, 0, steps - 1)
+        .log_softmax(-1, Kind::Float)
+        .gather(2, &ids.narrow(1, 1, steps - 1).unsqueeze(-1), false)
+        .squeeze_dim(-1)
+}
+
+/// Index of the last position where `mask` is non-zero, per row `[B]`.
+fn last_real_index(mask: &Tensor) -> Tensor {
+    let steps = mask.size()[1];
+    let positions = Tensor::arange(steps, (Kind::Int64, mask.device()));
+    (mask.ne(0).to_kind(Kind::Int64) * positions).argmax(-1, false)
+}
+
+/// Additive bias `[B, 1, T, S]`: 0 where query `past + i` may attend key `j` (causal and `j` is a
+/// real token), the most negative float elsewhere. A finite value rather than -inf keeps rows of
+/// padded queries, which see no real key, at a uniform softmax instead of NaN.
+fn attention_bias(mask: &Tensor, past: i64, steps: i64) -> Tensor {
+    let total = mask.size()[1];
+    let device = mask.device();
+    let keys = Tensor::arange(total, (Kind::Int64, device)).view([1, total]);
+    let queries = Tensor::arange_start(past, past + steps, (Kind::Int64, device)).view([steps, 1]);
+    let causal = keys.le_tensor(&queries).view([1, 1, steps, total]);
+    let allowed = causal.logical_and(&mask.view([-1, 1, 1, total]));
+    Tensor::zeros(allowed.size(), (Kind::Float, device))
+        .masked_fill(&allowed.logical_not(), f32::MIN as f64)
+}

@@ -1,0 +1,84 @@
+//! Global gradient-norm clipping, split into its two halves so that data-parallel ranks can
+//! all-reduce the squared norm in between.
+
+use tch::{Kind, Tensor};
+
+/// Euclidean norm of all gradients together (parameters without a gradient count as zero).
+pub fn grad_norm(params: &[Tensor]) -> f64 {
+    params
+        .iter()
+        .map(|p| p.grad())
+        .filter(Tensor::defined)
+        .map(|g| g.pow_tensor_scalar(2).sum(Kind::Double).double_value(&[]))
+        .sum::<f64>()
+        .sqrt()
+}
+
+/// Multiplies every gradient by `factor` in place.
+pub fn scale_grads(params: &[Tensor], factor: f64) {
+    tch::no_grad(|| {
+        for mut grad in params.iter().map(|p| p.grad()).filter(Tensor::defined) {
+            let _ = grad
+                .f_mul_scalar_(factor)
+                .expect("scaling a gradient in place");
+        }
+    });
+}
+
+/// Scales the gradients so that their global norm is at most `max_norm`, as
+/// `torch.nn.utils.clip_grad_norm_` does (`max_norm / (norm + 1e-6)`), and returns the norm before
+/// clipping.
+pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> f64 {
+    let norm = grad_norm(params);
+    let factor = max_norm / (norm + 1e-6);
+    if factor < 1.0 {
+        scale_grads(params, factor);
+    }
+    norm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parameters whose gradients are exactly `grads` (loss = Σ p · g).
+    fn params_with_grads(grads: &[&[f32]]) -> Vec<Tensor> {
+        let params: Vec<Tensor> = grads
+            .iter()
+            .map(|g| {
+                Tensor::zeros([g.len() as i64], (Kind::Float, tch::Device::Cpu))
+                    .set_requires_grad(true)
+            })
+            .collect();
+        let loss = params
+            .iter()
+            .zip(grads)
+            .map(|(p, g)| (p * Tensor::from_slice(g)).sum(Kind::Float))
+            .fold(
+                Tensor::zeros([], (Kind::Float, tch::Device::Cpu)),
+                |a, b| a + b,
+            );
+        loss.backward();
+        params
+    }
+
+    #[test]
+    fn clipping_rescales_to_the_maximum_norm() {
+        let params = params_with_grads(&[&[3.0, 4.0], &[12.0]]);
+        let before = clip_grad_norm(&params, 6.5);
+        assert!((before - 13.0).abs() < 1e-9);
+        assert!((grad_norm(&params) - 6.5).abs() < 1e-5);
+        let first = Vec::<f32>::try_from(params[0].grad()).unwrap();
+        assert!(
+            (first[0] - 1.5).abs() < 1e-5 && (first[1] - 2.0).abs() < 1e-5,
+            "{first:?}"
+        );
+    }
+
+    #[test]
+    fn gradients_within_the_limit_are_left_alone() {
+        let params = params_with_grads(&[&[3.0, 4.0]]);
+        assert!((clip_grad_norm(&params, 10.0) - 5.0).abs() < 1e-9);
+        assert_eq!(Vec::<f32>::try_from(params[0].grad()).unwrap(), [3.0, 4.0]);
+    }
+}

@@ -1,0 +1,10 @@
+//! Optimisation: AdamW on plain tensors (so its state can be checkpointed), a warm-up + cosine
+//! learning-rate schedule, and gradient-norm clipping.
+
+mod adamw;
+mod clip;
+mod schedule;
+
+pub use adamw::{AdamW, AdamWConfig, OptimError};
+pub use clip::{clip_grad_norm, grad_norm, scale_grads};
+pub use schedule::CosineSchedule;

@@ -1,0 +1,91 @@
+//! Every explain page's examples do what the page says: the `## Wrong` program produces the
+//! page's code and the `## Fixed` program produces no error. Examples that are also UI cases
+//! (`tests/ui/**`, compared without their `//~` annotations) are checked through their
+//! annotations, which `tests/ui.rs` verifies; the others are checked here, in memory.
+
+use rlc_diagnostics::{CODES, Files, Severity};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The text without `//~` annotations and trailing white space, for comparison.
+fn normalize(src: &str) -> String {
+    src.lines()
+        .map(|l| l.find("//~").map_or(l, |i| &l[..i]).trim_end())
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string()
+}
+
+fn ui_cases() -> BTreeMap<String, PathBuf> {
+    fn walk(dir: &Path, out: &mut BTreeMap<String, PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rl") {
+                out.insert(normalize(&std::fs::read_to_string(&path).unwrap()), path);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(&root().join("tests/ui"), &mut out);
+    out
+}
+
+/// Codes a UI case's annotations expect.
+fn annotated(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.find("//~").map(|i| l[i + 3..].trim_start_matches('^').to_string()))
+        .flat_map(|rest| rest.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .collect()
+}
+
+/// Serves imports relative to `tests/ui/check`, where the multi-file examples' modules live.
+struct Disk;
+
+impl rlc_check::SourceLoader for Disk {
+    fn read(&self, path: &str) -> Result<String, String> {
+        std::fs::read_to_string(root().join(path)).map_err(|e| e.to_string())
+    }
+}
+
+/// `(code, severity)` of every diagnostic of `src`, checked as `tests/ui/check/explain.rl`.
+fn check(src: &str) -> Vec<(String, Severity)> {
+    let mut files = Files::new();
+    let checked = rlc_check::check(&Disk, &mut files, "tests/ui/check/explain.rl", src.to_string());
+    checked.diagnostics.iter().map(|d| (d.code.as_str().to_string(), d.severity)).collect()
+}
+
+#[test]
+fn wrong_examples_produce_their_code_and_fixed_examples_are_clean() {
+    let cases = ui_cases();
+    let mut failures = Vec::new();
+    for info in CODES {
+        let (Some(wrong), Some(fixed)) = (info.wrong_example(), info.fixed_example()) else {
+            failures.push(format!("{}: page lacks a Wrong or a Fixed example", info.id));
+            continue;
+        };
+        let wrong_codes = match cases.get(&normalize(wrong)) {
+            Some(path) => annotated(path),
+            None => check(wrong).into_iter().map(|(c, _)| c).collect(),
+        };
+        if !wrong_codes.iter().any(|c| c == info.id) {
+            failures.push(format!("{}: the Wrong example gives {wrong_codes:?}", info.id));
+        }
+        let fixed_errors: Vec<String> = match cases.get(&normalize(fixed)) {
+            Some(path) => annotated(path).into_iter().filter(|c| c.starts_with('E')).collect(),
+            None => check(fixed).into_iter().filter(|(_, s)| *s == Severity::Error).map(|(c, _)| c).collect(),
+        };
+        if !fixed_errors.is_empty() {
+            failures.push(format!("{}: the Fixed example gives errors {fixed_errors:?}", info.id));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
