@@ -42,8 +42,15 @@ fn annotated(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
-        .filter_map(|l| l.find("//~").map(|i| l[i + 3..].trim_start_matches('^').to_string()))
-        .flat_map(|rest| rest.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .filter_map(|l| {
+            l.find("//~")
+                .map(|i| l[i + 3..].trim_start_matches('^').to_string())
+        })
+        .flat_map(|rest| {
+            rest.split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
@@ -59,8 +66,17 @@ impl rlc_check::SourceLoader for Disk {
 /// `(code, severity)` of every diagnostic of `src`, checked as `tests/ui/check/explain.rl`.
 fn check(src: &str) -> Vec<(String, Severity)> {
     let mut files = Files::new();
-    let checked = rlc_check::check(&Disk, &mut files, "tests/ui/check/explain.rl", src.to_string());
-    checked.diagnostics.iter().map(|d| (d.code.as_str().to_string(), d.severity)).collect()
+    let checked = rlc_check::check(
+        &Disk,
+        &mut files,
+        "tests/ui/check/explain.rl",
+        src.to_string(),
+    );
+    checked
+        .diagnostics
+        .iter()
+        .map(|d| (d.code.as_str().to_string(), d.severity))
+        .collect()
 }
 
 #[test]
@@ -69,7 +85,10 @@ fn wrong_examples_produce_their_code_and_fixed_examples_are_clean() {
     let mut failures = Vec::new();
     for info in CODES {
         let (Some(wrong), Some(fixed)) = (info.wrong_example(), info.fixed_example()) else {
-            failures.push(format!("{}: page lacks a Wrong or a Fixed example", info.id));
+            failures.push(format!(
+                "{}: page lacks a Wrong or a Fixed example",
+                info.id
+            ));
             continue;
         };
         let wrong_codes = match cases.get(&normalize(wrong)) {
@@ -77,14 +96,27 @@ fn wrong_examples_produce_their_code_and_fixed_examples_are_clean() {
             None => check(wrong).into_iter().map(|(c, _)| c).collect(),
         };
         if !wrong_codes.iter().any(|c| c == info.id) {
-            failures.push(format!("{}: the Wrong example gives {wrong_codes:?}", info.id));
+            failures.push(format!(
+                "{}: the Wrong example gives {wrong_codes:?}",
+                info.id
+            ));
         }
         let fixed_errors: Vec<String> = match cases.get(&normalize(fixed)) {
-            Some(path) => annotated(path).into_iter().filter(|c| c.starts_with('E')).collect(),
-            None => check(fixed).into_iter().filter(|(_, s)| *s == Severity::Error).map(|(c, _)| c).collect(),
+            Some(path) => annotated(path)
+                .into_iter()
+                .filter(|c| c.starts_with('E'))
+                .collect(),
+            None => check(fixed)
+                .into_iter()
+                .filter(|(_, s)| *s == Severity::Error)
+                .map(|(c, _)| c)
+                .collect(),
         };
         if !fixed_errors.is_empty() {
-            failures.push(format!("{}: the Fixed example gives errors {fixed_errors:?}", info.id));
+            failures.push(format!(
+                "{}: the Fixed example gives errors {fixed_errors:?}",
+                info.id
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
