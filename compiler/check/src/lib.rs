@@ -7,6 +7,7 @@
 mod builtins;
 pub mod checks;
 mod eval;
+mod hints;
 pub mod modules;
 mod pipeline;
 mod place;

@@ -88,10 +88,13 @@ impl Evaluator<'_> {
                                 ph.span,
                             )
                             .primary_label("unknown phase");
-                            d = match rlc_syntax::closest(&ph.name, names, 2) {
-                                Some(near) => d.help(format!("did you mean `{near}`?")),
-                                None => d.help(format!("the phases are {}", names.join(", "))),
-                            };
+                            d = crate::hints::suggest(
+                                d,
+                                &ph.name,
+                                names,
+                                2,
+                                format!("the phases are {}", names.join(", ")),
+                            );
                             self.diags.push(d);
                             return;
                         }

@@ -1,0 +1,590 @@
+//! Calls: argument binding, typed functions (signatures unified with arguments), configuration
+//! helpers (inlined), built-ins and dataset methods; group estimators fed groups of one.
+
+use super::roles::rollout_rows;
+use super::*;
+
+impl Evaluator<'_> {
+    // ----------------------------------------------------------------------------------------
+    // Calls
+
+    pub(super) fn call(
+        &mut self,
+        frame: &mut Frame,
+        e: &Expr,
+        callee: &Expr,
+        args: &[ast::Arg],
+        closure: Option<&ast::Closure>,
+    ) -> Val {
+        // Methods: role operations and dataset methods.
+        if let ExprKind::Member { base, name } = &callee.kind {
+            let b = self.expr(frame, base);
+            if (matches!(b, Val::Model(_))
+                || matches!(&b, Val::Dataset(_) if name.name == "sample" || name.name == "score"))
+                && !frame.in_pipeline
+            {
+                return self.err(
+                    Diagnostic::new(
+                        Code::NotConstant,
+                        format!(
+                            "`{}` runs during training: it belongs in a pipeline",
+                            name.name
+                        ),
+                        frame.file,
+                        name.span,
+                    )
+                    .primary_label("not known before the job starts")
+                    .help("move the call into the pipeline's loop"),
+                );
+            }
+            match &b {
+                Val::Model(m) => return self.role_call(frame, e, *m, name, args, closure),
+                Val::Dataset(d) => return self.dataset_call(frame, e, d.clone(), name, args),
+                Val::Error => {
+                    self.eval_args(frame, args);
+                    return Val::Error;
+                }
+                _ => {
+                    let f = self.member(frame, &b, name);
+                    return self.apply(frame, e, f, callee.span, args, closure);
+                }
+            }
+        }
+        if let ExprKind::Name(ident) = &callee.kind {
+            let shadowed = frame.lookup(&ident.name).is_some()
+                || self
+                    .modules
+                    .get(frame.module)
+                    .lookup(frame.module, &ident.name)
+                    .is_some();
+            if !shadowed && let Some(b) = builtins::lookup(&ident.name) {
+                self.no_closure(frame, closure);
+                return self.builtin(frame, e, b, &ident.name, args);
+            }
+        }
+        let f = self.expr(frame, callee);
+        self.apply(frame, e, f, callee.span, args, closure)
+    }
+
+    pub(super) fn no_closure(&mut self, frame: &Frame, closure: Option<&ast::Closure>) {
+        if let Some(c) = closure {
+            self.diags.push(
+                Diagnostic::new(
+                    Code::TypeMismatch,
+                    "only `update` takes a block",
+                    frame.file,
+                    c.span,
+                )
+                .primary_label("unexpected block"),
+            );
+        }
+    }
+
+    pub(super) fn eval_args(&mut self, frame: &mut Frame, args: &[ast::Arg]) -> Vec<Val> {
+        args.iter().map(|a| self.expr(frame, &a.value)).collect()
+    }
+
+    pub(super) fn apply(
+        &mut self,
+        frame: &mut Frame,
+        e: &Expr,
+        f: Val,
+        callee_span: Span,
+        args: &[ast::Arg],
+        closure: Option<&ast::Closure>,
+    ) -> Val {
+        self.no_closure(frame, closure);
+        match f {
+            Val::Fn(r) => self.call_fn(frame, e, r, args),
+            Val::Error => {
+                self.eval_args(frame, args);
+                Val::Error
+            }
+            other => {
+                self.eval_args(frame, args);
+                self.err(
+                    Diagnostic::new(
+                        Code::TypeMismatch,
+                        format!("{} cannot be called", other.describe()),
+                        frame.file,
+                        callee_span,
+                    )
+                    .primary_label("not a function"),
+                )
+            }
+        }
+    }
+
+    /// Matches call arguments to parameter names: positional first, then by name. Reports
+    /// unknown, repeated, missing and surplus arguments.
+    pub(super) fn bind_args<'a>(
+        &mut self,
+        frame: &Frame,
+        call_span: Span,
+        what: &str,
+        params: &[(&str, bool)],
+        args: &'a [ast::Arg],
+    ) -> Option<Vec<Option<&'a ast::Arg>>> {
+        let mut bound: Vec<Option<&ast::Arg>> = vec![None; params.len()];
+        let mut ok = true;
+        let mut positional = 0;
+        for a in args {
+            match &a.name {
+                None => {
+                    if positional >= params.len() {
+                        ok = false;
+                        self.diags.push(
+                            Diagnostic::new(
+                                Code::WrongArity,
+                                format!(
+                                    "{what} takes {} argument{}, found more",
+                                    params.len(),
+                                    if params.len() == 1 { "" } else { "s" }
+                                ),
+                                frame.file,
+                                a.span,
+                            )
+                            .primary_label("surplus argument"),
+                        );
+                    } else {
+                        bound[positional] = Some(a);
+                    }
+                    positional += 1;
+                }
+                Some(n) => match params.iter().position(|(p, _)| *p == n.name) {
+                    Some(i) if bound[i].is_some() => {
+                        ok = false;
+                        self.diags.push(
+                            Diagnostic::new(
+                                Code::UnknownArgument,
+                                format!("`{}` is given twice", n.name),
+                                frame.file,
+                                n.span,
+                            )
+                            .primary_label("repeated argument")
+                            .label(
+                                frame.file,
+                                bound[i].unwrap().span,
+                                "first given here",
+                            ),
+                        );
+                    }
+                    Some(i) => bound[i] = Some(a),
+                    None => {
+                        ok = false;
+                        let names: Vec<&str> = params.iter().map(|(p, _)| *p).collect();
+                        let mut d = Diagnostic::new(
+                            Code::UnknownArgument,
+                            format!("{what} has no parameter `{}`", n.name),
+                            frame.file,
+                            n.span,
+                        )
+                        .primary_label("unknown argument");
+                        d = crate::hints::suggest(
+                            d,
+                            &n.name,
+                            names.iter().copied(),
+                            2,
+                            format!("the parameters are {}", names.join(", ")),
+                        );
+                        self.diags.push(d);
+                    }
+                },
+            }
+        }
+        for (i, (p, required)) in params.iter().enumerate() {
+            if *required && bound[i].is_none() && ok {
+                ok = false;
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::UnknownArgument,
+                        format!("{what} needs the argument `{p}`"),
+                        frame.file,
+                        call_span,
+                    )
+                    .primary_label(format!("`{p}` is missing")),
+                );
+            }
+        }
+        ok.then_some(bound)
+    }
+
+    pub(super) fn call_fn(
+        &mut self,
+        frame: &mut Frame,
+        e: &Expr,
+        r: ItemRef,
+        args: &[ast::Arg],
+    ) -> Val {
+        let module = self.modules.get(r.module);
+        let ItemKind::Fn(f) = &module.item(r.index).kind else {
+            self.eval_args(frame, args);
+            return self.err(
+                Diagnostic::new(Code::TypeMismatch, "not a function", frame.file, e.span)
+                    .primary_label("not callable"),
+            );
+        };
+        let what = format!("`{}`", f.name.name);
+        let params: Vec<(&str, bool)> = f
+            .params
+            .iter()
+            .map(|p| (p.name.name.as_str(), p.default.is_none()))
+            .collect();
+        let Some(bound) = self.bind_args(frame, e.span, &what, &params, args) else {
+            self.eval_args(frame, args);
+            return Val::Error;
+        };
+        let arg_vals: Vec<Option<(Val, Span)>> = bound
+            .iter()
+            .map(|a| a.map(|a| (self.expr(frame, &a.value), a.value.span)))
+            .collect();
+        self.group_of_one(frame, r, &f.name, args);
+        let inline = f.params.iter().any(|p| p.ty.is_none())
+            || f.ret
+                .as_ref()
+                .is_some_and(|t| DType::from_name(&t.name.name).is_none());
+        if inline {
+            return self.inline_call(frame, e, r, f, arg_vals);
+        }
+        // A typed function: check arguments against the signature, unifying dimensions.
+        let mut unifier = Unifier::default();
+        let mut failed = false;
+        for (p, a) in f.params.iter().zip(&arg_vals) {
+            let Some((val, span)) = a else { continue };
+            if val.is_error() {
+                failed = true;
+                continue;
+            }
+            let want = self.type_expr(r.module, p.ty.as_ref().unwrap());
+            let (Some(wt), Some(at)) = (want.as_tensor(), val.as_tensor()) else {
+                if !want.is_error() && std::mem::discriminant(&want) != std::mem::discriminant(val)
+                {
+                    failed = true;
+                    self.diags.push(
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            format!(
+                                "argument `{}` of {what} expects {}, found {}",
+                                p.name.name,
+                                want.describe(),
+                                val.describe()
+                            ),
+                            frame.file,
+                            *span,
+                        )
+                        .primary_label("wrong kind of value")
+                        .label(
+                            module.file,
+                            p.span,
+                            "parameter declared here",
+                        ),
+                    );
+                }
+                continue;
+            };
+            if let Err(msg) = unifier.unify(
+                &p.name.name,
+                &wt,
+                &at,
+                matches!(val, Val::Int(_) | Val::Float(_)),
+            ) {
+                failed = true;
+                let code = if msg.dtype {
+                    Code::DtypeMismatch
+                } else {
+                    Code::ShapeMismatch
+                };
+                self.diags.push(
+                    Diagnostic::new(
+                        code,
+                        format!(
+                            "argument `{}` of {what} is `{at}`, but the parameter is `{wt}`",
+                            p.name.name
+                        ),
+                        frame.file,
+                        *span,
+                    )
+                    .primary_label(msg.text)
+                    .label(module.file, p.span, "parameter declared here")
+                    .help(msg.help),
+                );
+            }
+        }
+        if failed {
+            return Val::Error;
+        }
+        match &f.ret {
+            Some(ret) => match self.type_expr(r.module, ret) {
+                Val::Tensor(t) => Val::Tensor(unifier.apply(&t)),
+                other => other,
+            },
+            None => Val::Unit,
+        }
+    }
+
+    /// A group-based estimator (one whose body reduces over groups) fed the group ids of a
+    /// rollout with one sample per prompt: every advantage is zero and nothing is learned.
+    pub(super) fn group_of_one(
+        &mut self,
+        frame: &mut Frame,
+        r: ItemRef,
+        name: &ast::Ident,
+        args: &[ast::Arg],
+    ) {
+        if !self.uses_groups(r, &mut BTreeSet::new()) {
+            return;
+        }
+        for a in args {
+            let ExprKind::Member { base, name: field } = &a.value.kind else {
+                continue;
+            };
+            let ExprKind::Name(var) = &base.kind else {
+                continue;
+            };
+            if field.name != "group" {
+                continue;
+            }
+            let Some(Val::Rollout(_, info)) = frame.lookup(&var.name).map(|l| l.val.clone()) else {
+                continue;
+            };
+            if info.group_size == Some(1) {
+                self.diags.push(
+                    Diagnostic::new(Code::GroupOfOne, format!("`{}` compares the samples of each prompt, but `{}` has one sample per prompt", name.name, var.name), frame.file, a.value.span)
+                        .primary_label("groups of one")
+                        .label(info.group_origin.file, info.group_origin.span, "n = 1 here")
+                        .help("generate several samples per prompt (e.g. `n: 8`): with one, every advantage is 0 and the policy never changes"),
+                );
+            }
+        }
+    }
+
+    /// Whether a function's body uses a group reduction, directly or through the functions it calls.
+    pub(super) fn uses_groups(&self, r: ItemRef, seen: &mut BTreeSet<ItemRef>) -> bool {
+        if !seen.insert(r) {
+            return false;
+        }
+        let module = self.modules.get(r.module);
+        let ItemKind::Fn(f) = &module.item(r.index).kind else {
+            return false;
+        };
+        let mut callees = Vec::new();
+        for s in &f.body.stmts {
+            collect_callees(s, &mut callees);
+        }
+        callees.iter().any(|c| {
+            c.starts_with("group_")
+                || matches!(module.lookup(r.module, c), Some(Binding::Item { module, index }) if self.uses_groups(ItemRef { module, index }, seen))
+        })
+    }
+
+    /// A configuration helper: evaluate its body with the arguments bound.
+    pub(super) fn inline_call(
+        &mut self,
+        frame: &mut Frame,
+        e: &Expr,
+        r: ItemRef,
+        f: &ast::FnDef,
+        args: Vec<Option<(Val, Span)>>,
+    ) -> Val {
+        if self.inline_depth >= MAX_INLINE_DEPTH {
+            return self.err(
+                Diagnostic::new(
+                    Code::TypeMismatch,
+                    format!("`{}` calls itself too deeply", f.name.name),
+                    frame.file,
+                    e.span,
+                )
+                .primary_label("recursion"),
+            );
+        }
+        let file = self.modules.get(r.module).file;
+        let mut inner = Frame::new(r.module, file, false);
+        for (p, a) in f.params.iter().zip(args) {
+            let v = match a {
+                Some((v, _)) => v,
+                None => p
+                    .default
+                    .as_ref()
+                    .map_or(Val::Error, |d| self.expr(&mut inner, d)),
+            };
+            inner.bind(&p.name.name, v, p.name.span, false);
+        }
+        self.inline_depth += 1;
+        let v = self.block(&mut inner, &f.body);
+        self.inline_depth -= 1;
+        match v {
+            Val::Arch(a) if a.preset.is_none() => Val::Arch(Rc::new(program::Arch {
+                preset: Some(f.name.name.clone()),
+                ..(*a).clone()
+            })),
+            other => other,
+        }
+    }
+
+    pub(super) fn builtin(
+        &mut self,
+        frame: &mut Frame,
+        e: &Expr,
+        b: Builtin,
+        name: &str,
+        args: &[ast::Arg],
+    ) -> Val {
+        let what = format!("`{name}`");
+        let Some(bound) = self.bind_args(frame, e.span, &what, b.params, args) else {
+            self.eval_args(frame, args);
+            return Val::Error;
+        };
+        let mut vals: Vec<Option<(Val, Span)>> = Vec::with_capacity(bound.len());
+        let mut axis: Option<ast::Ident> = None;
+        for (i, a) in bound.iter().enumerate() {
+            match a {
+                Some(a) if b.params[i].0 == "over" => {
+                    match &a.value.kind {
+                        ExprKind::Name(n) => axis = Some(n.clone()),
+                        _ => {
+                            self.diags.push(
+                                Diagnostic::new(
+                                    Code::UnknownAxis,
+                                    "`over:` takes the name of an axis, e.g. `over: T`",
+                                    frame.file,
+                                    a.value.span,
+                                )
+                                .primary_label("not an axis name"),
+                            );
+                            return Val::Error;
+                        }
+                    }
+                    vals.push(None);
+                }
+                Some(a) => {
+                    let v = self.expr(frame, &a.value);
+                    vals.push(Some((v, a.value.span)));
+                }
+                None => vals.push(None),
+            }
+        }
+        if vals.iter().flatten().any(|(v, _)| v.is_error()) {
+            return Val::Error;
+        }
+        let ctx = builtins::Ctx {
+            file: frame.file,
+            call: e.span,
+            name,
+            axis: axis.as_ref(),
+        };
+        match builtins::apply(b, ctx, &vals) {
+            Ok(v) => v,
+            Err(d) => self.err(*d),
+        }
+    }
+
+    pub(super) fn dataset_call(
+        &mut self,
+        frame: &mut Frame,
+        e: &Expr,
+        d: Rc<DatasetSpec>,
+        name: &ast::Ident,
+        args: &[ast::Arg],
+    ) -> Val {
+        match name.name.as_str() {
+            "sample" => {
+                let Some(bound) = self.bind_args(frame, e.span, "`sample`", &[("n", true)], args)
+                else {
+                    return Val::Error;
+                };
+                let arg = bound[0].unwrap();
+                let v = self.expr(frame, &arg.value);
+                if v.is_error() {
+                    return Val::Error;
+                }
+                let count = v.as_int();
+                match count {
+                    None => self.diags.push(
+                        Diagnostic::new(
+                            Code::NotConstant,
+                            format!("the number of prompts must be known before the job starts, found {}", v.describe()),
+                            frame.file,
+                            arg.value.span,
+                        )
+                        .primary_label("not a known integer"),
+                    ),
+                    Some(n) if n < 1 => self.diags.push(
+                        Diagnostic::new(Code::InvalidSampling, "at least one prompt must be sampled", frame.file, arg.value.span)
+                            .primary_label("not positive"),
+                    ),
+                    Some(_) => {}
+                }
+                Val::Prompts(Rc::new(PromptsVal {
+                    dataset: d,
+                    count,
+                    count_origin: self.origin(frame, arg.value.span),
+                }))
+            }
+            "score" => {
+                let Some(bound) =
+                    self.bind_args(frame, e.span, "`score`", &[("rollout", true)], args)
+                else {
+                    return Val::Error;
+                };
+                match self.expr(frame, &bound[0].unwrap().value) {
+                    Val::Rollout(r, _) => rollout_rows(&r).map_or(Val::Error, |rows| {
+                        Val::Tensor(TensorTy {
+                            dtype: DType::F32,
+                            dims: vec![rows],
+                        })
+                    }),
+                    Val::Error => Val::Error,
+                    other => self.err(
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            format!("`score` takes a rollout, found {}", other.describe()),
+                            frame.file,
+                            bound[0].unwrap().span,
+                        )
+                        .primary_label("not a rollout"),
+                    ),
+                }
+            }
+            _ => self.no_field(frame, "a dataset", name, vec!["sample", "score", "vocab"]),
+        }
+    }
+}
+
+/// Names of the functions a statement calls.
+pub(super) fn collect_callees(s: &ast::Stmt, out: &mut Vec<String>) {
+    pub(super) fn walk(e: &Expr, out: &mut Vec<String>) {
+        match &e.kind {
+            ExprKind::Call { callee, args, .. } => {
+                if let ExprKind::Name(n) = &callee.kind {
+                    out.push(n.name.clone());
+                }
+                walk(callee, out);
+                args.iter().for_each(|a| walk(&a.value, out));
+            }
+            ExprKind::Member { base, .. }
+            | ExprKind::Paren(base)
+            | ExprKind::Unary { operand: base, .. } => walk(base, out),
+            ExprKind::Index { base, indices } => {
+                walk(base, out);
+                indices.iter().for_each(|i| walk(i, out));
+            }
+            ExprKind::Binary { lhs, rhs, .. } => {
+                walk(lhs, out);
+                walk(rhs, out);
+            }
+            ExprKind::Record(r) => r.fields.iter().for_each(|f| walk(&f.value, out)),
+            ExprKind::Scan(scan) => {
+                scan.carries.iter().for_each(|c| walk(&c.init, out));
+                scan.body.stmts.iter().for_each(|s| collect_callees(s, out));
+            }
+            ExprKind::Number(_) | ExprKind::Str(_) | ExprKind::Bool(_) | ExprKind::Name(_) => {}
+        }
+    }
+    match &s.kind {
+        StmtKind::Let { value, .. }
+        | StmtKind::Assign { value, .. }
+        | StmtKind::Emit { value }
+        | StmtKind::Expr(value) => walk(value, out),
+        _ => {}
+    }
+}
