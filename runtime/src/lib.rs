@@ -4,6 +4,7 @@
 pub mod collectives;
 pub mod generate;
 pub mod hf;
+pub mod kernels;
 pub mod model;
 pub mod optim;
 pub mod rng;

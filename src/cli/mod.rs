@@ -5,6 +5,7 @@ mod check;
 mod explain;
 mod fmt;
 mod graph;
+mod lsp;
 mod output;
 mod sources;
 
@@ -94,6 +95,9 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
         color: ColorChoice,
     },
+    /// Run the language server on standard input and output (for editors).
+    #[command(after_help = "Editors start it themselves; see editors/README.md.")]
+    Lsp,
     /// Explain a diagnostic code: what it means, why, a wrong and a fixed example.
     #[command(after_help = "Examples:\n  rlc explain E0103\n  rlc explain --list")]
     Explain {
@@ -143,5 +147,6 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
             },
         ),
         Command::Explain { code, list } => explain::run(code.as_deref(), list),
+        Command::Lsp => lsp::run(),
     }
 }

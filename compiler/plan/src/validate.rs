@@ -45,6 +45,36 @@ impl PlanCode {
         }
     }
 
+    /// What the error means and what to do, for `rlc explain`.
+    pub fn explanation(self) -> &'static str {
+        match self {
+            PlanCode::Version => {
+                "The plan file was written by a different version of rlc than the one reading it (or has no `version`). Plans are the contract between compiler and runtime; a reader refuses versions it does not know rather than guess. Rebuild the plan with this rlc: `rlc build pipeline.rl -o plan.json`."
+            }
+            PlanCode::DanglingReference => {
+                "An operation, value, instance, role or cluster refers to an id the plan does not define: the file was edited by hand or truncated. Rebuild it with `rlc build`."
+            }
+            PlanCode::RankOutOfBounds => {
+                "A rank is at or beyond the plan's world size, or outside the devices of the instance it belongs to; the runtime would address a device that does not exist. Rebuild the plan, or fix the rank sets by hand."
+            }
+            PlanCode::Malformed => {
+                "The file is not a plan: not JSON, or a field is missing or of the wrong type. Plans come from `rlc build`."
+            }
+            PlanCode::Inconsistent => {
+                "The plan contradicts itself: a layout whose factors do not multiply to its ranks, overlapping clusters, or ids out of order. Rebuild it with `rlc build`."
+            }
+            PlanCode::Order => {
+                "An operation depends on one that does not come before it, or a rank program runs an operation before one it depends on; executed as written, a rank would wait forever. Rebuild the plan with `rlc build`."
+            }
+        }
+    }
+
+    pub fn parse(id: &str) -> Option<PlanCode> {
+        PlanCode::ALL
+            .into_iter()
+            .find(|c| c.as_str().eq_ignore_ascii_case(id))
+    }
+
     pub fn title(self) -> &'static str {
         match self {
             PlanCode::Version => "unsupported plan version",

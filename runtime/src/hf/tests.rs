@@ -11,7 +11,10 @@ use crate::model::Heads;
 fn fixture(name: &str) -> PathBuf {
     let root = std::env::var_os("RLC_HF_FIXTURES")
         // `shared/` stands beside the repository (here and in CI).
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/hf"), PathBuf::from);
+        .map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/hf"),
+            PathBuf::from,
+        );
     let dir = root.join(name);
     assert!(
         dir.join("config.json").exists(),

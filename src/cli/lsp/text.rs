@@ -75,8 +75,7 @@ pub fn uri_to_path(uri: &str) -> Option<PathBuf> {
     let decoded = percent_decode(rest)?;
     // `/C:/dir` on Windows is the path `C:/dir`.
     let bytes = decoded.as_bytes();
-    if bytes.len() >= 3 && bytes[0] == b'/' && bytes[2] == b':' && bytes[1].is_ascii_alphabetic()
-    {
+    if bytes.len() >= 3 && bytes[0] == b'/' && bytes[2] == b':' && bytes[1].is_ascii_alphabetic() {
         return Some(PathBuf::from(&decoded[1..]));
     }
     Some(PathBuf::from(decoded))
@@ -157,8 +156,7 @@ pub fn materialize_std() -> Result<PathBuf, String> {
                 .map_err(|e| format!("cannot create `{}`: {e}", parent.display()))?;
         }
         let tmp = path.with_extension("rl.tmp");
-        std::fs::write(&tmp, text)
-            .map_err(|e| format!("cannot write `{}`: {e}", tmp.display()))?;
+        std::fs::write(&tmp, text).map_err(|e| format!("cannot write `{}`: {e}", tmp.display()))?;
         if let Ok(meta) = std::fs::metadata(&tmp) {
             let mut perms = meta.permissions();
             perms.set_readonly(true);

@@ -1,0 +1,9 @@
+//! Kernels: the per-token math of `fn`s on tensors.
+//!
+//! - [`reference`](mod@reference) evaluates a checked `fn` with one tch operation per builtin; it is what the
+//!   fused back ends are compared with, and it is differentiable.
+//! - [`oracle`] is the test support: the RL formulas of the design note (RL_MATH) written a
+//!   second time, in plain `f64` Rust on rows, independently of the `.rl` code of `std`.
+
+pub mod oracle;
+pub mod reference;

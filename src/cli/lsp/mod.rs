@@ -1,0 +1,402 @@
+//! `rlc lsp`: a language server over standard input and output (JSON-RPC with Content-Length
+//! framing), for any editor with an LSP client.
+//!
+//! - Diagnostics: each open document is checked as the root of its program on open and on
+//!   every change (full text sync), with imports served from open documents first, then from
+//!   disk. Diagnostics are published per file: those of the document itself, and those of
+//!   imported files that are not open (an open one publishes its own).
+//! - Hover: the type of the innermost expression under the cursor; on a name that refers to an
+//!   item, its signature and `///` docs; on a role, its kind, arch, placements with layouts and
+//!   the memory estimate per device per phase.
+//! - Go to definition: locals, parameters, items, imported names and import paths, into other
+//!   modules and into std.
+//! - Completion: keywords and names in scope; after `role.` its operations; after a
+//!   record-typed local (a `Rollout`) its fields; after `module.` and inside
+//!   `import std.x { … }` the module's pub items; after `import ` the std modules.
+//! - Formatting (one whole-document edit; none while the document has syntax errors) and
+//!   document symbols.
+//!
+//! Std sources are embedded in the compiler; for go-to-definition the server writes them once,
+//! read-only, under the user's cache directory (see [`text::std_dir`]) and answers with
+//! ordinary `file:` URIs, which every editor can open without an extension.
+
+mod analysis;
+mod features;
+mod resolve;
+mod text;
+
+use analysis::{Analysis, Documents, UriMap, doc_name};
+use lsp_server::{Connection, ErrorCode, Message, Notification, Request, Response};
+use lsp_types::{
+    CompletionOptions, CompletionParams, CompletionResponse, DidChangeTextDocumentParams,
+    DidCloseTextDocumentParams, DidOpenTextDocumentParams, DocumentFormattingParams,
+    DocumentSymbolParams, DocumentSymbolResponse, GotoDefinitionParams, GotoDefinitionResponse,
+    HoverParams, HoverProviderCapability, InitializeResult, OneOf, PositionEncodingKind,
+    PublishDiagnosticsParams, ServerCapabilities, ServerInfo, TextDocumentSyncCapability,
+    TextDocumentSyncKind, Uri,
+};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::str::FromStr;
+use text::LineIndex;
+
+/// Serves one client until `shutdown` and `exit` (exit status 0), or until `exit` without
+/// `shutdown` or the end of input (exit status 1, as the protocol asks).
+pub fn run() -> Result<ExitCode, String> {
+    let (conn, io_threads) = Connection::stdio();
+    let code = serve(&conn)?;
+    drop(conn);
+    io_threads
+        .join()
+        .map_err(|e| format!("language server I/O: {e}"))?;
+    Ok(code)
+}
+
+fn capabilities() -> ServerCapabilities {
+    ServerCapabilities {
+        position_encoding: Some(PositionEncodingKind::UTF16),
+        text_document_sync: Some(TextDocumentSyncCapability::Kind(TextDocumentSyncKind::FULL)),
+        hover_provider: Some(HoverProviderCapability::Simple(true)),
+        definition_provider: Some(OneOf::Left(true)),
+        completion_provider: Some(CompletionOptions {
+            trigger_characters: Some(vec![".".into(), "{".into()]),
+            ..Default::default()
+        }),
+        document_formatting_provider: Some(OneOf::Left(true)),
+        document_symbol_provider: Some(OneOf::Left(true)),
+        ..Default::default()
+    }
+}
+
+fn serve(conn: &Connection) -> Result<ExitCode, String> {
+    let (id, _params) = conn
+        .initialize_start()
+        .map_err(|e| format!("language server: {e}"))?;
+    let result = InitializeResult {
+        capabilities: capabilities(),
+        server_info: Some(ServerInfo {
+            name: "rlc".into(),
+            version: Some(env!("CARGO_PKG_VERSION").into()),
+        }),
+    };
+    let result = serde_json::to_value(result).map_err(|e| e.to_string())?;
+    // Answered by hand rather than with `initialize_finish`, which fails unless the very next
+    // message is `initialized`: clients that send a request or a didOpen first still work.
+    conn.sender
+        .send(Response::new_ok(id, result).into())
+        .map_err(|e| format!("language server: {e}"))?;
+
+    let std_dir = match text::materialize_std() {
+        Ok(dir) => Some(dir),
+        Err(e) => {
+            eprintln!("rlc lsp: std sources unavailable for go-to-definition: {e}");
+            None
+        }
+    };
+    let mut server = Server {
+        conn,
+        docs: HashMap::new(),
+        sources: Documents::default(),
+        uris: UriMap { std_dir },
+        extra: HashMap::new(),
+    };
+    while let Ok(msg) = conn.receiver.recv() {
+        match msg {
+            Message::Request(req) => {
+                if conn
+                    .handle_shutdown(&req)
+                    .map_err(|e| format!("language server: {e}"))?
+                {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                server.request(req);
+            }
+            Message::Notification(n) if n.method == "exit" => return Ok(ExitCode::from(1)),
+            Message::Notification(n) => server.notification(n),
+            Message::Response(_) => {}
+        }
+    }
+    Ok(ExitCode::from(1))
+}
+
+struct Doc {
+    name: String,
+    version: i32,
+    text: String,
+    analysis: Analysis,
+    /// The latest analysis without syntax errors, while the current one has some.
+    good: Option<Analysis>,
+}
+
+struct Server<'c> {
+    conn: &'c Connection,
+    /// Open documents by URI.
+    docs: HashMap<String, Doc>,
+    /// Open documents' texts by checker name, for imports.
+    sources: Documents,
+    uris: UriMap,
+    /// Per open document, the other files it last published diagnostics for.
+    extra: HashMap<String, Vec<Uri>>,
+}
+
+impl Server<'_> {
+    fn send(&self, msg: impl Into<Message>) {
+        let _ = self.conn.sender.send(msg.into());
+    }
+
+    fn notification(&mut self, n: Notification) {
+        match n.method.as_str() {
+            "textDocument/didOpen" => {
+                if let Ok(p) = serde_json::from_value::<DidOpenTextDocumentParams>(n.params) {
+                    self.set_text(
+                        p.text_document.uri.as_str(),
+                        p.text_document.version,
+                        p.text_document.text,
+                    );
+                }
+            }
+            "textDocument/didChange" => {
+                if let Ok(p) = serde_json::from_value::<DidChangeTextDocumentParams>(n.params) {
+                    let uri = p.text_document.uri.as_str().to_string();
+                    let Some(mut text) = self.docs.get(&uri).map(|d| d.text.clone()) else {
+                        return;
+                    };
+                    for change in p.content_changes {
+                        match change.range {
+                            // An incremental change, should a client send one anyway.
+                            Some(range) => {
+                                let index = LineIndex::new(&text);
+                                let (start, end) =
+                                    (index.offset(range.start), index.offset(range.end));
+                                text.replace_range(start..end.max(start), &change.text);
+                            }
+                            None => text = change.text,
+                        }
+                    }
+                    self.set_text(&uri, p.text_document.version, text);
+                }
+            }
+            "textDocument/didClose" => {
+                if let Ok(p) = serde_json::from_value::<DidCloseTextDocumentParams>(n.params) {
+                    let uri = p.text_document.uri.as_str().to_string();
+                    if let Some(doc) = self.docs.remove(&uri) {
+                        self.sources.by_name.remove(&doc.name);
+                        self.publish(&p.text_document.uri, Vec::new(), None);
+                        for other in self.extra.remove(&uri).unwrap_or_default() {
+                            self.publish(&other, Vec::new(), None);
+                        }
+                        self.reanalyze_dependents(&doc.name, &uri);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn set_text(&mut self, uri: &str, version: i32, text: String) {
+        let name = doc_name(uri);
+        self.sources.by_name.insert(name.clone(), text.clone());
+        let previous = self.docs.remove(uri);
+        let analysis = Analysis::run(&self.sources, &name, text.clone());
+        let good = if analysis.has_syntax_errors() {
+            previous.and_then(|p| {
+                if p.analysis.has_syntax_errors() {
+                    p.good
+                } else {
+                    Some(p.analysis)
+                }
+            })
+        } else {
+            None
+        };
+        self.docs.insert(
+            uri.to_string(),
+            Doc {
+                name: name.clone(),
+                version,
+                text,
+                analysis,
+                good,
+            },
+        );
+        self.publish_for(uri);
+        self.reanalyze_dependents(&name, uri);
+    }
+
+    /// Checks again the open documents whose last check read file `name`.
+    fn reanalyze_dependents(&mut self, name: &str, except: &str) {
+        let dependents: Vec<String> = self
+            .docs
+            .iter()
+            .filter(|(uri, d)| {
+                uri.as_str() != except && d.analysis.user_files().any(|(_, n)| n == name)
+            })
+            .map(|(uri, _)| uri.clone())
+            .collect();
+        for uri in dependents {
+            let Some(doc) = self.docs.get_mut(&uri) else {
+                continue;
+            };
+            let analysis = Analysis::run(&self.sources, &doc.name, doc.text.clone());
+            if analysis.has_syntax_errors() {
+                if !doc.analysis.has_syntax_errors() {
+                    doc.good = Some(std::mem::replace(&mut doc.analysis, analysis));
+                } else {
+                    doc.analysis = analysis;
+                }
+            } else {
+                doc.analysis = analysis;
+                doc.good = None;
+            }
+            self.publish_for(&uri);
+        }
+    }
+
+    fn publish(&self, uri: &Uri, diagnostics: Vec<lsp_types::Diagnostic>, version: Option<i32>) {
+        let params = PublishDiagnosticsParams::new(uri.clone(), diagnostics, version);
+        self.send(Notification::new(
+            "textDocument/publishDiagnostics".into(),
+            params,
+        ));
+    }
+
+    /// Publishes a document's diagnostics, and those of the files it imports that are not open.
+    fn publish_for(&mut self, uri: &str) {
+        let Some(doc) = self.docs.get(uri) else {
+            return;
+        };
+        let a = &doc.analysis;
+        let root = a.root_file();
+        let mut by_file: HashMap<rlc_diagnostics::FileId, Vec<lsp_types::Diagnostic>> =
+            HashMap::new();
+        for d in &a.checked.diagnostics {
+            by_file
+                .entry(d.primary().file)
+                .or_default()
+                .push(analysis::to_lsp(d, &a.files, &self.uris));
+        }
+        let mut out: Vec<(Uri, Vec<lsp_types::Diagnostic>, Option<i32>)> = Vec::new();
+        if let Ok(own) = Uri::from_str(uri) {
+            out.push((
+                own,
+                by_file.remove(&root).unwrap_or_default(),
+                Some(doc.version),
+            ));
+        }
+        let mut extra = Vec::new();
+        for (file, name) in a.user_files() {
+            if file == root || self.sources.by_name.contains_key(name) {
+                continue;
+            }
+            let Some(u) = self.uris.uri(name) else {
+                continue;
+            };
+            if let Some(diags) = by_file.remove(&file) {
+                extra.push(u.clone());
+                out.push((u, diags, None));
+            }
+        }
+        // Clear the files this document reported on before and no longer does.
+        for old in self.extra.remove(uri).unwrap_or_default() {
+            if !extra.contains(&old) {
+                out.push((old, Vec::new(), None));
+            }
+        }
+        self.extra.insert(uri.to_string(), extra);
+        for (u, diags, version) in out {
+            self.publish(&u, diags, version);
+        }
+    }
+
+    fn request(&mut self, req: Request) {
+        let id = req.id.clone();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.answer(req)));
+        let response = match result {
+            Ok(Ok(value)) => Response::new_ok(id, value),
+            Ok(Err((code, message))) => Response::new_err(id, code as i32, message),
+            Err(_) => Response::new_err(
+                id,
+                ErrorCode::InternalError as i32,
+                "internal error (the server recovered; please report it)".into(),
+            ),
+        };
+        self.send(response);
+    }
+
+    fn doc(&self, uri: &Uri) -> Result<&Doc, (ErrorCode, String)> {
+        self.docs.get(uri.as_str()).ok_or((
+            ErrorCode::InvalidParams,
+            format!("`{}` is not open", uri.as_str()),
+        ))
+    }
+
+    fn answer(&self, req: Request) -> Result<Value, (ErrorCode, String)> {
+        macro_rules! params {
+            ($ty:ty) => {
+                serde_json::from_value::<$ty>(req.params)
+                    .map_err(|e| (ErrorCode::InvalidParams, e.to_string()))?
+            };
+        }
+        let json = |v: Result<Value, serde_json::Error>| {
+            v.map_err(|e| (ErrorCode::InternalError, e.to_string()))
+        };
+        match req.method.as_str() {
+            "textDocument/hover" => {
+                let p = params!(HoverParams);
+                let pos = p.text_document_position_params;
+                let doc = self.doc(&pos.text_document.uri)?;
+                let offset = LineIndex::new(&doc.text).offset(pos.position) as u32;
+                json(serde_json::to_value(features::hover(&doc.analysis, offset)))
+            }
+            "textDocument/definition" => {
+                let p = params!(GotoDefinitionParams);
+                let pos = p.text_document_position_params;
+                let doc = self.doc(&pos.text_document.uri)?;
+                let offset = LineIndex::new(&doc.text).offset(pos.position) as u32;
+                let location =
+                    features::definition(&doc.analysis, offset).and_then(|(file, span)| {
+                        features::location(&doc.analysis, &self.uris, file, span)
+                    });
+                json(serde_json::to_value(
+                    location.map(GotoDefinitionResponse::Scalar),
+                ))
+            }
+            "textDocument/completion" => {
+                let p = params!(CompletionParams);
+                let pos = p.text_document_position;
+                let doc = self.doc(&pos.text_document.uri)?;
+                let offset = LineIndex::new(&doc.text).offset(pos.position);
+                let read = |path: &str| {
+                    use rlc_check::SourceLoader;
+                    self.sources.read(path).ok()
+                };
+                let items = features::completion(
+                    &doc.analysis,
+                    doc.good.as_ref(),
+                    &doc.text,
+                    offset,
+                    &read,
+                );
+                json(serde_json::to_value(CompletionResponse::Array(items)))
+            }
+            "textDocument/formatting" => {
+                let p = params!(DocumentFormattingParams);
+                let doc = self.doc(&p.text_document.uri)?;
+                json(serde_json::to_value(features::format(&doc.text)))
+            }
+            "textDocument/documentSymbol" => {
+                let p = params!(DocumentSymbolParams);
+                let doc = self.doc(&p.text_document.uri)?;
+                let module = &doc.analysis.checked.modules.get(0).ast;
+                json(serde_json::to_value(DocumentSymbolResponse::Nested(
+                    features::document_symbols(module, &doc.text),
+                )))
+            }
+            other => Err((
+                ErrorCode::MethodNotFound,
+                format!("`{other}` is not supported"),
+            )),
+        }
+    }
+}

@@ -1,0 +1,697 @@
+//! `rlc lsp` driven like an editor: the binary is spawned, and JSON-RPC messages with
+//! Content-Length framing go over its standard input and output. Every wait has a timeout, so
+//! a server that stops answering fails the test instead of hanging it.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    messages: Receiver<Value>,
+    /// Notifications received while waiting for something else.
+    pending: Vec<Value>,
+    next_id: i64,
+    dir: PathBuf,
+}
+
+impl Client {
+    /// Starts the server in a fresh directory (also its cache directory, where it writes std)
+    /// and completes the initialize handshake.
+    fn start(name: &str) -> Client {
+        let dir = std::env::temp_dir().join(format!("rlc-lsp-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rlc"))
+            .arg("lsp")
+            .current_dir(&dir)
+            .env("XDG_CACHE_HOME", dir.join("cache"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rlc lsp");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            loop {
+                let mut length = None;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.strip_prefix("Content-Length: ") {
+                        length = v.parse::<usize>().ok();
+                    }
+                }
+                let mut body = vec![0; length.expect("Content-Length header")];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let value: Value = serde_json::from_slice(&body).expect("JSON body");
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut client = Client {
+            child,
+            stdin,
+            messages: rx,
+            pending: Vec::new(),
+            next_id: 1,
+            dir,
+        };
+        let init = client.request(
+            "initialize",
+            json!({ "processId": null, "rootUri": null, "capabilities": {} }),
+        );
+        let caps = &init["capabilities"];
+        assert_eq!(caps["hoverProvider"], json!(true), "{init}");
+        assert_eq!(caps["positionEncoding"], json!("utf-16"));
+        client.notify("initialized", json!({}));
+        client
+    }
+
+    fn send(&mut self, msg: Value) {
+        let body = msg.to_string();
+        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }));
+    }
+
+    fn recv(&mut self, deadline: Instant) -> Value {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.messages.recv_timeout(left) {
+            Ok(v) => v,
+            Err(RecvTimeoutError::Timeout) => panic!("no message from the server in {TIMEOUT:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the server closed its output"),
+        }
+    }
+
+    /// Sends a request and returns its result (panics on an error response).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let msg = self.recv(deadline);
+            if msg.get("id") == Some(&json!(id)) && msg.get("method").is_none() {
+                assert!(msg.get("error").is_none(), "{method} failed: {msg}");
+                return msg["result"].clone();
+            }
+            self.pending.push(msg);
+        }
+    }
+
+    /// The first `publishDiagnostics` for `uri` whose diagnostics satisfy `pred` (earlier ones
+    /// for that URI are dropped).
+    fn diagnostics_until(&mut self, uri: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let msg = match self.pending.iter().position(|m| {
+                m["method"] == "textDocument/publishDiagnostics" && m["params"]["uri"] == uri
+            }) {
+                Some(at) => self.pending.remove(at),
+                None => self.recv(deadline),
+            };
+            if msg["method"] != "textDocument/publishDiagnostics" || msg["params"]["uri"] != uri {
+                self.pending.push(msg);
+                continue;
+            }
+            let diags = msg["params"]["diagnostics"].as_array().unwrap().clone();
+            if pred(&diags) {
+                return diags;
+            }
+        }
+    }
+
+    /// The diagnostics published for version `version` of `uri`.
+    fn diagnostics(&mut self, uri: &str, version: i64) -> Vec<Value> {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let msg = match self.pending.iter().position(|m| {
+                m["method"] == "textDocument/publishDiagnostics" && m["params"]["uri"] == uri
+            }) {
+                Some(at) => self.pending.remove(at),
+                None => self.recv(deadline),
+            };
+            if msg["method"] != "textDocument/publishDiagnostics" || msg["params"]["uri"] != uri {
+                self.pending.push(msg);
+                continue;
+            }
+            if msg["params"]["version"] == version {
+                return msg["params"]["diagnostics"].as_array().unwrap().clone();
+            }
+        }
+    }
+
+    fn uri(&self, file: &str) -> String {
+        format!("file://{}", self.dir.join(file).display())
+    }
+
+    fn open(&mut self, file: &str, text: &str) -> String {
+        let uri = self.uri(file);
+        std::fs::write(self.dir.join(file), text).unwrap();
+        self.notify(
+            "textDocument/didOpen",
+            json!({ "textDocument": { "uri": uri, "languageId": "rl", "version": 1, "text": text } }),
+        );
+        uri
+    }
+
+    fn change(&mut self, uri: &str, version: i64, text: &str) {
+        self.notify(
+            "textDocument/didChange",
+            json!({
+                "textDocument": { "uri": uri, "version": version },
+                "contentChanges": [{ "text": text }],
+            }),
+        );
+    }
+
+    fn at(&mut self, method: &str, uri: &str, (line, character): (u32, u32)) -> Value {
+        self.request(
+            method,
+            json!({
+                "textDocument": { "uri": uri },
+                "position": { "line": line, "character": character },
+            }),
+        )
+    }
+
+    /// `shutdown` then `exit`: the server must exit with status 0.
+    fn shutdown(mut self) {
+        let r = self.request("shutdown", Value::Null);
+        assert_eq!(r, Value::Null);
+        self.notify("exit", Value::Null);
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "rlc lsp exited with {status}");
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("rlc lsp did not exit after shutdown and exit");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // After a failed assertion: never leave the server running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Position (0-based line, UTF-16 column) of the first occurrence of `needle` in `text`,
+/// shifted `skip` characters into it.
+fn pos(text: &str, needle: &str, skip: usize) -> (u32, u32) {
+    let at = text
+        .find(needle)
+        .unwrap_or_else(|| panic!("`{needle}` not in text"));
+    let at = at
+        + needle[..]
+            .char_indices()
+            .nth(skip)
+            .map_or(needle.len(), |(i, _)| i);
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[..at].matches('\n').count();
+    let col: usize = text[line_start..at].chars().map(char::len_utf16).sum();
+    (line as u32, col as u32)
+}
+
+fn hover_text(v: &Value) -> String {
+    v["contents"]["value"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn labels(v: &Value) -> Vec<String> {
+    let items = v.as_array().or_else(|| v["items"].as_array()).unwrap();
+    items
+        .iter()
+        .map(|i| i["label"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A GRPO program in the shape of `examples/grpo_digits.rl`, with docs on `policy`.
+const PROGRAM: &str = r#"import std.algo { grpo_advantage, ppo_clip, kl_k3, token_mean }
+import std.models { tiny_gpt }
+import std.task.digits { reverse }
+
+cluster local = cpu(devices: 2)
+
+/// The policy being trained.
+model policy: CausalLM {
+  arch  = tiny_gpt(layers: 2, hidden: 64, heads: 4, vocab: reverse.vocab, max_len: 32)
+  init  = random(seed: 7)
+  optim = adamw(lr: 3e-3, warmup: 10)
+}
+model reference: CausalLM = frozen(policy)
+
+place policy.train    on local[0..2] with dp(2)
+place policy.generate on local[0..2] with dp(2)
+place reference       on local[0..2] with dp(2)
+
+/// 1 for each response token that matches the target, averaged over the response.
+fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
+  mean(where(mask, f32(resp == target), 0.0), over: T)
+}
+
+pipeline train(steps = 120, prompts_per_step = 16, group = 8) {
+  loop step in 0..steps {
+    let prompts  = reverse.sample(prompts_per_step)
+    let rollout  = policy.generate(prompts, n: group, max_new: 8, temperature: 1.0)
+    let old_logp = policy.logprobs(rollout)
+    let ref_logp = reference.logprobs(rollout)
+    let reward   = exact(rollout.response, rollout.target, rollout.mask)
+    let adv      = grpo_advantage(reward, rollout.group, rollout.mask)
+    policy.update(rollout, epochs: 1, minibatch: 64) { logp ->
+      token_mean(ppo_clip(logp, old_logp, adv, eps: 0.2) + 0.001 * kl_k3(logp, ref_logp), rollout.mask)
+    }
+    log { reward: mean(reward), kl: token_mean(kl_k3(old_logp, ref_logp), rollout.mask) }
+    every 50 steps { checkpoint policy }
+  }
+}
+"#;
+
+#[test]
+fn diagnostics_on_open_and_change() {
+    let mut c = Client::start("diag");
+    let broken = PROGRAM.replace("exact(rollout.response", "exactt(rollout.response");
+    let uri = c.open("main.rl", &broken);
+    let diags = c.diagnostics(&uri, 1);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    let d = &diags[0];
+    assert_eq!(d["severity"], 1);
+    assert!(d["code"].as_str().unwrap().starts_with('E'), "{d}");
+    assert_eq!(d["source"], "rlc");
+    assert!(d["message"].as_str().unwrap().contains("exactt"), "{d}");
+    let (line, col) = pos(&broken, "exactt(", 0);
+    assert_eq!(
+        d["range"]["start"],
+        json!({ "line": line, "character": col })
+    );
+    assert!(d["message"].as_str().unwrap().contains("help: "), "{d}");
+
+    c.change(&uri, 2, PROGRAM);
+    assert_eq!(c.diagnostics(&uri, 2), Vec::<Value>::new());
+
+    // A syntax error, then fixed again.
+    c.change(&uri, 3, &PROGRAM.replace("let adv ", "let adv = = "));
+    let diags = c.diagnostics(&uri, 3);
+    assert!(!diags.is_empty());
+    c.change(&uri, 4, PROGRAM);
+    assert_eq!(c.diagnostics(&uri, 4), Vec::<Value>::new());
+    c.shutdown();
+}
+
+#[test]
+fn diagnostics_of_imported_files_and_related_information() {
+    let mut c = Client::start("imports");
+    std::fs::write(
+        c.dir.join("lib.rl"),
+        "pub fn twice(x: f32) -> f32 {\n  x * 2.0\n}\nfn hidden() -> f32 { 1.0 }\n",
+    )
+    .unwrap();
+    let text = PROGRAM.replace(
+        "import std.models { tiny_gpt }\n",
+        "import std.models { tiny_gpt }\nimport \"./lib.rl\" { hidden }\n",
+    );
+    let uri = c.open("main.rl", &text);
+    let diags = c.diagnostics(&uri, 1);
+    let private = diags
+        .iter()
+        .find(|d| d["message"].as_str().unwrap().contains("private"))
+        .unwrap_or_else(|| panic!("{diags:#?}"));
+    let related = &private["relatedInformation"][0];
+    assert_eq!(related["location"]["uri"], c.uri("lib.rl"));
+    assert_eq!(related["location"]["range"]["start"]["line"], 3);
+    c.shutdown();
+}
+
+#[test]
+fn hover_types_roles_and_docs() {
+    let mut c = Client::start("hover");
+    let uri = c.open("main.rl", PROGRAM);
+    assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
+
+    // An expression: the innermost one with a type.
+    let h = c.at(
+        "textDocument/hover",
+        &uri,
+        pos(PROGRAM, "reward   = exact(", 0),
+    );
+    let t = hover_text(&h);
+    assert!(t.contains("reward") && t.contains("f32["), "{t}");
+
+    // After non-ASCII text on the same line, positions count UTF-16 units (`𝔵` is two).
+    let uni = "pub let pair = { name: \"μ→𝔵 ünï\", width: 6 * 7 }\n";
+    let uni_uri = c.open("uni.rl", uni);
+    assert_eq!(c.diagnostics(&uni_uri, 1), Vec::<Value>::new());
+    let (line, col) = pos(uni, "6 * 7", 2);
+    // `μ→𝔵 ünï` is 15 bytes and 8 UTF-16 units.
+    assert_eq!(col as usize, uni.find("6 * 7").unwrap() + 2 - 7);
+    let h = c.at("textDocument/hover", &uni_uri, (line, col));
+    assert!(hover_text(&h).contains("6 * 7: i64 = 42"), "{h}");
+    assert_eq!(
+        h["range"],
+        json!({ "start": { "line": 0, "character": col - 2 }, "end": { "line": 0, "character": col + 3 } })
+    );
+
+    // A role: kind, arch, placements with layouts, memory per device per phase.
+    let h = c.at(
+        "textDocument/hover",
+        &uri,
+        pos(PROGRAM, "policy.generate(", 2),
+    );
+    let t = hover_text(&h);
+    for want in [
+        "model policy: CausalLM",
+        "The policy being trained.",
+        "2 layers, hidden 64, 4 heads",
+        "train on `local[0..2]` with dp(2)",
+        "generate on `local[0..2]` with dp(2)",
+        "memory per device",
+        "| train | 2 |",
+        "| generate | 2 |",
+    ] {
+        assert!(t.contains(want), "missing {want:?} in\n{t}");
+    }
+    // The declaration itself hovers the same way.
+    let h = c.at("textDocument/hover", &uri, pos(PROGRAM, "model policy", 7));
+    assert!(hover_text(&h).contains("memory per device"));
+
+    // A cluster: its devices and what is placed on it.
+    let h = c.at("textDocument/hover", &uri, pos(PROGRAM, "cluster local", 8));
+    let t = hover_text(&h);
+    assert!(
+        t.contains("= 2 ") && t.contains("`policy.train` [0..2]"),
+        "{t}"
+    );
+
+    // A std function: its signature and docs.
+    let h = c.at(
+        "textDocument/hover",
+        &uri,
+        pos(PROGRAM, "= grpo_advantage(", 3),
+    );
+    let t = hover_text(&h);
+    assert!(
+        t.contains("fn grpo_advantage(") && t.contains("std.algo"),
+        "{t}"
+    );
+    c.shutdown();
+}
+
+#[test]
+fn definition_locals_items_and_std() {
+    let mut c = Client::start("definition");
+    let uri = c.open("main.rl", PROGRAM);
+
+    // A local.
+    let d = c.at("textDocument/definition", &uri, pos(PROGRAM, "adv, eps", 0));
+    assert_eq!(d["uri"], uri);
+    assert_eq!(
+        d["range"]["start"],
+        json!({ "line": pos(PROGRAM, "adv ", 0).0, "character": 8 })
+    );
+    // A closure parameter, innermost scope.
+    let d = c.at(
+        "textDocument/definition",
+        &uri,
+        pos(PROGRAM, "logp, old_logp", 0),
+    );
+    assert_eq!(d["range"]["start"]["line"], pos(PROGRAM, "{ logp ->", 0).0);
+    // An item of this module.
+    let d = c.at(
+        "textDocument/definition",
+        &uri,
+        pos(PROGRAM, "exact(rollout", 0),
+    );
+    assert_eq!(d["range"]["start"]["line"], pos(PROGRAM, "fn exact", 0).0);
+
+    // An imported std function: into the std copy, on its declaration.
+    let d = c.at(
+        "textDocument/definition",
+        &uri,
+        pos(PROGRAM, "= grpo_advantage(", 2),
+    );
+    let target = d["uri"].as_str().unwrap();
+    assert!(
+        target.starts_with("file://") && target.ends_with("/std/algo.rl"),
+        "{d}"
+    );
+    let path = target.strip_prefix("file://").unwrap();
+    assert!(Path::new(path).starts_with(c.dir.join("cache")), "{path}");
+    let std_text = std::fs::read_to_string(path).unwrap();
+    let line = std_text
+        .lines()
+        .nth(d["range"]["start"]["line"].as_u64().unwrap() as usize)
+        .unwrap();
+    assert!(line.contains("fn grpo_advantage("), "{line}");
+    // The name in the import list, and a module path of an import.
+    let d = c.at(
+        "textDocument/definition",
+        &uri,
+        pos(PROGRAM, "grpo_advantage,", 0),
+    );
+    assert!(d["uri"].as_str().unwrap().ends_with("/std/algo.rl"));
+    for skip in [1, 5, 10] {
+        let d = c.at(
+            "textDocument/definition",
+            &uri,
+            pos(PROGRAM, "std.task.digits", skip),
+        );
+        assert!(
+            d["uri"].as_str().unwrap().ends_with("/std/task/digits.rl"),
+            "{d}"
+        );
+    }
+    c.shutdown();
+}
+
+#[test]
+fn completion_operations_fields_and_imports() {
+    let mut c = Client::start("completion");
+    let uri = c.open("main.rl", PROGRAM);
+    assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
+
+    // The user types `policy.` on a new line: a syntax error, as in a real editor.
+    let typing = PROGRAM.replace(
+        "    every 50 steps",
+        "    let x = policy.\n    let y = rollout.\n    every 50 steps",
+    );
+    c.change(&uri, 2, &typing);
+    assert!(!c.diagnostics(&uri, 2).is_empty());
+    let l = labels(&c.at(
+        "textDocument/completion",
+        &uri,
+        pos(&typing, "policy.\n", 7),
+    ));
+    for op in ["generate", "logprobs", "update"] {
+        assert!(l.contains(&op.to_string()), "{l:?}");
+    }
+    assert!(
+        !l.contains(&"values".to_string()),
+        "a CausalLM has no values: {l:?}"
+    );
+    let l = labels(&c.at(
+        "textDocument/completion",
+        &uri,
+        pos(&typing, "rollout.\n", 8),
+    ));
+    assert_eq!(l, ["prompt", "response", "mask", "last", "target", "group"]);
+
+    // Inside `import std.algo { … }`: the module's pub items.
+    let l = labels(&c.at(
+        "textDocument/completion",
+        &uri,
+        pos(&typing, "grpo_advantage,", 0),
+    ));
+    assert!(
+        l.contains(&"whiten".to_string()) && l.contains(&"kl_k3".to_string()),
+        "{l:?}"
+    );
+
+    // Anywhere else: keywords, items, imports and locals in scope.
+    let l = labels(&c.at(
+        "textDocument/completion",
+        &uri,
+        pos(&typing, "reward   = exact", 11),
+    ));
+    for want in [
+        "pipeline",
+        "exact",
+        "policy",
+        "grpo_advantage",
+        "rollout",
+        "prompts",
+        "step",
+    ] {
+        assert!(l.contains(&want.to_string()), "missing {want}: {l:?}");
+    }
+    c.shutdown();
+}
+
+#[test]
+fn formatting_and_document_symbols() {
+    let mut c = Client::start("format");
+    let messy = PROGRAM.replace(
+        "cluster local = cpu(devices: 2)",
+        "cluster   local=cpu( devices :2 )",
+    );
+    let uri = c.open("main.rl", &messy);
+    let edits = c.request(
+        "textDocument/formatting",
+        json!({ "textDocument": { "uri": uri }, "options": { "tabSize": 2, "insertSpaces": true } }),
+    );
+    let edits = edits.as_array().unwrap();
+    assert_eq!(edits.len(), 1);
+    assert_eq!(
+        edits[0]["range"]["start"],
+        json!({ "line": 0, "character": 0 })
+    );
+    let formatted = edits[0]["newText"].as_str().unwrap();
+    assert!(
+        formatted.contains("cluster local = cpu(devices: 2)"),
+        "{formatted}"
+    );
+
+    // With a syntax error: no edit.
+    c.change(&uri, 2, &PROGRAM.replace("let adv ", "let adv = = "));
+    let edits = c.request(
+        "textDocument/formatting",
+        json!({ "textDocument": { "uri": uri }, "options": { "tabSize": 2, "insertSpaces": true } }),
+    );
+    assert_eq!(edits, Value::Null);
+
+    c.change(&uri, 3, PROGRAM);
+    let symbols = c.request(
+        "textDocument/documentSymbol",
+        json!({ "textDocument": { "uri": uri } }),
+    );
+    let names: Vec<&str> = symbols
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "local",
+        "policy",
+        "reference",
+        "exact",
+        "train",
+        "place policy.train",
+    ] {
+        assert!(names.contains(&want), "missing {want}: {names:?}");
+    }
+    let train = symbols
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "train")
+        .unwrap();
+    let children: Vec<&str> = train["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        children.contains(&"rollout") && children.contains(&"steps"),
+        "{children:?}"
+    );
+    c.shutdown();
+}
+
+#[test]
+fn exit_without_shutdown_is_an_error() {
+    let mut c = Client::start("exit");
+    c.notify("exit", Value::Null);
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(status) = c.child.try_wait().unwrap() {
+            assert_eq!(status.code(), Some(1));
+            break;
+        }
+        assert!(Instant::now() < deadline, "rlc lsp did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn file_imports_and_module_members() {
+    let mut c = Client::start("modules");
+    let lib = "/// Doubles.\npub fn twice(x: f32) -> f32 {\n  x * 2.0\n}\n\nfn hidden() -> f32 {\n  1.0\n}\n";
+    std::fs::write(c.dir.join("lib.rl"), lib).unwrap();
+    let main = "import \"./lib.rl\" as lib\nimport std.algo\n\npub fn f(x: f32[B, T]) -> f32 {\n  lib.twice(algo.masked_sum(x, x > 0.0))\n}\n";
+    let uri = c.open("main.rl", main);
+    let lib_uri = c.uri("lib.rl");
+
+    let d = c.at("textDocument/definition", &uri, pos(main, "twice(algo", 1));
+    assert_eq!(d["uri"], lib_uri);
+    assert_eq!(d["range"]["start"], json!({ "line": 1, "character": 7 }));
+    let d = c.at("textDocument/definition", &uri, pos(main, "./lib.rl", 2));
+    assert_eq!(d["uri"], lib_uri);
+    let h = c.at("textDocument/hover", &uri, pos(main, "twice(algo", 1));
+    assert!(hover_text(&h).contains("Doubles."), "{h}");
+
+    // Typing `lib.`, `algo.` and `import std.`.
+    let typing = main.replace(
+        "  lib.twice(",
+        "  let a = lib.\n  let b = algo.\n  lib.twice(",
+    );
+    let typing = format!("import std.\n{typing}");
+    c.change(&uri, 2, &typing);
+    let l = labels(&c.at("textDocument/completion", &uri, pos(&typing, "lib.\n", 4)));
+    assert_eq!(l, ["twice"]);
+    let l = labels(&c.at("textDocument/completion", &uri, pos(&typing, "algo.\n", 5)));
+    assert!(
+        l.contains(&"masked_sum".to_string()) && l.contains(&"whiten".to_string()),
+        "{l:?}"
+    );
+    let l = labels(&c.at("textDocument/completion", &uri, (0, 11)));
+    assert!(
+        l.contains(&"algo".to_string()) && l.contains(&"task.digits".to_string()),
+        "{l:?}"
+    );
+
+    // A changed import that is open is read from the editor, not from disk.
+    c.change(&uri, 3, main);
+    assert_eq!(c.diagnostics(&uri, 3), Vec::<Value>::new());
+    let lib_open = c.open("lib.rl", lib);
+    c.change(&lib_open, 2, &lib.replace("pub fn twice", "pub fn thrice"));
+    // The importing document is checked again, against the editor's text of lib.rl.
+    let diags = c.diagnostics_until(&uri, |d| !d.is_empty());
+    assert!(
+        diags[0]["message"].as_str().unwrap().contains("twice"),
+        "{diags:#?}"
+    );
+    c.shutdown();
+}
