@@ -1,5 +1,5 @@
 //! GRPO on a synthetic task: a small policy learns to reverse a string of digits.
-//! Runs on two CPU devices; the README's first command trains it.
+//! Two CPU devices; the README's first command checks it and builds its plan.
 
 import std.algo { grpo_advantage, ppo_clip, kl_k3, token_mean }
 import std.models { tiny_gpt }

@@ -25,7 +25,6 @@
 (fn_item name: (identifier) @function)
 (pipeline_item name: (identifier) @function)
 (call_expression function: (identifier) @function)
-(call_expression function: (member_expression member: (identifier) @function))
 
 (parameter name: (identifier) @variable.parameter)
 (closure (identifier) @variable.parameter)
@@ -35,6 +34,9 @@
 (record_field name: (identifier) @property)
 (struct_field name: (identifier) @property)
 (member_expression member: (identifier) @property)
+; After the generic member rule: the CLI lets the last matching pattern win, and a called
+; member (`policy.generate(…)`) is a method.
+(call_expression function: (member_expression member: (identifier) @function))
 (module_path (identifier) @module)
 
 ["(" ")" "[" "]" "{" "}"] @punctuation.bracket
