@@ -397,8 +397,9 @@ fn bind_import(
     }
 }
 
-/// `./lib/x.rl` imported from `dir/main.rl` is `dir/lib/x.rl`; `..` segments are folded.
-fn join_relative(from: &str, path: &str) -> String {
+/// `./lib/x.rl` imported from `dir/main.rl` is `dir/lib/x.rl`; `..` segments are folded. Tools
+/// that resolve imports as the checker does (the language server) call this too.
+pub fn join_relative(from: &str, path: &str) -> String {
     if path.starts_with('/') {
         return path.to_string();
     }

@@ -34,98 +34,25 @@ fn check(src: &str) {
     }
 }
 
+/// Tokens besides the keywords (which come from the grammar's list).
 const TOKENS: &[&str] = &[
-    "import",
-    "std",
-    ".",
-    "algo",
-    "{",
-    "}",
-    "(",
-    ")",
-    "[",
-    "]",
-    ",",
-    ":",
-    "=",
-    "==",
-    "->",
-    "..",
-    "+",
-    "-",
-    "*",
-    "/",
-    "%",
-    "<",
-    ">=",
-    "&&",
-    "||",
-    "!",
-    "pub",
-    "cluster",
-    "model",
-    "dataset",
-    "struct",
-    "fn",
-    "let",
-    "place",
-    "on",
-    "with",
-    "auto",
-    "pipeline",
-    "loop",
-    "in",
-    "log",
-    "every",
-    "steps",
-    "checkpoint",
-    "scan",
-    "reverse",
-    "over",
-    "emit",
-    "true",
-    "false",
-    "dp",
-    "tp",
-    "fsdp",
-    "micro",
-    "policy",
-    "CausalLM",
-    "x",
-    "T",
-    "B",
-    "f32",
-    "Mask",
-    "0",
-    "2",
-    "8",
-    "3e-4",
-    "80GiB",
-    "\"s\"",
-    "\"",
-    "//c\n",
-    "\n",
-    " ",
-    ";",
-    "#",
-    "@",
-    "μ",
-    "where",
-    "mean",
-    "rollout",
-    "generate",
-    "update",
-    "logp",
-    "cpu",
-    "devices",
-    "local",
-    "tiny_gpt",
-    "arch",
-    "frozen",
+    "std", ".", "algo", "{", "}", "(", ")", "[", "]", ",", ":", "=", "==", "->", "..", "+", "-",
+    "*", "/", "%", "<", ">=", "&&", "||", "!", "steps", "reverse", "over", "dp", "tp", "fsdp",
+    "micro", "policy", "CausalLM", "x", "T", "B", "f32", "Mask", "0", "2", "8", "3e-4", "80GiB",
+    "\"s\"", "\"", "//c\n", "\n", " ", ";", "#", "@", "μ", "where", "mean", "rollout", "generate",
+    "update", "logp", "cpu", "devices", "local", "tiny_gpt", "arch", "frozen",
 ];
 
+fn vocabulary() -> Vec<&'static str> {
+    rlc_syntax::ast::KEYWORDS
+        .iter()
+        .chain(TOKENS)
+        .copied()
+        .collect()
+}
+
 fn soup() -> impl Strategy<Value = String> {
-    prop::collection::vec(prop::sample::select(TOKENS), 0..120).prop_map(|t| t.join(" "))
+    prop::collection::vec(prop::sample::select(vocabulary()), 0..120).prop_map(|t| t.join(" "))
 }
 
 fn corpus() -> Vec<String> {
@@ -159,7 +86,8 @@ enum Mutation {
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (any::<usize>(), 1usize..40).prop_map(|(a, n)| Mutation::Delete(a, n)),
-        (any::<usize>(), prop::sample::select(TOKENS)).prop_map(|(a, t)| Mutation::Insert(a, t)),
+        (any::<usize>(), prop::sample::select(vocabulary()))
+            .prop_map(|(a, t)| Mutation::Insert(a, t)),
         any::<usize>().prop_map(Mutation::DuplicateLine),
         any::<usize>().prop_map(Mutation::Truncate),
     ]

@@ -83,24 +83,7 @@ pub fn module_named(modules: &Modules, name: &str) -> Option<usize> {
     modules.modules.iter().position(|m| m.name == name)
 }
 
-/// `./lib/x.rl` imported from `dir/main.rl` is `dir/lib/x.rl` (as the checker joins them).
-pub fn join_relative(from: &str, path: &str) -> String {
-    if path.starts_with('/') {
-        return path.to_string();
-    }
-    let mut parts: Vec<&str> = from.split('/').collect();
-    parts.pop();
-    for seg in path.split('/') {
-        match seg {
-            "." | "" => {}
-            ".." if parts.last().is_some_and(|p| *p != "..") && !parts.is_empty() => {
-                parts.pop();
-            }
-            other => parts.push(other),
-        }
-    }
-    parts.join("/")
-}
+pub use rlc_check::modules::join_relative;
 
 impl Walk<'_> {
     fn contains(&self, span: Span) -> bool {
