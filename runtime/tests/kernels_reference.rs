@@ -2,8 +2,9 @@
 //! and whole-tensor reductions, broadcasting, scans, groups, casts, calls across dimension
 //! names, defaults, `stop_grad`) on small hand-checked inputs, and its errors.
 
-use rlc_check::{Checked, SourceLoader};
-use rlc_diagnostics::Files;
+mod common;
+
+use rlc_check::Checked;
 use rlc_runtime::kernels::reference::{Arg, EvalError, Evaluator};
 use tch::{Kind, Tensor};
 
@@ -44,27 +45,8 @@ fn elementwise(x: f32[B]) -> f32[B] {
 }
 "#;
 
-struct NoFiles;
-
-impl SourceLoader for NoFiles {
-    fn read(&self, path: &str) -> Result<String, String> {
-        Err(format!("{path}: not found"))
-    }
-}
-
 fn program() -> Checked {
-    let mut files = Files::new();
-    let checked = rlc_check::check(&NoFiles, &mut files, "kernels_reference.rl", ROOT.into());
-    let errors: Vec<_> = checked
-        .diagnostics
-        .iter()
-        .filter(|d| d.is_error())
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "the test module does not check: {errors:#?}"
-    );
-    checked
+    common::checked("kernels_reference.rl", ROOT)
 }
 
 fn eval<'a>(p: &'a Checked) -> Evaluator<'a> {

@@ -4,8 +4,9 @@
 //! `kernels::oracle`. Positions that RL_MATH leaves unspecified (padding after whitening, or
 //! where a function's doc says so) are compared only under the mask.
 
-use rlc_check::{Checked, SourceLoader};
-use rlc_diagnostics::Files;
+mod common;
+
+use rlc_check::Checked;
 use rlc_runtime::kernels::oracle::{self, MaskRows, Rows, advantage, dapo, kl, loss, masked};
 use rlc_runtime::kernels::reference::{Arg, Evaluator};
 use rlc_runtime::rng::Rng;
@@ -29,27 +30,8 @@ fn ppo_token_mean(logp: f32[B, T], old: f32[B, T], adv: f32[B, T], m: Mask[B, T]
 }
 "#;
 
-struct NoFiles;
-
-impl SourceLoader for NoFiles {
-    fn read(&self, path: &str) -> Result<String, String> {
-        Err(format!("{path}: not found"))
-    }
-}
-
 fn program() -> Checked {
-    let mut files = Files::new();
-    let checked = rlc_check::check(&NoFiles, &mut files, "kernels_std.rl", ROOT.to_string());
-    let errors: Vec<_> = checked
-        .diagnostics
-        .iter()
-        .filter(|d| d.is_error())
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "the test module does not check: {errors:#?}"
-    );
-    checked
+    common::checked("kernels_std.rl", ROOT)
 }
 
 // ---------------------------------------------------------------------------------------------
