@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: the GRPO example (examples/grpo_digits.rl) on two CPU devices. Builds rlc and
-# checks the program, then prints what it will run. (Training itself arrives with the runtime.)
+# The main job: the GRPO example (examples/grpo_digits.rl) on two CPU devices. Builds rlc, checks
+# the program, lowers it to its execution plan and draws the plan (what runs where, and what
+# moves between devices). Training itself arrives with `rlc run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked --quiet
@@ -13,5 +14,7 @@ if "$rlc" build --help >/dev/null 2>&1; then
   echo
   echo "== rlc build $example"
   "$rlc" build "$example" -o target/grpo_digits.plan.json
-  echo "plan written to target/grpo_digits.plan.json"
+  echo
+  echo "== rlc graph $example --format mermaid"
+  "$rlc" graph "$example" --format mermaid
 fi
