@@ -1,23 +1,10 @@
 //! The formatter: the examples and std are fixed points, messy inputs come out canonical, and
 //! formatting keeps the syntax tree (spans aside) and every comment, and is idempotent.
 
+mod common;
+
 use rlc_diagnostics::FileId;
 use rlc_syntax::format::{format_source, verify};
-use std::path::{Path, PathBuf};
-
-fn rl_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rl_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rl") {
-            out.push(path);
-        }
-    }
-}
 
 /// Formats `src` and checks the result: it parses to the same tree with the same comments, and
 /// formatting it again changes nothing.
@@ -64,12 +51,7 @@ fn snap(name: &str, src: &str) {
 
 #[test]
 fn examples_and_std_are_fixed_points() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut files = Vec::new();
-    rl_files(&root.join("examples"), &mut files);
-    rl_files(&root.join("stdlib"), &mut files);
-    files.sort();
-    assert!(files.len() >= 4, "found only {files:?}");
+    let files = common::corpus();
     for path in files {
         let src = std::fs::read_to_string(&path).unwrap();
         let out = fmt(&src);

@@ -223,19 +223,6 @@ fn layout_text(l: &Layout) -> String {
     }
 }
 
-fn count(n: u64) -> String {
-    let x = n as f64;
-    if x >= 1e9 {
-        format!("{:.2}B", x / 1e9)
-    } else if x >= 1e6 {
-        format!("{:.1}M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.1}K", x / 1e3)
-    } else {
-        n.to_string()
-    }
-}
-
 /// A role's kind, arch, placements with layouts and the memory estimate per device per phase.
 pub fn role_hover(program: &Program, file: FileId, name: Span) -> Option<String> {
     let idx = program
@@ -280,7 +267,7 @@ pub fn role_hover(program: &Program, file: FileId, name: Span) -> Option<String>
             arch.ffn,
             arch.vocab,
             arch.max_len,
-            count(memory::role_parameters(model.kind, arch)),
+            memory::human_count(memory::role_parameters(model.kind, arch)),
         );
     }
     let placements: Vec<(usize, &rlc_check::program::Placement)> = program

@@ -860,7 +860,7 @@ fn article(name: &str) -> &'static str {
 }
 
 /// `14.2B`, `350.0M`, `12.0K`, `512`.
-fn human_count(n: u64) -> String {
+pub fn human_count(n: u64) -> String {
     let x = n as f64;
     if x >= 1e9 {
         format!("{:.1}B", x / 1e9)
