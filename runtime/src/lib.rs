@@ -1,10 +1,14 @@
 //! The runtime of `rlc`: models, generation, optimisers, collectives and checkpoint loading on
 //! libtorch (through `tch`).
 
+pub mod checkpoint;
 pub mod collectives;
+pub mod data;
+pub mod exec;
 pub mod generate;
 pub mod hf;
 pub mod kernels;
 pub mod model;
 pub mod optim;
+pub mod report;
 pub mod rng;

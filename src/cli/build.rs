@@ -11,6 +11,14 @@ use std::process::ExitCode;
 /// Checks and lowers `path`. `Ok(Err(code))`: diagnostics (or lowering errors) were printed and
 /// the command exits with `code`; `Err`: an I/O error.
 pub(super) fn compile(path: &Path, args: &OutputArgs) -> Result<Result<Plan, ExitCode>, String> {
+    Ok(compile_checked(path, args)?.map(|(plan, _)| plan))
+}
+
+/// [`compile`], also returning the checked program (the runtime evaluates its `fn`s).
+pub(super) fn compile_checked(
+    path: &Path,
+    args: &OutputArgs,
+) -> Result<Result<(Plan, rlc_check::Checked), ExitCode>, String> {
     let text = sources::read(path)?;
     let mut files = Files::new();
     let checked = rlc_check::check(
@@ -36,7 +44,7 @@ pub(super) fn compile(path: &Path, args: &OutputArgs) -> Result<Result<Plan, Exi
                     path.display()
                 ));
             }
-            Ok(Ok(plan))
+            Ok(Ok((plan, checked)))
         }
         Err(errors) => {
             for e in errors {

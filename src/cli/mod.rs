@@ -7,6 +7,7 @@ mod fmt;
 mod graph;
 mod lsp;
 mod output;
+mod run;
 mod sources;
 
 use clap::{Parser, Subcommand};
@@ -95,6 +96,12 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
         color: ColorChoice,
     },
+    /// Check a program, lower it and run its plan: the ranks of a CPU cluster as threads of
+    /// this process. Writes metrics, a reward/KL curve, a summary and checkpoints to a run folder.
+    #[command(
+        after_help = "Examples:\n  rlc run examples/grpo_digits.rl\n  rlc run pipeline.rl --seed 3 --out runs/try3\n  rlc run pipeline.rl --resume"
+    )]
+    Run(run::RunArgs),
     /// Run the language server on standard input and output (for editors).
     #[command(after_help = "Editors start it themselves; see editors/README.md.")]
     Lsp,
@@ -147,6 +154,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
             },
         ),
         Command::Explain { code, list } => explain::run(code.as_deref(), list),
+        Command::Run(args) => run::run(&args),
         Command::Lsp => lsp::run(),
     }
 }

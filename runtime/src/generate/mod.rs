@@ -3,7 +3,7 @@
 
 mod sampling;
 
-pub use sampling::{SamplingConfig, next_tokens};
+pub use sampling::{SamplingConfig, next_tokens, next_tokens_from};
 
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
@@ -28,6 +28,11 @@ pub struct GenerateConfig {
     pub use_kv_cache: bool,
     /// Also return the logits each response token was chosen from.
     pub return_logits: bool,
+    /// These rows are rows `first..first + R` of a batch of `total` rows (`(first, total)`):
+    /// each step draws the random numbers of all `total` rows and uses this slice, so a data
+    /// rank's share samples exactly the tokens the whole batch would. `None`: the rows are the
+    /// whole batch.
+    pub rows_of: Option<(i64, i64)>,
 }
 
 impl Default for GenerateConfig {
@@ -41,6 +46,7 @@ impl Default for GenerateConfig {
             seed: 0,
             use_kv_cache: true,
             return_logits: false,
+            rows_of: None,
         }
     }
 }
@@ -184,6 +190,15 @@ fn validate(
     if sampling.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
         return invalid(format!("top_p must be in (0, 1], got {:?}", sampling.top_p));
     }
+    let rows = prompt_ids.size()[0] * config.samples_per_prompt;
+    if let Some((first, total)) = config.rows_of
+        && !(first >= 0 && first + rows <= total)
+    {
+        return invalid(format!(
+            "rows {first}..{} do not lie in a batch of {total}",
+            first + rows
+        ));
+    }
     Ok(())
 }
 
@@ -241,7 +256,7 @@ impl<'a> Decoder<'a> {
         let mut next_logits = self.prefill();
         let mut finished = Tensor::zeros([rows], (Kind::Bool, device));
         for step in 0..self.config.max_new {
-            let chosen = next_tokens(&next_logits, &self.config.sampling, &mut self.rng);
+            let chosen = self.sample(&next_logits);
             let token = chosen.where_scalarother(&finished.logical_not(), self.config.pad_token_id);
             self.alive.push(finished.logical_not().to_kind(Kind::Int64));
             if self.config.return_logits {
@@ -258,6 +273,20 @@ impl<'a> Decoder<'a> {
             next_logits = self.decode(&token);
         }
         self.into_rollout()
+    }
+
+    fn sample(&mut self, logits: &Tensor) -> Tensor {
+        let Some((first, total)) = self.config.rows_of else {
+            return next_tokens(logits, &self.config.sampling, &mut self.rng);
+        };
+        if self.config.sampling.is_greedy() {
+            return logits.argmax(-1, false);
+        }
+        let uniforms = self
+            .rng
+            .uniform_tensor(total)
+            .narrow(0, first, logits.size()[0]);
+        next_tokens_from(logits, &self.config.sampling, &uniforms)
     }
 
     /// Logits for the first response token, `[R, V]`.

@@ -33,6 +33,16 @@ pub fn next_tokens(logits: &Tensor, sampling: &SamplingConfig, rng: &mut Rng) ->
     if sampling.is_greedy() {
         return logits.argmax(-1, false);
     }
+    let uniforms = rng.uniform_tensor(logits.size()[0]);
+    next_tokens_from(logits, sampling, &uniforms)
+}
+
+/// [`next_tokens`] with the row's uniform numbers in [0, 1) given (`[B]` float64): a data rank
+/// passes its slice of the whole batch's numbers, so that it samples as the whole batch would.
+pub fn next_tokens_from(logits: &Tensor, sampling: &SamplingConfig, uniforms: &Tensor) -> Tensor {
+    if sampling.is_greedy() {
+        return logits.argmax(-1, false);
+    }
     let mut scaled = logits.to_kind(Kind::Double) / sampling.temperature;
     if let Some(k) = sampling.top_k {
         let k = k.min(scaled.size()[1]);
@@ -52,11 +62,8 @@ pub fn next_tokens(logits: &Tensor, sampling: &SamplingConfig, rng: &mut Rng) ->
     let rows = cdf.size()[0];
     let vocab = cdf.size()[1];
     // Inverse-CDF sampling: the first token whose cumulative probability exceeds u.
-    let u = rng
-        .uniform_tensor(rows)
-        .to_device(cdf.device())
-        .unsqueeze(1)
-        * cdf.narrow(1, vocab - 1, 1);
+    debug_assert_eq!(uniforms.size(), [rows]);
+    let u = uniforms.to_device(cdf.device()).unsqueeze(1) * cdf.narrow(1, vocab - 1, 1);
     cdf.le_tensor(&u)
         .sum_dim_intlist(-1, false, Kind::Int64)
         .clamp_max(vocab - 1)

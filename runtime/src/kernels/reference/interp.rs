@@ -219,6 +219,14 @@ impl<'m> Interp<'m> {
                         name: name.name.clone(),
                     }),
                 },
+                Value::Record(fields) => fields
+                    .iter()
+                    .find(|(field, _)| *field == name.name)
+                    .map(|(_, t)| Value::Tensor(t.clone()))
+                    .ok_or_else(|| EvalError::UnknownName {
+                        function: frame.function.clone(),
+                        name: name.name.clone(),
+                    }),
                 _ => Err(self.err_unsupported(frame, format!("the member `.{}`", name.name))),
             },
             ExprKind::Unary { op, operand, .. } => {

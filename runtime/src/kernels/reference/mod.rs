@@ -47,9 +47,10 @@ pub use error::EvalError;
 pub use value::Named;
 
 use error::Result;
+use frame::Frame;
 use interp::Interp;
 use rlc_check::modules::{Binding, Modules};
-use rlc_syntax::ast::ItemKind;
+use rlc_syntax::ast::{Expr, ItemKind};
 use tch::{Device, Kind, Tensor};
 use value::{Numeric, Value};
 
@@ -75,6 +76,31 @@ impl From<&Tensor> for Arg {
 impl From<f64> for Arg {
     fn from(x: f64) -> Self {
         Arg::Number(x)
+    }
+}
+
+/// A name bound for [`Evaluator::eval`].
+#[derive(Debug)]
+pub enum Bound {
+    Tensor(Tensor),
+    Number(f64),
+    /// A record whose fields are read as `name.field`.
+    Record(Vec<(String, Tensor)>),
+}
+
+impl Bound {
+    /// The same binding, sharing the tensors' storage.
+    pub fn shallow(&self) -> Bound {
+        match self {
+            Bound::Tensor(t) => Bound::Tensor(t.shallow_clone()),
+            Bound::Number(x) => Bound::Number(*x),
+            Bound::Record(fields) => Bound::Record(
+                fields
+                    .iter()
+                    .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                    .collect(),
+            ),
+        }
     }
 }
 
@@ -151,6 +177,43 @@ impl<'m> Evaluator<'m> {
             Value::Number(x) => self.num.literal(x, None),
             _ => Err(EvalError::Unsupported {
                 function: function.to_string(),
+                what: "a result that is not a tensor".into(),
+            }),
+        }
+    }
+
+    /// Evaluates an expression of the root module (a pipeline's loss closure, a `log` field)
+    /// with `bindings` in scope; a reduction without `over:` reduces every axis.
+    pub fn eval(&self, expr: &Expr, bindings: &[(&str, Bound)]) -> Result<Tensor> {
+        let interp = Interp {
+            modules: self.modules,
+            num: self.num,
+        };
+        let mut frame = Frame::new(0, "<pipeline>");
+        // Axes are named by position (`_0` rows, `_1` tokens…): the bound values of a pipeline
+        // share their leading axes, and a `fn` they are passed to renames them.
+        let unnamed = |t: &Tensor| {
+            let dims = (0..t.dim()).map(|i| format!("_{i}")).collect();
+            Named::new(t.shallow_clone(), dims)
+        };
+        for (name, binding) in bindings {
+            let value = match binding {
+                Bound::Tensor(t) => Value::Tensor(unnamed(t)),
+                Bound::Number(x) => Value::Number(*x),
+                Bound::Record(fields) => Value::Record(std::rc::Rc::new(
+                    fields
+                        .iter()
+                        .map(|(field, t)| (field.clone(), unnamed(t)))
+                        .collect(),
+                )),
+            };
+            frame.bind(name, value);
+        }
+        match interp.expr(&mut frame, expr, 0)? {
+            Value::Tensor(t) => Ok(t.tensor),
+            Value::Number(x) => Ok(self.num.literal(x, None)?.tensor),
+            _ => Err(EvalError::Unsupported {
+                function: "<pipeline>".into(),
                 what: "a result that is not a tensor".into(),
             }),
         }

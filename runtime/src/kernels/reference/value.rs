@@ -70,6 +70,9 @@ pub enum Value {
         module: usize,
         index: usize,
     },
+    /// A record bound by the caller of [`super::Evaluator::eval`] (a rollout): `r.field` reads
+    /// a field.
+    Record(std::rc::Rc<Vec<(String, Named)>>),
 }
 
 pub fn is_float(kind: Kind) -> bool {

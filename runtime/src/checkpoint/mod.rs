@@ -1,0 +1,93 @@
+//! Training checkpoints that resume bit-exactly and are refused when corrupt or partial.
+//!
+//! A checkpoint is one folder per role and step (`step-000050`) holding
+//!
+//! * `model.safetensors`: the weights, under the names given (Hugging Face names stay loadable
+//!   by other tools);
+//! * `optimizer.safetensors`: the optimiser's state tensors;
+//! * `state.json`: the step and the caller's JSON state;
+//! * `manifest.json`, written last: the format version and each file's size and SHA-256.
+//!
+//! `save` builds the folder under a hidden temporary name and renames it into place, so a folder
+//! with a manifest is complete; `load` re-checks sizes and digests before trusting any byte.
+
+mod error;
+mod io;
+mod load;
+mod manifest;
+mod save;
+mod state;
+mod tensors;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+pub use error::{CheckpointError, Corruption};
+pub use load::load;
+pub use save::save;
+
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+pub const STATE_FILE: &str = "state.json";
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// Everything a resumed run needs, for one role (model) of one job.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// Steps completed.
+    pub step: u64,
+    /// Model parameters by name, in the order they are to be restored.
+    pub weights: Vec<(String, tch::Tensor)>,
+    /// Optimiser state tensors by name (AdamW moments etc.).
+    pub optimizer: Vec<(String, tch::Tensor)>,
+    /// Optimiser step count, RNG states, data cursor, …. Round-trips exactly: integers (u64
+    /// included) as JSON numbers, and floats bit for bit.
+    pub state: serde_json::Value,
+}
+
+/// The folder for `step` under `root`: `root/step-000050`.
+pub fn step_dir(root: &Path, step: u64) -> PathBuf {
+    root.join(format!("step-{step:06}"))
+}
+
+/// The newest checkpoint under `root` that has a manifest, if any; a missing `root` has none.
+///
+/// Temporary folders (`.step-….tmp-PID`) and folders without a manifest (interrupted writes) are
+/// skipped. The files are not verified here; `load` does that.
+pub fn latest(root: &Path) -> Result<Option<PathBuf>, CheckpointError> {
+    let entries = match std::fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(io::context(root, "list", root)(error)),
+    };
+    let mut newest: Option<(u64, String)> = None;
+    for entry in entries {
+        let entry = entry.map_err(io::context(root, "list", root))?;
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let Some(step) = parse_step(&name) else {
+            continue;
+        };
+        if !entry.path().join(MANIFEST_FILE).is_file() {
+            continue;
+        }
+        // Ties (`step-50` beside `step-000050`) go to the greater name, for determinism.
+        let candidate = (step, name);
+        if newest.as_ref().is_none_or(|best| candidate > *best) {
+            newest = Some(candidate);
+        }
+    }
+    Ok(newest.map(|(_, name)| root.join(name)))
+}
+
+/// The step of a folder named `step-<digits>`.
+fn parse_step(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("step-")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}

@@ -1,0 +1,89 @@
+//! The prompt sources of training jobs: `task(kind, digits)` from `std.task.digits` and
+//! `jsonl(path, field)`, with a reproducible `Sampler` and the tasks' rule-based `score`.
+
+mod jsonl;
+mod sampler;
+mod score;
+mod task;
+pub mod tokens;
+
+use std::path::{Path, PathBuf};
+
+pub use jsonl::JsonlPrompts;
+pub use sampler::Sampler;
+pub use score::score;
+pub use task::{Task, TaskKind};
+pub use tokens::{decode, encode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error(
+        "unknown task kind `{kind}` (the tasks are reverse_digits, add_numbers and sort_digits)"
+    )]
+    UnknownTask { kind: String },
+    #[error("a task needs at least 1 digit, got {digits}")]
+    Digits { digits: i64 },
+    #[error(
+        "character `{ch}` at position {position} is outside the task alphabet \
+         (digits, `+`, `=`, `^` BOS, `$` EOS, `_` PAD)"
+    )]
+    Alphabet { ch: char, position: usize },
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: line {line}: {problem}")]
+    Line {
+        path: PathBuf,
+        line: usize,
+        problem: String,
+    },
+    #[error("{path}: no prompts (the file is empty)")]
+    Empty { path: PathBuf },
+}
+
+/// One prompt and its reference answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// Starts with BOS; task prompts end with `=`.
+    pub prompt: Vec<i64>,
+    /// The answer tokens followed by EOS; empty when the source has no reference answer.
+    pub target: Vec<i64>,
+}
+
+/// Where a job's prompts come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Task(Task),
+    Jsonl(JsonlPrompts),
+}
+
+impl Source {
+    /// `task(kind: ..., digits: ...)`; an unknown kind is an error naming the kinds.
+    pub fn task(kind: &str, digits: i64) -> Result<Source, DataError> {
+        Task::new(kind, digits).map(Source::Task)
+    }
+
+    /// `jsonl(path, field)`: reads and encodes every line now; errors name the file, the line and
+    /// what is wrong with it.
+    pub fn jsonl(path: &Path, field: &str) -> Result<Source, DataError> {
+        JsonlPrompts::load(path, field).map(Source::Jsonl)
+    }
+
+    /// Both kinds speak the task vocabulary.
+    pub fn vocab(&self) -> i64 {
+        tokens::VOCAB
+    }
+
+    /// The longest prompt (task prompts all have the same length).
+    pub fn prompt_len(&self) -> i64 {
+        match self {
+            Source::Task(task) => task.prompt_len(),
+            Source::Jsonl(prompts) => prompts.prompt_len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

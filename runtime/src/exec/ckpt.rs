@@ -1,0 +1,72 @@
+//! `checkpoint role`: the first rank of the role's training instance writes the weights, the
+//! optimizer state and the position of the run; every data rank holds the same copy.
+//! A resumed run loads them on every rank.
+
+use std::path::{Path, PathBuf};
+
+use rlc_plan::model::Op;
+use serde_json::json;
+
+use super::error::{Result, RunError};
+use super::rank::Rank;
+use crate::checkpoint::{self, Checkpoint};
+
+/// Where checkpoints of `role` go: `run_dir/checkpoints/<role>/step-000050`.
+pub fn role_root(run_dir: &Path, role: &str) -> PathBuf {
+    run_dir.join("checkpoints").join(role)
+}
+
+impl Rank<'_> {
+    pub(super) fn checkpoint(&self, op: &Op, role: &str, step: u64) -> Result<()> {
+        if op.ranks.iter().next() != Some(self.rank) {
+            return Ok(());
+        }
+        let state = self.role(role)?;
+        let (optimizer, optimizer_steps) = match &state.training {
+            Some(t) => (t.optimizer.state_tensors(), t.optimizer.steps()),
+            None => (Vec::new(), 0),
+        };
+        let cursors: serde_json::Map<String, serde_json::Value> = self
+            .samplers()
+            .iter()
+            .map(|(name, s)| (name.clone(), json!(s.cursor())))
+            .collect();
+        let saved = Checkpoint {
+            step: step + 1,
+            weights: state.weights(),
+            optimizer,
+            state: json!({
+                "role": role,
+                "steps_done": step + 1,
+                "optimizer_steps": optimizer_steps,
+                "seed": self.seed(),
+                "data_cursors": cursors,
+            }),
+        };
+        let dir = checkpoint::step_dir(&role_root(self.run_dir(), role), step + 1);
+        checkpoint::save(&dir, &saved)?;
+        Ok(())
+    }
+
+    /// Loads `role`'s checkpoint from `dir`; returns the steps it had completed.
+    pub(super) fn restore(&mut self, role: &str, dir: &Path) -> Result<u64> {
+        let saved = checkpoint::load(dir)?;
+        let what = dir.display().to_string();
+        let state = self
+            .roles
+            .get_mut(role)
+            .ok_or_else(|| RunError::Plan(format!("rank does not hold `{role}`")))?;
+        state.load_weights(&saved.weights, &what)?;
+        if let Some(training) = &mut state.training {
+            let steps = saved.state["optimizer_steps"].as_u64().ok_or_else(|| {
+                RunError::Plan(format!("{what}: state.json has no optimizer_steps"))
+            })?;
+            let tensors = saved.optimizer.into_iter().collect();
+            training
+                .optimizer
+                .load_state(steps, &tensors)
+                .map_err(|e| RunError::Plan(format!("{what}: {e}")))?;
+        }
+        Ok(saved.step)
+    }
+}

@@ -1,0 +1,44 @@
+//! Why a run stopped.
+
+use crate::collectives::CollectiveError;
+use crate::generate::GenerateError;
+use crate::kernels::reference::EvalError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The plan asks for something this runtime does not execute yet.
+    #[error("this runtime cannot run the plan: {0}")]
+    Unsupported(String),
+    /// The plan contradicts itself or the program it was built from.
+    #[error("the plan does not match its program: {0}")]
+    Plan(String),
+    #[error("dataset `{name}`: {message}")]
+    Dataset { name: String, message: String },
+    #[error("`{function}` failed at step {step}: {source}")]
+    Kernel {
+        function: String,
+        step: u64,
+        source: EvalError,
+    },
+    #[error("cannot load the weights of `{role}`: {message}")]
+    Weights { role: String, message: String },
+    #[error("generation failed: {0}")]
+    Generate(#[from] GenerateError),
+    #[error("a collective failed: {0}")]
+    Collective(#[from] CollectiveError),
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+    #[error("the loss is not finite at step {step} ({value})")]
+    NonFinite { step: u64, value: f64 },
+    #[error("rank {rank} stopped unexpectedly: {message}")]
+    RankFailed { rank: u32, message: String },
+}
+
+pub type Result<T> = std::result::Result<T, RunError>;

@@ -1,0 +1,171 @@
+//! What every rank reads and nobody writes: the plan, the checked program, the datasets and
+//! the loss closures of the `update` calls, matched to the plan's ops.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rlc_check::modules::{Binding, Modules};
+use rlc_plan::Plan;
+use rlc_plan::model::OpKind;
+use rlc_syntax::ast::{Block, Closure, Definition, Expr, ExprKind, ItemKind, Stmt, StmtKind};
+
+use super::error::{Result, RunError};
+use crate::data::Source;
+
+pub struct Job<'a> {
+    pub plan: &'a Plan,
+    pub modules: &'a Modules,
+    /// Each dataset the plan samples, by the name the pipeline uses.
+    pub sources: BTreeMap<String, Source>,
+    /// The loss closure of each `update` op, by op id.
+    pub losses: BTreeMap<u32, &'a Closure>,
+    /// Iterations of the step loop.
+    pub steps: u64,
+}
+
+impl<'a> Job<'a> {
+    /// `source_dir`: the root file's folder, which relative dataset paths start from.
+    pub fn new(plan: &'a Plan, modules: &'a Modules, source_dir: &Path) -> Result<Job<'a>> {
+        let mut sources = BTreeMap::new();
+        for op in &plan.ops {
+            if let OpKind::Sample { dataset, .. } = &op.kind
+                && !sources.contains_key(dataset)
+            {
+                sources.insert(
+                    dataset.clone(),
+                    dataset_source(modules, dataset, source_dir)?,
+                );
+            }
+        }
+        let closures = update_closures(modules)?;
+        let updates: Vec<u32> = plan
+            .ops
+            .iter()
+            .filter(|op| matches!(op.kind, OpKind::Update { .. }))
+            .map(|op| op.id)
+            .collect();
+        if closures.len() != updates.len() {
+            return Err(RunError::Plan(format!(
+                "the plan has {} `update` ops but the pipeline {} `update` calls with a loss",
+                updates.len(),
+                closures.len()
+            )));
+        }
+        let steps = plan.steps.ok_or_else(|| {
+            RunError::Unsupported("the pipeline's step count is not fixed by the program".into())
+        })?;
+        Ok(Job {
+            plan,
+            modules,
+            sources,
+            losses: updates.into_iter().zip(closures).collect(),
+            steps,
+        })
+    }
+}
+
+/// The `update { logp -> … }` closures of the root module's pipeline, in source order (the
+/// order lowering gives their ops).
+fn update_closures(modules: &Modules) -> Result<Vec<&Closure>> {
+    let root = modules.get(0);
+    let pipeline = root
+        .ast
+        .items
+        .iter()
+        .find_map(|item| match &item.kind {
+            ItemKind::Pipeline(p) => Some(p),
+            _ => None,
+        })
+        .ok_or_else(|| RunError::Plan("the root module has no pipeline".into()))?;
+    let mut out = Vec::new();
+    collect_block(&pipeline.body, &mut out);
+    Ok(out)
+}
+
+fn collect_block<'a>(block: &'a Block, out: &mut Vec<&'a Closure>) {
+    for Stmt { kind, .. } in &block.stmts {
+        match kind {
+            StmtKind::Let { value, .. } | StmtKind::Expr(value) => collect_expr(value, out),
+            StmtKind::Loop { body, .. } | StmtKind::Every { body, .. } => collect_block(body, out),
+            _ => {}
+        }
+    }
+}
+
+fn collect_expr<'a>(expr: &'a Expr, out: &mut Vec<&'a Closure>) {
+    if let ExprKind::Call {
+        callee,
+        closure: Some(closure),
+        ..
+    } = &expr.kind
+        && matches!(&callee.kind, ExprKind::Member { name, .. } if name.name == "update")
+    {
+        out.push(closure);
+    }
+}
+
+/// The prompt source a pipeline name stands for: a `dataset` item (of the root module or
+/// imported) defined as `task(kind, digits)` or `jsonl(path, field)` with literal arguments.
+fn dataset_source(modules: &Modules, name: &str, source_dir: &Path) -> Result<Source> {
+    let fail = |message: String| RunError::Dataset {
+        name: name.to_string(),
+        message,
+    };
+    let Some(Binding::Item { module, index }) = modules.get(0).lookup(0, name) else {
+        return Err(fail("not a dataset of the program".into()));
+    };
+    let item = modules.get(module).item(index);
+    let ItemKind::Dataset(dataset) = &item.kind else {
+        return Err(fail("not a dataset".into()));
+    };
+    let Definition::Expr(Expr {
+        kind: ExprKind::Call { callee, args, .. },
+        ..
+    }) = &dataset.def
+    else {
+        return Err(fail(
+            "the runtime reads datasets written as `task(…)` or `jsonl(…)`".into(),
+        ));
+    };
+    let ExprKind::Name(function) = &callee.kind else {
+        return Err(fail(
+            "the runtime reads `task(…)` and `jsonl(…)` datasets".into(),
+        ));
+    };
+    let params: &[&str] = match function.name.as_str() {
+        "task" => &["kind", "digits"],
+        "jsonl" => &["path", "field"],
+        other => {
+            return Err(fail(format!(
+                "`{other}(…)` is not a dataset the runtime reads"
+            )));
+        }
+    };
+    // Arguments by position or by name, as the checker accepted them.
+    let mut values: Vec<Option<&Expr>> = vec![None; params.len()];
+    for (i, arg) in args.iter().enumerate() {
+        let slot = match &arg.name {
+            Some(n) => params.iter().position(|p| *p == n.name),
+            None => Some(i),
+        };
+        if let Some(slot) = slot.filter(|&s| s < params.len()) {
+            values[slot] = Some(&arg.value);
+        }
+    }
+    let string = |i: usize| match values[i].map(|e| &e.kind) {
+        Some(ExprKind::Str(s)) => Ok(s.value.clone()),
+        _ => Err(fail(format!("`{}` must be a string literal", params[i]))),
+    };
+    let source = match function.name.as_str() {
+        "task" => {
+            let digits = match values[1].map(|e| &e.kind) {
+                Some(ExprKind::Number(n)) => n.scaled() as i64,
+                None => 6,
+                _ => return Err(fail("`digits` must be a number literal".into())),
+            };
+            Source::task(&string(0)?, digits)
+        }
+        _ => Source::jsonl(&source_dir.join(string(0)?), &string(1)?),
+    };
+    source.map_err(|e| fail(e.to_string()))
+}

@@ -1,0 +1,98 @@
+//! Kernel ops: a `fn` of the program (or a builtin) on this rank's rows, through the
+//! reference evaluator. A batch reduction (`mean(reward)`) first gathers every data rank's
+//! rows, so each rank computes the value of the whole batch, as one rank would.
+
+use rlc_plan::model::{Op, OpKind};
+use rlc_syntax::ast::{self, Expr, ExprKind, Ident, Span};
+use tch::Tensor;
+
+use super::error::{Result, RunError};
+use super::rank::Rank;
+use crate::kernels::reference::{Arg, Bound, Evaluator};
+
+impl Rank<'_> {
+    pub(super) fn kernel(&self, op: &Op, step: u64) -> Result<Tensor> {
+        let OpKind::Kernel {
+            function,
+            module,
+            attrs,
+            batch_reduction,
+            ..
+        } = &op.kind
+        else {
+            unreachable!("kernel() runs kernel ops")
+        };
+        let mut bindings: Vec<(&str, Bound)> = Vec::new();
+        for input in &op.inputs {
+            let t = self.tensor(op, input)?;
+            let t = if *batch_reduction {
+                self.all_rows(op, &t)?
+            } else {
+                t
+            };
+            bindings.push((&input.name, Bound::Tensor(t)));
+        }
+        for (name, text) in attrs {
+            let x: f64 = text.parse().map_err(|_| {
+                RunError::Unsupported(format!("`{function}`: argument `{name}` = `{text}`"))
+            })?;
+            bindings.push((name, Bound::Number(x)));
+        }
+        let fail = |source| RunError::Kernel {
+            function: function.clone(),
+            step,
+            source,
+        };
+        let eval = Evaluator::new(self.job.modules);
+        // A `fn` of a loaded module by its full name; otherwise the name as the root module
+        // sees it (its own `fn`s, imported ones and the builtins).
+        let loaded = module.as_deref().is_some_and(|m| {
+            self.job
+                .modules
+                .modules
+                .iter()
+                .any(|l| l.name == m && l.items.contains_key(function))
+        });
+        if let (true, Some(m)) = (loaded, module) {
+            let args: Vec<(&str, Arg)> = bindings
+                .into_iter()
+                .map(|(n, b)| match b {
+                    Bound::Number(x) => (n, Arg::Number(x)),
+                    Bound::Tensor(t) => (n, Arg::Tensor(t)),
+                    Bound::Record(_) => unreachable!("kernel inputs are tensors"),
+                })
+                .collect();
+            return eval.call(&format!("{m}.{function}"), &args).map_err(fail);
+        }
+        let call = call_expr(function, bindings.iter().map(|(n, _)| *n));
+        eval.eval(&call, &bindings).map_err(fail)
+    }
+}
+
+/// `function(a: a, b: b, …)`: a call whose arguments are the bound names.
+pub(super) fn call_expr<'a>(function: &str, params: impl Iterator<Item = &'a str>) -> Expr {
+    let name = |n: &str| Expr {
+        kind: ExprKind::Name(Ident {
+            name: n.to_string(),
+            span: Span::default(),
+        }),
+        span: Span::default(),
+    };
+    Expr {
+        kind: ExprKind::Call {
+            callee: Box::new(name(function)),
+            args: params
+                .map(|p| ast::Arg {
+                    name: Some(Ident {
+                        name: p.to_string(),
+                        span: Span::default(),
+                    }),
+                    value: name(p),
+                    span: Span::default(),
+                })
+                .collect(),
+            closure: None,
+        },
+        span: Span::default(),
+    }
+}

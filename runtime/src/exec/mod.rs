@@ -1,0 +1,271 @@
+//! Executing a plan: one interpreter per rank runs the rank's program once per loop
+//! iteration. The embedded default runs the ranks of a CPU cluster as threads of this process,
+//! with in-process collectives; rank 0 reports each step's metrics.
+//!
+//! What runs: data-parallel layouts (`dp`) of every role, colocated instances of a role
+//! sharing one model per rank, sampling from std's tasks and JSONL files, generation,
+//! log-probs / values / scores, kernels (the reference evaluator), `update` with its loss
+//! closure, `log` and `checkpoint`. Tensor, pipeline and sharded layouts, transfers between
+//! layouts and GPU clusters are refused with [`RunError::Unsupported`].
+
+mod ckpt;
+mod error;
+mod job;
+mod kernel;
+mod rank;
+mod roles;
+mod rollout;
+mod update;
+mod values;
+
+pub use error::RunError;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use rlc_check::modules::Modules;
+use rlc_plan::Plan;
+use rlc_plan::model::{Axis, OpKind};
+
+use crate::collectives::Group;
+use crate::report::{Report, ReportOptions, StepRecord};
+use error::Result;
+use job::Job;
+use rank::{Comms, Rank, StepOutput};
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Metrics, curves, summary and checkpoints go here.
+    pub run_dir: PathBuf,
+    /// The root source file's folder: relative dataset and model paths start here.
+    pub source_dir: PathBuf,
+    /// Seeds prompt sampling and generation (model init has its own seeds in the program).
+    pub seed: u64,
+    /// Continue from the newest checkpoint in `run_dir`.
+    pub resume: bool,
+    /// Draw a progress line on stderr.
+    pub progress: bool,
+    /// Stop after this many loop iterations in all (the run can be resumed later).
+    pub stop_after: Option<u64>,
+    /// Threads libtorch may use in all; split between the ranks.
+    pub threads: Option<usize>,
+}
+
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// Loop iterations completed in all (including those before a resume).
+    pub steps_done: u64,
+    pub resumed_from: Option<u64>,
+    /// The table of `summary.txt`.
+    pub summary: String,
+}
+
+/// Runs `plan` (lowered from `modules`) to the end of its loop, or to `stop_after`.
+pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOutcome> {
+    supported(plan)?;
+    let job = Job::new(plan, modules, &options.source_dir)?;
+    let world = plan.world_size;
+    let threads = options
+        .threads
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1);
+    tch::set_num_threads((threads / world as usize).max(1) as i32);
+    let resume = if options.resume {
+        resume_point(plan, &options.run_dir)?
+    } else {
+        None
+    };
+    let start = resume.as_ref().map_or(0, |(step, _)| *step);
+    let end = options
+        .stop_after
+        .map_or(job.steps, |s| s.min(job.steps))
+        .max(start);
+    let mut report = Report::create(
+        &options.run_dir,
+        ReportOptions {
+            total_steps: job.steps,
+            progress: options.progress,
+            title: plan.pipeline.clone(),
+        },
+        resume.as_ref().map(|(step, _)| *step),
+    )
+    .map_err(|source| RunError::Io {
+        what: format!("cannot write the run folder {}", options.run_dir.display()),
+        source,
+    })?;
+    let mut comms = communicators(plan);
+    let (send, receive) = mpsc::channel::<(u64, StepOutput, f64)>();
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..world)
+            .map(|rank| {
+                let comms = comms.remove(&rank).unwrap_or_default();
+                let send = (rank == 0).then(|| send.clone());
+                let job = &job;
+                let resume = &resume;
+                scope.spawn(move || -> Result<()> {
+                    let mut r = Rank::new(
+                        job,
+                        rank,
+                        comms,
+                        options.seed,
+                        &options.source_dir,
+                        &options.run_dir,
+                    )?;
+                    if let Some((step, dirs)) = resume {
+                        for (role, dir) in dirs {
+                            if r.roles.contains_key(role) && r.restore(role, dir)? != *step {
+                                return Err(RunError::Plan(format!(
+                                    "{} is not the checkpoint of step {step}",
+                                    dir.display()
+                                )));
+                            }
+                        }
+                    }
+                    for step in start..end {
+                        let started = Instant::now();
+                        let out = r.step(step)?;
+                        if let Some(send) = &send {
+                            let _ = send.send((step, out, started.elapsed().as_secs_f64()));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        drop(send);
+        let mut written: std::io::Result<()> = Ok(());
+        for (step, out, seconds) in receive {
+            if written.is_ok() {
+                written = report.record(&StepRecord {
+                    step,
+                    metrics: out.metrics,
+                    tokens: out.tokens,
+                    seconds,
+                });
+            }
+        }
+        let mut results: Vec<Result<()>> = handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| {
+                h.join().unwrap_or_else(|panic| {
+                    Err(RunError::RankFailed {
+                        rank: rank as u32,
+                        message: panic_message(&panic),
+                    })
+                })
+            })
+            .collect();
+        if let Err(source) = written {
+            results.push(Err(RunError::Io {
+                what: "cannot write metrics.jsonl".into(),
+                source,
+            }));
+        }
+        results
+    });
+    // A failing rank breaks the collectives of the others: report the cause, not the echo.
+    let mut errors: Vec<RunError> = results.into_iter().filter_map(|r| r.err()).collect();
+    if !errors.is_empty() {
+        let cause = errors
+            .iter()
+            .position(|e| !matches!(e, RunError::Collective(_)))
+            .unwrap_or(0);
+        return Err(errors.swap_remove(cause));
+    }
+    let summary = report.finish().map_err(|source| RunError::Io {
+        what: format!("cannot write the report in {}", options.run_dir.display()),
+        source,
+    })?;
+    Ok(RunOutcome {
+        steps_done: end,
+        resumed_from: resume.map(|(step, _)| step),
+        summary,
+    })
+}
+
+/// Refuses what this runtime does not execute, before any work.
+fn supported(plan: &Plan) -> Result<()> {
+    for cluster in &plan.clusters {
+        if !cluster.is_cpu {
+            return Err(RunError::Unsupported(format!(
+                "cluster `{}` has {} devices: this build runs CPU clusters",
+                cluster.name, cluster.device
+            )));
+        }
+    }
+    for instance in &plan.instances {
+        let l = &instance.layout;
+        if l.tp > 1 || l.pp > 1 || l.fsdp > 1 || l.sp > 1 {
+            return Err(RunError::Unsupported(format!(
+                "`{}` is placed with tensor, pipeline, sequence or sharded parallelism; the \
+                 CPU runtime executes data-parallel layouts (`dp`)",
+                instance.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Each rank's communicators: one in-process group per distinct data-parallel group.
+fn communicators(plan: &Plan) -> BTreeMap<u32, Comms> {
+    let mut out: BTreeMap<u32, Comms> = BTreeMap::new();
+    let mut made: BTreeMap<Vec<u32>, ()> = BTreeMap::new();
+    for instance in &plan.instances {
+        for members in instance.groups(Axis::Dp) {
+            for &rank in &members {
+                out.entry(rank)
+                    .or_default()
+                    .groups
+                    .insert(instance.id.clone(), members.clone());
+            }
+            if made.insert(members.clone(), ()).is_none() {
+                for (comm, &rank) in Group::new(members.len()).into_iter().zip(&members) {
+                    out.entry(rank)
+                        .or_default()
+                        .by_members
+                        .insert(members.clone(), comm);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Where a resumed run starts: the steps done, and the checkpoint folder of each checkpointed role.
+type ResumePoint = (u64, Vec<(String, PathBuf)>);
+
+/// The newest checkpoint of every checkpointed role, all of one step.
+fn resume_point(plan: &Plan, run_dir: &Path) -> Result<Option<ResumePoint>> {
+    let mut roles: Vec<&str> = plan
+        .ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Checkpoint { role, .. } => Some(role.as_str()),
+            _ => None,
+        })
+        .collect();
+    roles.sort_unstable();
+    roles.dedup();
+    let mut found = Vec::new();
+    for role in roles {
+        if let Some(dir) = crate::checkpoint::latest(&ckpt::role_root(run_dir, role))? {
+            found.push((role.to_string(), dir));
+        }
+    }
+    let Some((_, first)) = found.first() else {
+        return Ok(None);
+    };
+    let step = crate::checkpoint::load(first)?.step;
+    Ok(Some((step, found)))
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic".into())
+}

@@ -1,0 +1,359 @@
+//! One rank's interpreter: runs its program's steps, in order, once per loop iteration.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use rlc_plan::model::{Input, Op, OpKind, RankProgram, Step};
+use tch::{Kind, Tensor};
+
+use super::error::{Result, RunError};
+use super::job::Job;
+use super::roles::RoleState;
+use super::rollout::{self, Sampling};
+use super::values::{Rollout, Val};
+use crate::collectives::{Communicator, ReduceOp};
+use crate::data::Sampler;
+use crate::generate::SamplingConfig;
+
+/// What a rank reports to the run after a step (rank 0's counts for the whole job).
+#[derive(Debug, Default, Clone)]
+pub struct StepOutput {
+    /// The `log` fields, in program order.
+    pub metrics: Vec<(String, f64)>,
+    /// Response tokens generated in the step, over all data ranks.
+    pub tokens: u64,
+}
+
+/// A rank's communicators: one per distinct data-parallel group, shared by the instances
+/// whose groups have the same members (they run their collectives in one program order).
+#[derive(Default)]
+pub struct Comms {
+    pub by_members: BTreeMap<Vec<u32>, Communicator>,
+    /// Instance id → the members of this rank's data-parallel group in it.
+    pub groups: BTreeMap<String, Vec<u32>>,
+}
+
+pub struct Rank<'j> {
+    pub job: &'j Job<'j>,
+    pub rank: u32,
+    program: &'j RankProgram,
+    /// The data-parallel communicator of each instance this rank belongs to.
+    comms: Comms,
+    pub roles: BTreeMap<String, RoleState>,
+    values: HashMap<u32, Val>,
+    samplers: BTreeMap<String, Sampler>,
+    seed: u64,
+    run_dir: &'j Path,
+}
+
+impl<'j> Rank<'j> {
+    pub fn new(
+        job: &'j Job<'j>,
+        rank: u32,
+        comms: Comms,
+        seed: u64,
+        source_dir: &Path,
+        run_dir: &'j Path,
+    ) -> Result<Self> {
+        let plan = job.plan;
+        let program = plan
+            .programs
+            .iter()
+            .find(|p| p.ranks.contains(rank))
+            .ok_or_else(|| RunError::Plan(format!("rank {rank} has no program")))?;
+        let mut roles = BTreeMap::new();
+        for instance in plan.instances.iter().filter(|i| i.ranks.contains(rank)) {
+            if roles.contains_key(&instance.role) {
+                continue;
+            }
+            let optimizer_steps = job.steps * optimizer_steps_per_step(job, &instance.role);
+            let state = RoleState::new(plan, &instance.role, optimizer_steps, source_dir)?;
+            roles.insert(instance.role.clone(), state);
+        }
+        let samplers = job
+            .sources
+            .iter()
+            .map(|(name, source)| (name.clone(), Sampler::new(source.clone(), seed)))
+            .collect();
+        Ok(Rank {
+            job,
+            rank,
+            program,
+            comms,
+            roles,
+            values: HashMap::new(),
+            samplers,
+            seed,
+            run_dir,
+        })
+    }
+
+    /// Runs loop iteration `step`.
+    pub fn step(&mut self, step: u64) -> Result<StepOutput> {
+        self.values.clear();
+        let mut out = StepOutput::default();
+        for s in &self.program.steps {
+            // Offload and onload move state between device and host memory: on the CPU both
+            // are the same memory.
+            let Step::Run { op, .. } = s else { continue };
+            let op = &self.job.plan.ops[*op as usize];
+            if op
+                .every
+                .is_some_and(|every| !(step + 1).is_multiple_of(every))
+            {
+                continue;
+            }
+            self.run_op(op, step, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn run_op(&mut self, op: &Op, step: u64, out: &mut StepOutput) -> Result<()> {
+        match &op.kind {
+            OpKind::Sample { dataset, count } => {
+                let total = count.ok_or_else(|| {
+                    RunError::Unsupported(format!("sampling an unknown count from `{dataset}`"))
+                })? as i64;
+                let (index, parts) = self.data_rank(op)?;
+                let share = total / parts as i64;
+                let first = index as i64 * share;
+                let sampler = self
+                    .samplers
+                    .get_mut(dataset)
+                    .ok_or_else(|| RunError::Plan(format!("no dataset `{dataset}`")))?;
+                // The stream position depends on the step alone: a resumed run draws the same.
+                sampler.seek(step * total as u64 + first as u64);
+                let samples = sampler.next(share as usize);
+                self.set(op, Val::Prompts { samples, first });
+            }
+            OpKind::Generate {
+                role,
+                n,
+                max_new,
+                temperature,
+                top_p,
+                top_k,
+                ..
+            } => {
+                let (samples, first) = match self.input(op, 0)? {
+                    Val::Prompts { samples, first } => (samples, *first),
+                    _ => return Err(RunError::Plan(format!("`{}` needs prompts", op.label))),
+                };
+                let (_, parts) = self.data_rank(op)?;
+                let how = Sampling {
+                    n: n.unwrap_or(1) as i64,
+                    max_new: max_new.ok_or_else(|| {
+                        RunError::Unsupported(format!("`{}` without `max_new`", op.label))
+                    })? as i64,
+                    sampling: SamplingConfig {
+                        temperature: temperature.unwrap_or(1.0),
+                        top_k: top_k.map(|k| k as i64),
+                        top_p: top_p.filter(|&p| p < 1.0),
+                    },
+                    seed: stream_seed(self.seed, step, op.id),
+                };
+                let total = samples.len() as i64 * parts as i64;
+                let model = &self.role(role)?.model;
+                let rollout = rollout::rollout(model, samples, first, total, &how)?;
+                let local = rollout
+                    .field("mask")
+                    .map_or(0.0, |m| m.sum(Kind::Double).double_value(&[]));
+                let tokens = self.all_reduce(op, &Tensor::from(local), ReduceOp::Sum)?;
+                out.tokens += tokens.double_value(&[]) as u64;
+                self.set(op, Val::Rollout(rollout));
+            }
+            OpKind::Logprobs { role, .. }
+            | OpKind::Values { role, .. }
+            | OpKind::Score { role, .. } => {
+                let rollout = self.rollout_input(op)?;
+                let model = &self.role(role)?.model;
+                let result = tch::no_grad(|| match &op.kind {
+                    OpKind::Logprobs { .. } => rollout::logprobs(model, rollout),
+                    OpKind::Values { .. } => rollout::values(model, rollout),
+                    _ => rollout::scores(model, rollout),
+                });
+                self.set(op, Val::Tensor(result));
+            }
+            OpKind::Kernel { .. } => {
+                let result = self.kernel(op, step)?;
+                self.set(op, Val::Tensor(result));
+            }
+            OpKind::Update { .. } => self.update(op, step)?,
+            OpKind::Log { fields } => {
+                for field in fields {
+                    let value = match self.values.get(&field.value) {
+                        Some(Val::Tensor(t)) if t.numel() == 1 => t.double_value(&[]),
+                        _ => {
+                            return Err(RunError::Plan(format!(
+                                "log field `{}` is not a number",
+                                field.name
+                            )));
+                        }
+                    };
+                    out.metrics.push((field.name.clone(), value));
+                }
+            }
+            OpKind::Checkpoint { role, .. } => self.checkpoint(op, role, step)?,
+            OpKind::WeightSync {
+                role,
+                from,
+                to,
+                colocated,
+                ..
+            } => {
+                if !colocated || !self.same_ranks(from, to) {
+                    return Err(RunError::Unsupported(format!(
+                        "re-sharding the weights of `{role}` from `{from}` to `{to}` across \
+                         devices (the CPU runtime runs colocated instances of a role)"
+                    )));
+                }
+            }
+            OpKind::Transfer { .. } => {
+                return Err(RunError::Unsupported(format!(
+                    "`{}`: moving values between layouts (the CPU runtime runs layouts whose \
+                     data ranks line up)",
+                    op.label
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn same_ranks(&self, a: &str, b: &str) -> bool {
+        let plan = self.job.plan;
+        match (plan.instance(a), plan.instance(b)) {
+            (Some(a), Some(b)) => a.ranks == b.ranks && a.layout.dp == b.layout.dp,
+            _ => false,
+        }
+    }
+
+    pub fn role(&self, name: &str) -> Result<&RoleState> {
+        self.roles
+            .get(name)
+            .ok_or_else(|| RunError::Plan(format!("rank {} does not hold `{name}`", self.rank)))
+    }
+
+    /// This rank's data-rank index in `op`'s instance, and how many data ranks it has.
+    pub fn data_rank(&self, op: &Op) -> Result<(u32, u32)> {
+        let id = op
+            .instance
+            .as_deref()
+            .ok_or_else(|| RunError::Plan(format!("`{}` has no instance", op.label)))?;
+        let instance = self
+            .job
+            .plan
+            .instance(id)
+            .ok_or_else(|| RunError::Plan(format!("no instance `{id}`")))?;
+        let (_, d, f, _) = instance
+            .coord_of(self.rank)
+            .ok_or_else(|| RunError::Plan(format!("rank {} is not in `{id}`", self.rank)))?;
+        Ok((d * instance.layout.fsdp + f, instance.layout.data_ranks()))
+    }
+
+    /// The data-parallel communicator of `op`'s instance.
+    pub fn comm(&self, op: &Op) -> Result<&Communicator> {
+        let id = op.instance.as_deref().unwrap_or_default();
+        self.comms
+            .groups
+            .get(id)
+            .and_then(|members| self.comms.by_members.get(members))
+            .ok_or_else(|| RunError::Plan(format!("rank {} has no group for `{id}`", self.rank)))
+    }
+
+    pub fn all_reduce(&self, op: &Op, t: &Tensor, how: ReduceOp) -> Result<Tensor> {
+        let comm = self.comm(op)?;
+        if comm.world_size() == 1 {
+            return Ok(t.shallow_clone());
+        }
+        Ok(comm.all_reduce(t, how)?)
+    }
+
+    /// Every data rank's rows of `t`, in data-rank order: the whole batch.
+    pub fn all_rows(&self, op: &Op, t: &Tensor) -> Result<Tensor> {
+        let comm = self.comm(op)?;
+        if comm.world_size() == 1 || t.dim() == 0 {
+            return Ok(t.shallow_clone());
+        }
+        Ok(Tensor::cat(&comm.all_gather(t)?, 0))
+    }
+
+    fn set(&mut self, op: &Op, value: Val) {
+        if let Some(&id) = op.outputs.first() {
+            self.values.insert(id, value);
+        }
+    }
+
+    fn input(&self, op: &Op, i: usize) -> Result<&Val> {
+        let input = op
+            .inputs
+            .get(i)
+            .ok_or_else(|| RunError::Plan(format!("`{}` has no input {i}", op.label)))?;
+        self.value(op, input.value)
+    }
+
+    pub fn value(&self, op: &Op, id: u32) -> Result<&Val> {
+        self.values.get(&id).ok_or_else(|| {
+            RunError::Plan(format!(
+                "`{}` reads value {id}, which no earlier op of rank {} produced",
+                op.label, self.rank
+            ))
+        })
+    }
+
+    pub fn rollout_input(&self, op: &Op) -> Result<&Rollout> {
+        match self.input(op, 0)? {
+            Val::Rollout(r) => Ok(r),
+            _ => Err(RunError::Plan(format!("`{}` needs a rollout", op.label))),
+        }
+    }
+
+    /// The tensor an input names: a value, or one field of a rollout.
+    pub fn tensor(&self, op: &Op, input: &Input) -> Result<Tensor> {
+        match (self.value(op, input.value)?, &input.field) {
+            (Val::Tensor(t), None) => Ok(t.shallow_clone()),
+            (Val::Rollout(r), Some(field)) => r
+                .field(field)
+                .map(Tensor::shallow_clone)
+                .ok_or_else(|| RunError::Plan(format!("a rollout has no field `{field}`"))),
+            _ => Err(RunError::Plan(format!(
+                "`{}`: input `{}` is not a tensor",
+                op.label, input.name
+            ))),
+        }
+    }
+
+    pub fn samplers(&self) -> &BTreeMap<String, Sampler> {
+        &self.samplers
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        self.run_dir
+    }
+}
+
+/// Optimizer steps one loop iteration takes for `role` (0 when it does not train).
+fn optimizer_steps_per_step(job: &Job, role: &str) -> u64 {
+    job.plan
+        .ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Update {
+                role: r,
+                optimizer_steps,
+                ..
+            } if r == role => Some(optimizer_steps.unwrap_or(1)),
+            _ => None,
+        })
+        .sum()
+}
+
+/// The seed of op `op`'s random stream in step `step`: a pure function of the run's seed,
+/// so a resumed run draws what an uninterrupted one does.
+fn stream_seed(seed: u64, step: u64, op: u32) -> u64 {
+    let mut r = crate::rng::Rng::new(seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    r.next_u64() ^ u64::from(op).wrapping_mul(0xD1B5_4A32_D192_ED03)
+}

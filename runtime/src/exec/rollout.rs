@@ -1,0 +1,118 @@
+//! `generate` on a rank's prompts, and the model calls that read a rollout.
+
+use tch::{Kind, Tensor};
+
+use super::error::Result;
+use super::values::Rollout;
+use crate::data::{Sample, tokens};
+use crate::generate::{GenerateConfig, SamplingConfig, generate, left_pad};
+use crate::model::Transformer;
+
+pub struct Sampling {
+    pub n: i64,
+    pub max_new: i64,
+    pub sampling: SamplingConfig,
+    pub seed: u64,
+}
+
+/// Samples `n` responses for each prompt. The prompts are prompts `first..` of a step batch of
+/// `total` prompts: row ids and random numbers are those of the whole batch, so the result does
+/// not depend on how the batch is split over data ranks.
+pub fn rollout(
+    model: &Transformer,
+    samples: &[Sample],
+    first: i64,
+    total: i64,
+    how: &Sampling,
+) -> Result<Rollout> {
+    let prompts: Vec<Vec<i64>> = samples.iter().map(|s| s.prompt.clone()).collect();
+    let (prompt_ids, prompt_mask) = left_pad(&prompts, tokens::PAD);
+    let config = GenerateConfig {
+        max_new: how.max_new,
+        samples_per_prompt: how.n,
+        eos_token_id: Some(tokens::EOS),
+        pad_token_id: tokens::PAD,
+        sampling: how.sampling.clone(),
+        seed: how.seed,
+        use_kv_cache: true,
+        return_logits: false,
+        rows_of: Some((first * how.n, total * how.n)),
+    };
+    let out = generate(model, &prompt_ids, &prompt_mask, &config)?;
+    let rows = out.response_ids.size()[0];
+    // Responses that all stopped early are padded to `max_new`, so every rank's rows line up.
+    let width = out.response_ids.size()[1];
+    let pad = how.max_new - width;
+    let response = out
+        .response_ids
+        .constant_pad_nd([0, pad])
+        .masked_fill(&pad_columns(rows, width, how.max_new), tokens::PAD);
+    let mask = out
+        .response_mask
+        .constant_pad_nd([0, pad])
+        .to_kind(Kind::Bool);
+    let next = mask.narrow(1, 1, how.max_new - 1).constant_pad_nd([0, 1]);
+    let last = mask.logical_and(&next.logical_not());
+    let targets: Vec<Vec<i64>> = samples
+        .iter()
+        .flat_map(|s| std::iter::repeat_n(&s.target, how.n as usize))
+        .map(|t| {
+            let mut row: Vec<i64> = t.iter().copied().take(how.max_new as usize).collect();
+            row.resize(how.max_new as usize, tokens::PAD);
+            row
+        })
+        .collect();
+    let target = Tensor::from_slice(&targets.concat()).view([rows, how.max_new]);
+    let group = &out.group_ids + first;
+    let prompt_len = out.prompt_ids.size()[1];
+    let ids = Tensor::cat(&[&out.prompt_ids, &response], 1);
+    let attention = Tensor::cat(&[&out.prompt_mask, &response.ones_like()], 1);
+    Ok(Rollout {
+        fields: vec![
+            ("prompt".into(), out.prompt_ids),
+            ("response".into(), response),
+            ("target".into(), target),
+            ("mask".into(), mask),
+            ("last".into(), last),
+            ("group".into(), group),
+        ],
+        ids,
+        attention,
+        prompt_len,
+        response_len: how.max_new,
+    })
+}
+
+/// `[rows, max_new]`: true in the columns added after the generated `width`.
+fn pad_columns(rows: i64, width: i64, max_new: i64) -> Tensor {
+    Tensor::arange(max_new, (Kind::Int64, tch::Device::Cpu))
+        .ge(width)
+        .unsqueeze(0)
+        .expand([rows, max_new], false)
+}
+
+/// Log-probability `[R, N]` of each response token under `model` (with autograd when enabled).
+pub fn logprobs(model: &Transformer, r: &Rollout) -> Tensor {
+    model
+        .logprobs(&r.ids, &r.attention)
+        .narrow(1, r.prompt_len - 1, r.response_len)
+}
+
+/// The critic's value `[R, N]` of the state before each response token.
+pub fn values(model: &Transformer, r: &Rollout) -> Tensor {
+    model
+        .values(&r.ids, &r.attention)
+        .narrow(1, r.prompt_len - 1, r.response_len)
+}
+
+/// The reward model's score `[R]` of each sequence, read at its last real token.
+pub fn scores(model: &Transformer, r: &Rollout) -> Tensor {
+    let mask = r.field("mask").map_or_else(
+        || r.attention.shallow_clone(),
+        |m| {
+            let prompt = r.attention.narrow(1, 0, r.prompt_len);
+            Tensor::cat(&[&prompt, &m.to_kind(Kind::Int64)], 1)
+        },
+    );
+    model.scores(&r.ids, &mask)
+}

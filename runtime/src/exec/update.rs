@@ -1,0 +1,190 @@
+//! `role.update(batch, epochs, minibatch) { logp -> loss }`: the loss closure evaluated on
+//! micro-batches with autograd, gradients averaged over micro-batches and data ranks, clipped,
+//! and one optimizer step per minibatch.
+//!
+//! Rows of a minibatch: minibatch `k` of `M` is every row `g` of the step's batch with
+//! `g mod M = k`, so each data rank holds its share of every minibatch. The rows of a
+//! minibatch are cut, in batch order, into `data ranks × accumulation` micro-batches of equal
+//! size; the loss is evaluated per micro-batch. One rank with two micro-batches therefore
+//! computes exactly what two data ranks with one each do.
+
+use rlc_plan::model::{Op, OpKind};
+use rlc_syntax::ast::{Block, StmtKind};
+use tch::{Kind, Tensor};
+
+use super::error::{Result, RunError};
+use super::rank::Rank;
+use super::rollout;
+use super::values::{Rollout, Val};
+use crate::collectives::ReduceOp;
+use crate::kernels::reference::{Bound, Evaluator};
+use crate::optim::clip_grad_norm;
+
+impl Rank<'_> {
+    pub(super) fn update(&mut self, op: &Op, step: u64) -> Result<()> {
+        let OpKind::Update {
+            role,
+            epochs,
+            minibatches,
+            accumulation,
+            loss,
+            ..
+        } = &op.kind
+        else {
+            unreachable!("update() runs update ops")
+        };
+        let closure = self.job.losses[&op.id];
+        let batch = whole(self.rollout_input(op)?);
+        let rows = batch.rows();
+        let (index, _) = self.data_rank(op)?;
+        let first = index as i64 * rows;
+        let minibatches = minibatches.unwrap_or(1).max(1) as i64;
+        let accumulation = accumulation.unwrap_or(1).max(1) as i64;
+        // Values the closure reads, whole records where it reads a field.
+        let mut captures: Vec<(String, Capture)> = Vec::new();
+        for input in &loss.captures {
+            match (&input.field, self.value(op, input.value)?) {
+                (Some(_), Val::Rollout(r)) => {
+                    if !captures.iter().any(|(n, _)| *n == input.name) {
+                        let fields = r
+                            .fields
+                            .iter()
+                            .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                            .collect();
+                        captures.push((input.name.clone(), Capture::Record(fields)));
+                    }
+                }
+                _ => captures.push((input.name.clone(), Capture::Tensor(self.tensor(op, input)?))),
+            }
+        }
+        let mut state = self
+            .roles
+            .remove(role)
+            .ok_or_else(|| RunError::Plan(format!("rank {} does not hold `{role}`", self.rank)))?;
+        let result = (|| {
+            let kind = self.job.plan.role(role).map(|r| r.kind.clone());
+            let training = state.training.as_mut().ok_or_else(|| {
+                RunError::Plan(format!("`{role}` is updated but has no optimizer"))
+            })?;
+            let eval = Evaluator::new(self.job.modules);
+            for _ in 0..*epochs {
+                for k in 0..minibatches {
+                    let mine: Vec<i64> = (0..rows)
+                        .filter(|i| (first + i) % minibatches == k)
+                        .collect();
+                    training.optimizer.zero_grad();
+                    for chunk in mine.chunks(mine.len().div_ceil(accumulation as usize).max(1)) {
+                        let idx = Tensor::from_slice(chunk);
+                        let part = batch.select(&idx);
+                        let output = match kind.as_deref() {
+                            Some("ValueModel") => rollout::values(&state.model, &part),
+                            Some("RewardModel") => rollout::scores(&state.model, &part),
+                            _ => rollout::logprobs(&state.model, &part),
+                        };
+                        let mut scope: Vec<(String, Bound)> =
+                            vec![(loss.param.clone(), Bound::Tensor(output))];
+                        for (name, capture) in &captures {
+                            scope.push((name.clone(), capture.rows(&idx)));
+                        }
+                        let value = eval_block(&eval, &closure.body, scope).map_err(|source| {
+                            RunError::Kernel {
+                                function: format!("the loss of `{}`", op.label),
+                                step,
+                                source,
+                            }
+                        })?;
+                        let x = value.double_value(&[]);
+                        if !x.is_finite() {
+                            return Err(RunError::NonFinite { step, value: x });
+                        }
+                        (value / accumulation as f64).backward();
+                    }
+                    let params = training.optimizer.params();
+                    let comm = self.comm(op)?;
+                    if comm.world_size() > 1 {
+                        tch::no_grad(|| -> Result<()> {
+                            for p in &params {
+                                let mut grad = p.grad();
+                                if grad.defined() {
+                                    grad.copy_(&comm.all_reduce(&grad, ReduceOp::Mean)?);
+                                }
+                            }
+                            Ok(())
+                        })?;
+                    }
+                    clip_grad_norm(&params, training.clip);
+                    let lr = training.schedule.lr(training.optimizer.steps());
+                    training.optimizer.step(lr);
+                }
+            }
+            Ok(())
+        })();
+        self.roles.insert(role.clone(), state);
+        result
+    }
+}
+
+/// A value the loss closure reads.
+enum Capture {
+    Tensor(Tensor),
+    Record(Vec<(String, Tensor)>),
+}
+
+impl Capture {
+    /// The capture restricted to rows `idx` (a scalar is every row's).
+    fn rows(&self, idx: &Tensor) -> Bound {
+        let select = |t: &Tensor| {
+            if t.dim() == 0 {
+                t.shallow_clone()
+            } else {
+                t.index_select(0, idx)
+            }
+        };
+        match self {
+            Capture::Tensor(t) => Bound::Tensor(select(t)),
+            Capture::Record(fields) => {
+                Bound::Record(fields.iter().map(|(n, t)| (n.clone(), select(t))).collect())
+            }
+        }
+    }
+}
+
+/// Every row of a rollout, as an owned value the update can keep while it changes the model.
+fn whole(r: &Rollout) -> Rollout {
+    r.select(&Tensor::arange(r.rows(), (Kind::Int64, tch::Device::Cpu)))
+}
+
+/// A closure body: `let`s, then the value.
+fn eval_block(
+    eval: &Evaluator,
+    body: &Block,
+    mut scope: Vec<(String, Bound)>,
+) -> std::result::Result<Tensor, crate::kernels::reference::EvalError> {
+    let unsupported = |what: &str| crate::kernels::reference::EvalError::Unsupported {
+        function: "an update's loss".into(),
+        what: what.into(),
+    };
+    let (last, lets) = body
+        .stmts
+        .split_last()
+        .ok_or_else(|| unsupported("an empty body"))?;
+    for stmt in lets {
+        match &stmt.kind {
+            StmtKind::Let { name, value, .. } => {
+                let t = eval.eval(value, &view(&scope))?;
+                scope.push((name.name.clone(), Bound::Tensor(t)));
+            }
+            _ => return Err(unsupported("a statement other than `let` before the loss")),
+        }
+    }
+    fn view(scope: &[(String, Bound)]) -> Vec<(&str, Bound)> {
+        scope
+            .iter()
+            .map(|(n, b)| (n.as_str(), b.shallow()))
+            .collect()
+    }
+    match &last.kind {
+        StmtKind::Expr(e) => eval.eval(e, &view(&scope)),
+        _ => Err(unsupported("a body that does not end in the loss")),
+    }
+}

@@ -1,0 +1,170 @@
+//! Plans executed end to end on thread ranks: data parallelism computes what one rank does,
+//! a seed fixes the metrics, and a resumed run continues bit-exactly.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use rlc_runtime::exec::{self, RunError, RunOptions};
+use tch::Tensor;
+
+/// A small GRPO job on the reversal task; `{layout}` and `{steps}` are filled in per test.
+const PROGRAM: &str = r#"
+import std.algo { grpo_advantage, ppo_clip, kl_k3, token_mean }
+
+dataset reverse = task(kind: "reverse_digits", digits: 3)
+cluster local = cpu(devices: 2)
+
+model policy: CausalLM {
+  arch  = tiny_gpt(layers: 1, hidden: 32, heads: 2, vocab: 16, max_len: 16)
+  init  = random(seed: 3)
+  optim = adamw(lr: 1e-2, warmup: 1)
+}
+model reference: CausalLM = frozen(policy)
+
+place policy    on local[RANKS] with LAYOUT
+place reference on local[RANKS] with LAYOUT
+
+fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
+  mean(f32(resp == target), over: T, mask: mask)
+}
+
+pipeline train(steps = STEPS, prompts = 4, group = 4) {
+  loop step in 0..steps {
+    let rollout  = policy.generate(reverse.sample(prompts), n: group, max_new: 4, temperature: 1.0)
+    let old_logp = policy.logprobs(rollout)
+    let ref_logp = reference.logprobs(rollout)
+    let reward   = exact(rollout.response, rollout.target, rollout.mask)
+    let adv      = grpo_advantage(reward, rollout.group, rollout.mask)
+    policy.update(rollout, epochs: 1, minibatch: 8) { logp ->
+      token_mean(ppo_clip(logp, old_logp, adv, eps: 0.2) + 0.01 * kl_k3(logp, ref_logp), rollout.mask)
+    }
+    log { reward: mean(reward), kl: token_mean(kl_k3(old_logp, ref_logp), rollout.mask) }
+    every EVERY steps { checkpoint policy }
+  }
+}
+"#;
+
+fn program(ranks: &str, layout: &str, steps: u64, every: u64) -> String {
+    PROGRAM
+        .replace("RANKS", ranks)
+        .replace("LAYOUT", layout)
+        .replace("STEPS", &steps.to_string())
+        .replace("EVERY", &every.to_string())
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rlc-exec-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn run(source: &str, dir: &Path, resume: bool, stop_after: Option<u64>) -> Result<(), RunError> {
+    let checked = common::checked("job.rl", source);
+    let plan = rlc_plan::lower::lower(&checked).expect("the test program lowers");
+    let options = RunOptions {
+        run_dir: dir.to_path_buf(),
+        source_dir: PathBuf::from("."),
+        seed: 11,
+        resume,
+        progress: false,
+        stop_after,
+        threads: Some(2),
+    };
+    exec::run(&plan, &checked.modules, &options).map(|_| ())
+}
+
+/// The policy's weights in the checkpoint of `step`.
+fn weights(dir: &Path, step: u64) -> Vec<(String, Tensor)> {
+    let ckpt = rlc_runtime::checkpoint::step_dir(&dir.join("checkpoints/policy"), step);
+    rlc_runtime::checkpoint::load(&ckpt)
+        .expect("checkpoint")
+        .weights
+}
+
+/// metrics.jsonl without its timing fields.
+fn metrics(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .expect("metrics")
+        .lines()
+        .map(rlc_runtime::report::strip_timing)
+        .collect()
+}
+
+fn max_difference(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|((na, ta), (nb, tb))| {
+            assert_eq!(na, nb);
+            (ta - tb).abs().max().double_value(&[])
+        })
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn two_data_ranks_train_as_one_rank_does() {
+    let (one, two) = (scratch("dp1"), scratch("dp2"));
+    // One rank accumulates two micro-batches of 4 where two ranks take one each.
+    run(&program("0..1", "dp(1), micro(4)", 3, 3), &one, false, None).unwrap();
+    run(&program("0..2", "dp(2)", 3, 3), &two, false, None).unwrap();
+    assert_eq!(metrics(&one).len(), 3);
+    let (w1, w2) = (weights(&one, 3), weights(&two, 3));
+    let diff = max_difference(&w1, &w2);
+    assert!(diff < 1e-5, "dp(2) differs from dp(1) by {diff}");
+    // The metrics agree too (rewards are exact fractions; KL within float noise).
+    for (a, b) in metrics(&one).iter().zip(metrics(&two)) {
+        let (a, b): (serde_json::Value, serde_json::Value) = (
+            serde_json::from_str(a).unwrap(),
+            serde_json::from_str(&b).unwrap(),
+        );
+        assert_eq!(a["reward"], b["reward"]);
+        let (ka, kb) = (a["kl"].as_f64().unwrap(), b["kl"].as_f64().unwrap());
+        assert!((ka - kb).abs() < 1e-5, "kl {ka} vs {kb}");
+    }
+}
+
+#[test]
+fn training_moves_the_weights_and_a_seed_fixes_the_metrics() {
+    let (a, b) = (scratch("seed-a"), scratch("seed-b"));
+    let source = program("0..2", "dp(2)", 4, 2);
+    run(&source, &a, false, None).unwrap();
+    run(&source, &b, false, None).unwrap();
+    assert_eq!(metrics(&a), metrics(&b));
+    let moved = max_difference(&weights(&a, 2), &weights(&a, 4));
+    assert!(moved > 1e-4, "the policy did not train ({moved})");
+}
+
+#[test]
+fn a_resumed_run_continues_bit_exactly() {
+    let (whole, cut) = (scratch("whole"), scratch("cut"));
+    let source = program("0..2", "dp(2)", 6, 2);
+    run(&source, &whole, false, None).unwrap();
+    // Killed after step 5 (index 4): the newest checkpoint is step 4; step 5 runs again.
+    run(&source, &cut, false, Some(5)).unwrap();
+    assert_eq!(metrics(&cut).len(), 5);
+    run(&source, &cut, true, None).unwrap();
+    assert_eq!(metrics(&cut), metrics(&whole));
+    for ((name, a), (_, b)) in weights(&whole, 6).iter().zip(weights(&cut, 6)) {
+        assert!(a.equal(&b), "{name} differs after resuming");
+    }
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_refused() {
+    let dir = scratch("corrupt");
+    let source = program("0..1", "dp(1)", 2, 2);
+    run(&source, &dir, false, None).unwrap();
+    let file = rlc_runtime::checkpoint::step_dir(&dir.join("checkpoints/policy"), 2)
+        .join("model.safetensors");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xFF;
+    std::fs::write(&file, bytes).unwrap();
+    let err = run(&source, &dir, true, None).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(err, RunError::Checkpoint(_)) && message.contains("model.safetensors"),
+        "{message}"
+    );
+}

@@ -1,0 +1,127 @@
+//! `rlc run`: check and lower a program, then execute its plan on this machine's CPU ranks
+//! (threads of this process), writing metrics, curves, a summary and checkpoints into a run
+//! folder.
+
+use super::OutputArgs;
+#[cfg(feature = "runtime")]
+use super::build;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// The program to run.
+    #[arg(value_name = "FILE")]
+    pub path: PathBuf,
+    /// The run folder (metrics.jsonl, curves.png, summary.txt, checkpoints/).
+    /// Default: `runs/<program name>`.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Seeds prompt sampling and generation; the same seed gives the same metrics.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Continue from the newest checkpoint in the run folder (bit-exactly); without it a run
+    /// replaces the folder's previous run.
+    #[arg(long)]
+    pub resume: bool,
+    /// Stop after this many loop iterations in all (resume later with `--resume`).
+    #[arg(long, value_name = "N")]
+    pub stop_after: Option<u64>,
+    /// CPU threads libtorch may use in all (default: every core), shared by the ranks.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl RunArgs {
+    #[cfg_attr(not(feature = "runtime"), allow(dead_code))]
+    fn run_dir(&self) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| {
+            let stem = self
+                .path
+                .file_stem()
+                .map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned());
+            Path::new("runs").join(stem)
+        })
+    }
+}
+
+#[cfg(feature = "runtime")]
+pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
+    use rlc_runtime::exec::{self, RunOptions};
+    use std::io::IsTerminal;
+
+    let (plan, checked) = match build::compile_checked(&args.path, &args.output)? {
+        Ok(compiled) => compiled,
+        Err(code) => return Ok(code),
+    };
+    let run_dir = args.run_dir();
+    if !args.resume {
+        clear_previous_run(&run_dir)?;
+    }
+    let source_dir = match args.path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let options = RunOptions {
+        run_dir: run_dir.clone(),
+        source_dir,
+        seed: args.seed,
+        resume: args.resume,
+        progress: std::io::stderr().is_terminal(),
+        stop_after: args.stop_after,
+        threads: args.threads,
+    };
+    eprintln!(
+        "running `{}` ({} steps, {} ranks) into {}",
+        plan.pipeline,
+        plan.steps.map_or_else(|| "?".into(), |s| s.to_string()),
+        plan.world_size,
+        run_dir.display()
+    );
+    match exec::run(&plan, &checked.modules, &options) {
+        Ok(outcome) => {
+            if let Some(step) = outcome.resumed_from {
+                eprintln!("resumed after step {step}");
+            }
+            println!("{}", outcome.summary);
+            println!(
+                "run folder: {} (metrics.jsonl, curves.png, summary.txt, checkpoints/)",
+                run_dir.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: the run stopped: {e}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// A fresh run replaces what an earlier run left in its folder (and nothing else there).
+#[cfg(feature = "runtime")]
+fn clear_previous_run(dir: &Path) -> Result<(), String> {
+    for name in ["metrics.jsonl", "curves.png", "summary.txt"] {
+        let file = dir.join(name);
+        if file.exists() {
+            std::fs::remove_file(&file)
+                .map_err(|e| format!("cannot replace `{}`: {e}", file.display()))?;
+        }
+    }
+    let checkpoints = dir.join("checkpoints");
+    if checkpoints.exists() {
+        std::fs::remove_dir_all(&checkpoints)
+            .map_err(|e| format!("cannot replace `{}`: {e}", checkpoints.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "runtime"))]
+pub fn run(_args: &RunArgs) -> Result<ExitCode, String> {
+    Err(
+        "this `rlc` was built without the runtime; build it with `cargo build --release \
+         --features runtime` (scripts/main-job.sh does, installing libtorch when missing)"
+            .into(),
+    )
+}
