@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
-# The main job: the GRPO example (examples/grpo_digits.rl) on two CPU devices. Builds rlc, checks
-# the program, lowers it to its execution plan and draws the plan (what runs where, and what
-# moves between devices). Training itself arrives with `rlc run`.
+# The main job: the GRPO example (examples/grpo_digits.rl) trains a small policy on two CPU
+# ranks. Installs libtorch into .deps/ when missing, builds rlc with its runtime, checks the
+# program, then runs it: a progress line per step, and in runs/grpo_digits/ the per-step
+# metrics (metrics.jsonl), the reward/KL curve (curves.png), a summary table and checkpoints.
+# Extra arguments go to `rlc run` (e.g. `--seed 3`, `--resume`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked --quiet
+LIBTORCH="$(bash scripts/setup-libtorch.sh)"
+export LIBTORCH
+echo "== building rlc with the runtime (first time: a few minutes)" >&2
+cargo build --release --locked --quiet --features runtime
 rlc=target/release/rlc
 example=examples/grpo_digits.rl
-echo "== rlc check $example"
+echo "== rlc check $example" >&2
 "$rlc" check "$example"
-echo "ok: no diagnostics"
-if "$rlc" build --help >/dev/null 2>&1; then
-  echo
-  echo "== rlc build $example"
-  "$rlc" build "$example" -o target/grpo_digits.plan.json
-  echo
-  echo "== rlc graph $example --format mermaid"
-  "$rlc" graph "$example" --format mermaid
-fi
+echo "== rlc run $example" >&2
+"$rlc" run "$example" "$@"

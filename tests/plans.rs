@@ -85,9 +85,24 @@ fn builds_are_byte_identical() {
     }
     let (x, y) = (std::fs::read(&one).unwrap(), std::fs::read(&two).unwrap());
     assert_eq!(x, y, "two `rlc build` runs differ");
+    // The CLI writes the library's plan, plus the program's own sources for `rlc run`.
+    let mut written: rlc_plan::Plan = serde_json::from_slice(&x).unwrap();
+    let sources = written
+        .sources
+        .take()
+        .expect("`rlc build` embeds the sources");
+    assert_eq!(sources.root, "examples/ppo_70b_split.rl");
     assert_eq!(
-        String::from_utf8(x).unwrap(),
-        plan_of("examples/ppo_70b_split.rl").to_json(),
+        sources.files.get(&sources.root).map(String::as_str),
+        Some(
+            std::fs::read_to_string("examples/ppo_70b_split.rl")
+                .unwrap()
+                .as_str()
+        )
+    );
+    assert_eq!(
+        written,
+        plan_of("examples/ppo_70b_split.rl"),
         "the CLI writes the library's plan"
     );
 }

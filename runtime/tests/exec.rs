@@ -11,6 +11,7 @@ use tch::Tensor;
 /// A small GRPO job on the reversal task; `{layout}` and `{steps}` are filled in per test.
 const PROGRAM: &str = r#"
 import std.algo { grpo_advantage, ppo_clip, kl_k3, token_mean }
+import std.models { tiny_gpt }
 
 dataset reverse = task(kind: "reverse_digits", digits: 3)
 cluster local = cpu(devices: 2)

@@ -36,7 +36,8 @@ pub(super) fn compile_checked(
         output::emit(&mut diagnostics, &files, args);
     }
     match rlc_plan::lower::lower(&checked) {
-        Ok(plan) => {
+        Ok(mut plan) => {
+            plan.sources = Some(embedded_sources(&checked, &files));
             let problems = rlc_plan::validate(&plan);
             if let Some(first) = problems.first() {
                 return Err(format!(
@@ -52,6 +53,22 @@ pub(super) fn compile_checked(
             }
             Ok(Err(ExitCode::from(1)))
         }
+    }
+}
+
+/// The program's own files (not std, which every `rlc` carries), for `rlc run plan.json`.
+fn embedded_sources(checked: &rlc_check::Checked, files: &Files) -> rlc_plan::model::Sources {
+    let user = || checked.modules.modules.iter().filter(|m| !m.is_std);
+    rlc_plan::model::Sources {
+        root: user()
+            .next()
+            .map_or_else(String::new, |m| files.get(m.file).name.clone()),
+        files: user()
+            .map(|m| {
+                let file = files.get(m.file);
+                (file.name.clone(), file.text.clone())
+            })
+            .collect(),
     }
 }
 

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// The program to run.
+    /// The program to run (`.rl`), or a plan file built by `rlc build` (`.json`).
     #[arg(value_name = "FILE")]
     pub path: PathBuf,
     /// The run folder (metrics.jsonl, curves.png, summary.txt, checkpoints/).
@@ -52,7 +52,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     use rlc_runtime::exec::{self, RunOptions};
     use std::io::IsTerminal;
 
-    let (plan, checked) = match build::compile_checked(&args.path, &args.output)? {
+    let compiled = if args.path.extension().is_some_and(|e| e == "json") {
+        from_plan_file(&args.path, &args.output)?
+    } else {
+        build::compile_checked(&args.path, &args.output)?
+    };
+    let (plan, checked) = match compiled {
         Ok(compiled) => compiled,
         Err(code) => return Ok(code),
     };
@@ -60,7 +65,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     if !args.resume {
         clear_previous_run(&run_dir)?;
     }
-    let source_dir = match args.path.parent() {
+    // Relative dataset and model paths start at the root file's folder.
+    let root = plan
+        .sources
+        .as_ref()
+        .filter(|_| args.path.extension().is_some_and(|e| e == "json"))
+        .map_or_else(|| args.path.clone(), |s| PathBuf::from(&s.root));
+    let source_dir = match root.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
@@ -96,6 +107,53 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             eprintln!("error: the run stopped: {e}");
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+/// A plan file and the program it carries (checked again: the runtime evaluates its `fn`s).
+#[cfg(feature = "runtime")]
+fn from_plan_file(
+    path: &Path,
+    output: &OutputArgs,
+) -> Result<Result<(rlc_plan::Plan, rlc_check::Checked), ExitCode>, String> {
+    let plan = match super::graph::load(path)? {
+        Ok(plan) => plan,
+        Err(code) => return Ok(Err(code)),
+    };
+    let Some(sources) = plan.sources.clone() else {
+        return Err(format!(
+            "`{}` carries no sources to run; build it with `rlc build`",
+            path.display()
+        ));
+    };
+    let root_text = sources.files.get(&sources.root).cloned().ok_or_else(|| {
+        format!(
+            "`{}` names `{}` as its root but does not carry it",
+            path.display(),
+            sources.root
+        )
+    })?;
+    let mut files = rlc_diagnostics::Files::new();
+    let checked = rlc_check::check(&Embedded(&sources), &mut files, &sources.root, root_text);
+    if checked.has_errors() {
+        let mut diagnostics = checked.diagnostics.clone();
+        return Ok(Err(super::output::emit(&mut diagnostics, &files, output)));
+    }
+    Ok(Ok((plan, checked)))
+}
+
+/// Serves a plan's embedded files to the checker.
+#[cfg(feature = "runtime")]
+struct Embedded<'a>(&'a rlc_plan::model::Sources);
+
+#[cfg(feature = "runtime")]
+impl rlc_check::SourceLoader for Embedded<'_> {
+    fn read(&self, path: &str) -> Result<String, String> {
+        self.0
+            .files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| format!("{path}: not carried by the plan"))
     }
 }
 

@@ -471,6 +471,7 @@ impl<'a> Lowerer<'a> {
             ops: self.ops,
             edges: self.edges,
             programs,
+            sources: None,
         })
     }
 

@@ -37,6 +37,20 @@ pub struct Plan {
     /// Per-rank ordered programs with their memory timeline; ranks with identical programs share
     /// one entry.
     pub programs: Vec<RankProgram>,
+    /// The program's own source files (std is built into `rlc`), so that `rlc run plan.json`
+    /// can evaluate its `fn`s and loss closures. `rlc build` fills it; lowering leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Sources>,
+}
+
+/// The source files a plan was built from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sources {
+    /// The root file's name, as the checker was given it.
+    pub root: String,
+    /// Every non-std module's text, by the name the checker loaded it under.
+    pub files: BTreeMap<String, String>,
 }
 
 /// A set of ranks, written `"0..8,16..24"` (half-open ranges, sorted, merged).

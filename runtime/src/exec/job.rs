@@ -105,7 +105,8 @@ fn collect_expr<'a>(expr: &'a Expr, out: &mut Vec<&'a Closure>) {
 }
 
 /// The prompt source a pipeline name stands for: a `dataset` item (of the root module or
-/// imported) defined as `task(kind, digits)` or `jsonl(path, field)` with literal arguments.
+/// imported) defined as `task(kind, digits)` or `jsonl(path, field)`, directly or through a
+/// `fn` that returns one (`reverse_task(digits: 4)`), with literal arguments.
 fn dataset_source(modules: &Modules, name: &str, source_dir: &Path) -> Result<Source> {
     let fail = |message: String| RunError::Dataset {
         name: name.to_string(),
@@ -114,58 +115,115 @@ fn dataset_source(modules: &Modules, name: &str, source_dir: &Path) -> Result<So
     let Some(Binding::Item { module, index }) = modules.get(0).lookup(0, name) else {
         return Err(fail("not a dataset of the program".into()));
     };
-    let item = modules.get(module).item(index);
-    let ItemKind::Dataset(dataset) = &item.kind else {
+    let ItemKind::Dataset(dataset) = &modules.get(module).item(index).kind else {
         return Err(fail("not a dataset".into()));
     };
-    let Definition::Expr(Expr {
-        kind: ExprKind::Call { callee, args, .. },
-        ..
-    }) = &dataset.def
-    else {
+    let Definition::Expr(expr) = &dataset.def else {
         return Err(fail(
             "the runtime reads datasets written as `task(…)` or `jsonl(…)`".into(),
         ));
     };
-    let ExprKind::Name(function) = &callee.kind else {
-        return Err(fail(
-            "the runtime reads `task(…)` and `jsonl(…)` datasets".into(),
-        ));
+    let (function, args) = constructor(modules, module, expr, &BTreeMap::new(), 0).map_err(fail)?;
+    let text = |key: &str| match args.get(key) {
+        Some(Literal::Str(s)) => Ok(s.clone()),
+        _ => Err(fail(format!("`{key}` must be a string literal"))),
     };
-    let params: &[&str] = match function.name.as_str() {
-        "task" => &["kind", "digits"],
-        "jsonl" => &["path", "field"],
-        other => {
-            return Err(fail(format!(
-                "`{other}(…)` is not a dataset the runtime reads"
-            )));
-        }
-    };
-    // Arguments by position or by name, as the checker accepted them.
-    let mut values: Vec<Option<&Expr>> = vec![None; params.len()];
-    for (i, arg) in args.iter().enumerate() {
-        let slot = match &arg.name {
-            Some(n) => params.iter().position(|p| *p == n.name),
-            None => Some(i),
-        };
-        if let Some(slot) = slot.filter(|&s| s < params.len()) {
-            values[slot] = Some(&arg.value);
-        }
-    }
-    let string = |i: usize| match values[i].map(|e| &e.kind) {
-        Some(ExprKind::Str(s)) => Ok(s.value.clone()),
-        _ => Err(fail(format!("`{}` must be a string literal", params[i]))),
-    };
-    let source = match function.name.as_str() {
+    let source = match function.as_str() {
         "task" => {
-            let digits = match values[1].map(|e| &e.kind) {
-                Some(ExprKind::Number(n)) => n.scaled() as i64,
+            let digits = match args.get("digits") {
+                Some(Literal::Number(n)) => *n as i64,
                 None => 6,
                 _ => return Err(fail("`digits` must be a number literal".into())),
             };
-            Source::task(&string(0)?, digits)
+            Source::task(&text("kind")?, digits)
         }
-        _ => Source::jsonl(&source_dir.join(string(0)?), &string(1)?),
+        _ => Source::jsonl(&source_dir.join(text("path")?), &text("field")?),
     };
     source.map_err(|e| fail(e.to_string()))
+}
+
+#[derive(Clone, Debug)]
+enum Literal {
+    Str(String),
+    Number(f64),
+}
+
+/// The `task`/`jsonl` call `expr` (in module `module`, with `env` bound) comes down to, and its
+/// arguments by parameter name.
+fn constructor(
+    modules: &Modules,
+    module: usize,
+    expr: &Expr,
+    env: &BTreeMap<String, Literal>,
+    depth: usize,
+) -> std::result::Result<(String, BTreeMap<String, Literal>), String> {
+    let ExprKind::Call { callee, args, .. } = &expr.kind else {
+        return Err("the runtime reads datasets made by `task(…)` or `jsonl(…)`".into());
+    };
+    let ExprKind::Name(function) = &callee.kind else {
+        return Err("the runtime reads datasets made by `task(…)` or `jsonl(…)`".into());
+    };
+    let literal = |e: &Expr| match &e.kind {
+        ExprKind::Str(s) => Some(Literal::Str(s.value.clone())),
+        ExprKind::Number(n) => Some(Literal::Number(n.scaled())),
+        ExprKind::Name(n) => env.get(&n.name).cloned(),
+        _ => None,
+    };
+    let params: [&str; 2] = match function.name.as_str() {
+        "task" => ["kind", "digits"],
+        "jsonl" => ["path", "field"],
+        other => {
+            let found = match modules.get(module).lookup(module, other) {
+                Some(Binding::Item { module: m, index }) => {
+                    match &modules.get(m).item(index).kind {
+                        ItemKind::Fn(f) if depth < 8 => Some((m, f)),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            let Some((m, f)) = found else {
+                return Err(format!("`{other}(…)` is not a dataset the runtime reads"));
+            };
+            let mut inner = BTreeMap::new();
+            for (i, p) in f.params.iter().enumerate() {
+                let given = args
+                    .iter()
+                    .enumerate()
+                    .find(|(j, a)| match &a.name {
+                        Some(n) => n.name == p.name.name,
+                        None => *j == i,
+                    })
+                    .map(|(_, a)| &a.value);
+                if let Some(value) = given.or(p.default.as_ref()).and_then(literal) {
+                    inner.insert(p.name.name.clone(), value);
+                }
+            }
+            let [stmt] = f.body.stmts.as_slice() else {
+                return Err(format!(
+                    "`{other}` is not a plain `task(…)` or `jsonl(…)` call"
+                ));
+            };
+            let rlc_syntax::ast::StmtKind::Expr(body) = &stmt.kind else {
+                return Err(format!(
+                    "`{other}` is not a plain `task(…)` or `jsonl(…)` call"
+                ));
+            };
+            return constructor(modules, m, body, &inner, depth + 1);
+        }
+    };
+    let mut out = BTreeMap::new();
+    for (i, arg) in args.iter().enumerate() {
+        let key = match &arg.name {
+            Some(n) => n.name.clone(),
+            None => match params.get(i) {
+                Some(p) => p.to_string(),
+                None => continue,
+            },
+        };
+        if let Some(value) = literal(&arg.value) {
+            out.insert(key, value);
+        }
+    }
+    Ok((function.name.clone(), out))
 }

@@ -3,7 +3,7 @@
 //! rows, so each rank computes the value of the whole batch, as one rank would.
 
 use rlc_plan::model::{Op, OpKind};
-use rlc_syntax::ast::{self, Expr, ExprKind, Ident, Span};
+use rlc_syntax::ast::{self, BinaryOp, Expr, ExprKind, Ident, Span, UnaryOp};
 use tch::Tensor;
 
 use super::error::{Result, RunError};
@@ -64,9 +64,57 @@ impl Rank<'_> {
                 .collect();
             return eval.call(&format!("{m}.{function}"), &args).map_err(fail);
         }
-        let call = call_expr(function, bindings.iter().map(|(n, _)| *n));
-        eval.eval(&call, &bindings).map_err(fail)
+        let expr = operator_expr(function)
+            .unwrap_or_else(|| call_expr(function, bindings.iter().map(|(n, _)| *n)));
+        eval.eval(&expr, &bindings).map_err(fail)
     }
+}
+
+/// The expression of an operator kernel (`sub` is `lhs - rhs`, `neg` is `-x`), as lowering
+/// names them.
+fn operator_expr(function: &str) -> Option<Expr> {
+    let name = |n: &str| {
+        Box::new(Expr {
+            kind: ExprKind::Name(Ident {
+                name: n.to_string(),
+                span: Span::default(),
+            }),
+            span: Span::default(),
+        })
+    };
+    let unary = |op| ExprKind::Unary {
+        op,
+        op_span: Span::default(),
+        operand: name("x"),
+    };
+    let binary = |op| ExprKind::Binary {
+        op,
+        op_span: Span::default(),
+        lhs: name("lhs"),
+        rhs: name("rhs"),
+    };
+    let kind = match function {
+        "neg" => unary(UnaryOp::Neg),
+        "not" => unary(UnaryOp::Not),
+        "add" => binary(BinaryOp::Add),
+        "sub" => binary(BinaryOp::Sub),
+        "mul" => binary(BinaryOp::Mul),
+        "div" => binary(BinaryOp::Div),
+        "rem" => binary(BinaryOp::Rem),
+        "eq" => binary(BinaryOp::Eq),
+        "ne" => binary(BinaryOp::Ne),
+        "lt" => binary(BinaryOp::Lt),
+        "le" => binary(BinaryOp::Le),
+        "gt" => binary(BinaryOp::Gt),
+        "ge" => binary(BinaryOp::Ge),
+        "and" => binary(BinaryOp::And),
+        "or" => binary(BinaryOp::Or),
+        _ => return None,
+    };
+    Some(Expr {
+        kind,
+        span: Span::default(),
+    })
 }
 
 /// `function(a: a, b: b, …)`: a call whose arguments are the bound names.

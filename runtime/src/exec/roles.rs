@@ -138,7 +138,7 @@ fn initial_weights(
                 vocab: arch.vocab as i64,
                 max_len: arch.max_len as i64,
                 rope_theta: 10_000.0,
-                norm_eps: 1e-6,
+                norm_eps: 1e-5,
                 tie_embeddings: arch.tie_embeddings,
                 qkv_bias: false,
             };

@@ -1,0 +1,160 @@
+//! Rollout speed: `generate` on the main example's policy (`examples/grpo_digits.rl`: 2 layers,
+//! hidden 64, 4 heads, vocabulary 16) from prompts of 8 tokens, 16 new tokens per row with no EOS
+//! (every row makes all 16), temperature 1.0, at batch 1 and batch 16, decoding from the KV cache
+//! and (the comparison) recomputing the whole sequence every step. Criterion reports tokens/s;
+//! a line per batch gives tokens/s with and without the cache and the speed-up. Asserts nothing
+//! about time (the goal is that the cache is never slower).
+//!
+//! libtorch runs on one thread, as one rank of the example's two ranks does on a 2-core machine.
+//!
+//! `cargo bench -p rlc-runtime --bench rollout`
+
+use criterion::{BenchmarkId, Criterion, Throughput, black_box};
+use rlc_runtime::generate::{GenerateConfig, SamplingConfig, generate, left_pad};
+use rlc_runtime::model::{Heads, ModelConfig, Transformer};
+use rlc_runtime::rng::Rng;
+use std::time::{Duration, Instant};
+use tch::{Device, Tensor, nn};
+
+const PROMPT: usize = 8;
+const MAX_NEW: i64 = 16;
+const BATCHES: [i64; 2] = [1, 16];
+
+fn model_config() -> ModelConfig {
+    ModelConfig {
+        layers: 2,
+        hidden: 64,
+        heads: 4,
+        kv_heads: 4,
+        ffn: 256,
+        vocab: 16,
+        max_len: 32,
+        rope_theta: 10000.0,
+        norm_eps: 1e-5,
+        tie_embeddings: true,
+        qkv_bias: false,
+    }
+}
+
+fn generate_config(use_kv_cache: bool) -> GenerateConfig {
+    GenerateConfig {
+        max_new: MAX_NEW,
+        eos_token_id: None,
+        sampling: SamplingConfig {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+        },
+        seed: 3,
+        use_kv_cache,
+        ..GenerateConfig::default()
+    }
+}
+
+/// `batch` prompts of `PROMPT` random tokens (1..vocab, so none is the pad id 0).
+fn prompts(batch: i64, vocab: i64) -> (Tensor, Tensor) {
+    let mut rng = Rng::new(11);
+    let rows: Vec<Vec<i64>> = (0..batch)
+        .map(|_| {
+            (0..PROMPT)
+                .map(|_| 1 + (rng.next_u64() % (vocab as u64 - 1)) as i64)
+                .collect()
+        })
+        .collect();
+    left_pad(&rows, 0)
+}
+
+fn rollout(model: &Transformer, ids: &Tensor, mask: &Tensor, config: &GenerateConfig) -> Tensor {
+    let out = generate(model, ids, mask, config).expect("generates");
+    assert_eq!(out.response_ids.size(), [ids.size()[0], MAX_NEW]);
+    out.response_ids
+}
+
+/// Median seconds per `generate` call over calls made for about `budget` (at least 3; one call
+/// when `budget` is zero), after a warm-up call.
+fn seconds_per_call(
+    model: &Transformer,
+    ids: &Tensor,
+    mask: &Tensor,
+    config: &GenerateConfig,
+    budget: Duration,
+) -> f64 {
+    let _ = rollout(model, ids, mask, config);
+    let start = Instant::now();
+    let mut times = Vec::new();
+    loop {
+        let t = Instant::now();
+        let _ = black_box(rollout(model, ids, mask, config));
+        times.push(t.elapsed().as_secs_f64());
+        if budget.is_zero() || (times.len() >= 3 && start.elapsed() >= budget) {
+            break;
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// Criterion's own rule: benchmarks run only under `cargo bench` (`--bench`, and not `--test`);
+/// `cargo test --benches` runs each once.
+fn benchmarking() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    has("--bench") && !has("--test") && !has("--list")
+}
+
+fn main() {
+    tch::set_num_threads(1);
+    let mut criterion = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let config = model_config();
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = Transformer::new(&vs.root(), &config, Heads::POLICY, 7).expect("a valid model");
+    let inputs: Vec<(i64, Tensor, Tensor)> = BATCHES
+        .iter()
+        .map(|&batch| {
+            let (ids, mask) = prompts(batch, config.vocab);
+            (batch, ids, mask)
+        })
+        .collect();
+
+    let mut group = criterion.benchmark_group("rollout");
+    for (batch, ids, mask) in &inputs {
+        group.throughput(Throughput::Elements((batch * MAX_NEW) as u64));
+        for (name, cache) in [("kv_cache", true), ("no_cache", false)] {
+            let how = generate_config(cache);
+            group.bench_with_input(BenchmarkId::new(name, batch), &how, |b, how| {
+                b.iter(|| rollout(&model, black_box(ids), black_box(mask), how))
+            });
+        }
+    }
+    group.finish();
+
+    let (budget, timing) = if benchmarking() {
+        (Duration::from_secs(1), "median of ~1 s of calls")
+    } else {
+        (
+            Duration::ZERO,
+            "test mode: one call each, not a measurement",
+        )
+    };
+    println!(
+        "rollout figures (prompt {PROMPT}, {MAX_NEW} new tokens per row, 1 libtorch thread, {timing}):"
+    );
+    for (batch, ids, mask) in &inputs {
+        let tokens = (batch * MAX_NEW) as f64;
+        let cached = seconds_per_call(&model, ids, mask, &generate_config(true), budget);
+        let uncached = seconds_per_call(&model, ids, mask, &generate_config(false), budget);
+        println!(
+            "  batch {batch:>2}: KV cache {:>8.0} tokens/s ({:.2} ms/rollout)  no cache {:>8.0} tokens/s ({:.2} ms/rollout)  speed-up {:.2}x",
+            tokens / cached,
+            cached * 1e3,
+            tokens / uncached,
+            uncached * 1e3,
+            uncached / cached,
+        );
+    }
+    criterion.final_summary();
+}

@@ -1,0 +1,192 @@
+//! `rlc run` end to end through the binary: a small GRPO program trains on two thread ranks
+//! and leaves its run folder; a plan file built by `rlc build` runs the same; what the runtime
+//! cannot execute is refused with a message and exit 1. Without the `runtime` feature the
+//! command says how to get it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn rlc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rlc"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rlc-run-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[cfg(not(feature = "runtime"))]
+#[test]
+fn without_the_runtime_the_command_says_how_to_get_it() {
+    let out = rlc()
+        .args(["run", "examples/grpo_digits.rl"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--features runtime"), "{}", text(&out));
+}
+
+/// A GRPO job small enough for a test: 3-digit reversal, a one-layer policy, 4 steps.
+#[cfg(feature = "runtime")]
+const PROGRAM: &str = r#"
+import std.algo { grpo_advantage, ppo_clip, kl_k3, token_mean }
+import std.models { tiny_gpt }
+
+dataset reverse = task(kind: "reverse_digits", digits: 3)
+cluster local = cpu(devices: 2)
+
+model policy: CausalLM {
+  arch  = tiny_gpt(layers: 1, hidden: 32, heads: 2, vocab: 16, max_len: 16)
+  init  = random(seed: 5)
+  optim = adamw(lr: 1e-2, warmup: 1)
+}
+model reference: CausalLM = frozen(policy)
+
+place policy    on local[0..2] with dp(2)
+place reference on local[0..2] with dp(2)
+
+fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
+  mean(f32(resp == target), over: T, mask: mask)
+}
+
+pipeline train(steps = 4, prompts = 4, group = 4) {
+  loop step in 0..steps {
+    let rollout  = policy.generate(reverse.sample(prompts), n: group, max_new: 3)
+    let old_logp = policy.logprobs(rollout)
+    let ref_logp = reference.logprobs(rollout)
+    let reward   = exact(rollout.response, rollout.target, rollout.mask)
+    let adv      = grpo_advantage(reward, rollout.group, rollout.mask)
+    policy.update(rollout, epochs: 1, minibatch: 8) { logp ->
+      token_mean(ppo_clip(logp, old_logp, adv) + 0.01 * kl_k3(logp, ref_logp), rollout.mask)
+    }
+    log { reward: mean(reward), kl: token_mean(kl_k3(old_logp, ref_logp), rollout.mask) }
+    every 2 steps { checkpoint policy }
+  }
+}
+"#;
+
+#[cfg(feature = "runtime")]
+fn metrics(run: &Path) -> Vec<String> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let object = v.as_object_mut().unwrap();
+            object.remove("seconds");
+            object.remove("tokens_per_s");
+            v.to_string()
+        })
+        .collect()
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn a_program_trains_and_leaves_its_run_folder() {
+    let dir = scratch("folder");
+    let source = dir.join("job.rl");
+    std::fs::write(&source, PROGRAM).unwrap();
+    let run = dir.join("run");
+    let out = rlc()
+        .arg("run")
+        .arg(&source)
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let lines = metrics(&run);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines[0].contains("\"reward\"") && lines[0].contains("\"kl\""));
+    for file in ["curves.png", "summary.txt"] {
+        assert!(run.join(file).is_file(), "{file} missing");
+    }
+    assert!(
+        run.join("checkpoints/policy/step-000004/manifest.json")
+            .is_file()
+    );
+    assert!(text(&out).contains("reward"), "{}", text(&out));
+
+    // The same job from its plan file: the same metrics.
+    let plan = dir.join("job.plan.json");
+    let built = rlc()
+        .arg("build")
+        .arg(&source)
+        .arg("-o")
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", text(&built));
+    let again = dir.join("again");
+    let out = rlc()
+        .arg("run")
+        .arg(&plan)
+        .arg("--out")
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(metrics(&again), lines);
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn what_the_runtime_cannot_execute_is_refused() {
+    let dir = scratch("refused");
+    let source = dir.join("tp.rl");
+    std::fs::write(
+        &source,
+        PROGRAM.replace(
+            "place policy    on local[0..2] with dp(2)",
+            "place policy    on local[0..2] with tp(2)",
+        ),
+    )
+    .unwrap();
+    let out = rlc()
+        .arg("run")
+        .arg(&source)
+        .arg("--out")
+        .arg(dir.join("run"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("cannot run the plan") && text(&out).contains("tensor"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn a_plan_without_sources_is_refused() {
+    let dir = scratch("nosources");
+    let source = dir.join("job.rl");
+    std::fs::write(&source, PROGRAM).unwrap();
+    let plan = dir.join("job.plan.json");
+    let built = rlc()
+        .arg("build")
+        .arg(&source)
+        .arg("-o")
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", text(&built));
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    json.as_object_mut().unwrap().remove("sources");
+    std::fs::write(&plan, json.to_string()).unwrap();
+    let out = rlc().arg("run").arg(&plan).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("carries no sources"), "{}", text(&out));
+}
