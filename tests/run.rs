@@ -75,6 +75,41 @@ pipeline train(steps = 4, prompts = 4, group = 4) {
 }
 "#;
 
+/// `rlc run SOURCE --out RUN EXTRA…`.
+#[cfg(feature = "runtime")]
+fn run_into(source: &Path, run: &Path, extra: &[&str]) -> Output {
+    rlc()
+        .arg("run")
+        .arg(source)
+        .arg("--out")
+        .arg(run)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// `rlc build SOURCE -o PLAN`, which must succeed.
+#[cfg(feature = "runtime")]
+fn build(source: &Path, plan: &Path) {
+    let out = rlc()
+        .arg("build")
+        .arg(source)
+        .arg("-o")
+        .arg(plan)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// A scratch folder holding PROGRAM (edited by `edit`) as `job.rl`.
+#[cfg(feature = "runtime")]
+fn job(name: &str, edit: impl Fn(&str) -> String) -> (PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let source = dir.join("job.rl");
+    std::fs::write(&source, edit(PROGRAM)).unwrap();
+    (dir, source)
+}
+
 #[cfg(feature = "runtime")]
 fn metrics(run: &Path) -> Vec<String> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
@@ -93,17 +128,9 @@ fn metrics(run: &Path) -> Vec<String> {
 #[cfg(feature = "runtime")]
 #[test]
 fn a_program_trains_and_leaves_its_run_folder() {
-    let dir = scratch("folder");
-    let source = dir.join("job.rl");
-    std::fs::write(&source, PROGRAM).unwrap();
+    let (dir, source) = job("folder", str::to_string);
     let run = dir.join("run");
-    let out = rlc()
-        .arg("run")
-        .arg(&source)
-        .arg("--out")
-        .arg(&run)
-        .output()
-        .unwrap();
+    let out = run_into(&source, &run, &[]);
     assert!(out.status.success(), "{}", text(&out));
     let lines = metrics(&run);
     assert_eq!(lines.len(), 4, "{lines:?}");
@@ -119,22 +146,9 @@ fn a_program_trains_and_leaves_its_run_folder() {
 
     // The same job from its plan file: the same metrics.
     let plan = dir.join("job.plan.json");
-    let built = rlc()
-        .arg("build")
-        .arg(&source)
-        .arg("-o")
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{}", text(&built));
+    build(&source, &plan);
     let again = dir.join("again");
-    let out = rlc()
-        .arg("run")
-        .arg(&plan)
-        .arg("--out")
-        .arg(&again)
-        .output()
-        .unwrap();
+    let out = run_into(&plan, &again, &[]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(metrics(&again), lines);
 }
@@ -142,23 +156,13 @@ fn a_program_trains_and_leaves_its_run_folder() {
 #[cfg(feature = "runtime")]
 #[test]
 fn what_the_runtime_cannot_execute_is_refused() {
-    let dir = scratch("refused");
-    let source = dir.join("tp.rl");
-    std::fs::write(
-        &source,
-        PROGRAM.replace(
+    let (dir, source) = job("refused", |p| {
+        p.replace(
             "place policy    on local[0..2] with dp(2)",
             "place policy    on local[0..2] with tp(2)",
-        ),
-    )
-    .unwrap();
-    let out = rlc()
-        .arg("run")
-        .arg(&source)
-        .arg("--out")
-        .arg(dir.join("run"))
-        .output()
-        .unwrap();
+        )
+    });
+    let out = run_into(&source, &dir.join("run"), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("cannot run the plan") && text(&out).contains("tensor"),
@@ -170,23 +174,99 @@ fn what_the_runtime_cannot_execute_is_refused() {
 #[cfg(feature = "runtime")]
 #[test]
 fn a_plan_without_sources_is_refused() {
-    let dir = scratch("nosources");
-    let source = dir.join("job.rl");
-    std::fs::write(&source, PROGRAM).unwrap();
+    let (dir, source) = job("nosources", str::to_string);
     let plan = dir.join("job.plan.json");
-    let built = rlc()
-        .arg("build")
-        .arg(&source)
-        .arg("-o")
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{}", text(&built));
+    build(&source, &plan);
     let mut json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
     json.as_object_mut().unwrap().remove("sources");
     std::fs::write(&plan, json.to_string()).unwrap();
-    let out = rlc().arg("run").arg(&plan).output().unwrap();
+    let out = run_into(&plan, &dir.join("run"), &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("carries no sources"), "{}", text(&out));
+}
+
+/// The SHA-256 a checkpoint's manifest records for `file`.
+#[cfg(feature = "runtime")]
+fn recorded_sha(checkpoint: &Path, file: &str) -> String {
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(checkpoint.join("manifest.json")).unwrap())
+            .unwrap();
+    manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == file)
+        .map(|f| f["sha256"].as_str().unwrap().to_string())
+        .unwrap()
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn a_killed_run_resumes_bit_exactly() {
+    let (dir, source) = job("killed", |p| p.replace("steps = 4", "steps = 60"));
+    let (whole, cut) = (dir.join("whole"), dir.join("cut"));
+    let out = run_into(&source, &whole, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let mut child = rlc()
+        .arg("run")
+        .arg(&source)
+        .arg("--out")
+        .arg(&cut)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let marker = cut.join("checkpoints/policy/step-000004/manifest.json");
+    let started = std::time::Instant::now();
+    while !marker.exists() && started.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the run ended before it could be killed");
+    let done = metrics(&cut).len();
+    assert!((4..60).contains(&done), "killed after {done} steps");
+
+    let out = run_into(&source, &cut, &["--resume"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(metrics(&cut), metrics(&whole));
+    let last = |run: &Path| run.join("checkpoints/policy/step-000060");
+    for file in ["model.safetensors", "optimizer.safetensors"] {
+        assert_eq!(
+            recorded_sha(&last(&cut), file),
+            recorded_sha(&last(&whole), file),
+            "{file} differs after resuming"
+        );
+    }
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn prompts_come_from_a_jsonl_file() {
+    let (dir, source) = job("jsonl", |p| {
+        p.replace(
+            r#"dataset reverse = task(kind: "reverse_digits", digits: 3)"#,
+            r#"dataset reverse = jsonl(path: "prompts.jsonl", field: "question")"#,
+        )
+    });
+    let lines: Vec<String> = ["123", "405", "977", "310"]
+        .iter()
+        .map(|d| {
+            let reversed: String = d.chars().rev().collect();
+            format!(r#"{{"question": "{d}=", "target": "{reversed}"}}"#)
+        })
+        .collect();
+    std::fs::write(dir.join("prompts.jsonl"), lines.join("\n")).unwrap();
+    let run = dir.join("run");
+    let out = run_into(&source, &run, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(metrics(&run).len(), 4);
+
+    // A file that is not there is an error naming it.
+    std::fs::remove_file(dir.join("prompts.jsonl")).unwrap();
+    let out = run_into(&source, &run, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("prompts.jsonl"), "{}", text(&out));
 }

@@ -9,32 +9,18 @@
 //!
 //! `cargo bench -p rlc-runtime --bench rollout`
 
+mod common;
+
 use criterion::{BenchmarkId, Criterion, Throughput, black_box};
 use rlc_runtime::generate::{GenerateConfig, SamplingConfig, generate, left_pad};
-use rlc_runtime::model::{Heads, ModelConfig, Transformer};
+use rlc_runtime::model::Transformer;
 use rlc_runtime::rng::Rng;
 use std::time::{Duration, Instant};
-use tch::{Device, Tensor, nn};
+use tch::Tensor;
 
 const PROMPT: usize = 8;
 const MAX_NEW: i64 = 16;
 const BATCHES: [i64; 2] = [1, 16];
-
-fn model_config() -> ModelConfig {
-    ModelConfig {
-        layers: 2,
-        hidden: 64,
-        heads: 4,
-        kv_heads: 4,
-        ffn: 256,
-        vocab: 16,
-        max_len: 32,
-        rope_theta: 10000.0,
-        norm_eps: 1e-5,
-        tie_embeddings: true,
-        qkv_bias: false,
-    }
-}
 
 fn generate_config(use_kv_cache: bool) -> GenerateConfig {
     GenerateConfig {
@@ -94,14 +80,6 @@ fn seconds_per_call(
     times[times.len() / 2]
 }
 
-/// Criterion's own rule: benchmarks run only under `cargo bench` (`--bench`, and not `--test`);
-/// `cargo test --benches` runs each once.
-fn benchmarking() -> bool {
-    let args: Vec<String> = std::env::args().collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    has("--bench") && !has("--test") && !has("--list")
-}
-
 fn main() {
     tch::set_num_threads(1);
     let mut criterion = Criterion::default()
@@ -109,9 +87,7 @@ fn main() {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .configure_from_args();
-    let config = model_config();
-    let vs = nn::VarStore::new(Device::Cpu);
-    let model = Transformer::new(&vs.root(), &config, Heads::POLICY, 7).expect("a valid model");
+    let (_vs, model, config) = common::example_model();
     let inputs: Vec<(i64, Tensor, Tensor)> = BATCHES
         .iter()
         .map(|&batch| {
@@ -132,7 +108,7 @@ fn main() {
     }
     group.finish();
 
-    let (budget, timing) = if benchmarking() {
+    let (budget, timing) = if common::benchmarking() {
         (Duration::from_secs(1), "median of ~1 s of calls")
     } else {
         (

@@ -1,44 +1,30 @@
 //! Training speed: one policy update step of the main example's model (`examples/grpo_digits.rl`:
-//! 2 layers, hidden 64, 4 heads, vocabulary 16) the way `rlc run` takes it: 128 sequences of
-//! 8 prompt + 8 response tokens, `logprobs` over the response, the PPO clipped loss of
-//! `std.algo.ppo_clip` (dual clip, ε = 0.2) averaged over the response tokens, backward,
+//! 2 layers, hidden 64, 4 heads, vocabulary 16) the way `rlc run` takes it: one minibatch of
+//! 128 sequences of 6 prompt + 4 response tokens, `logprobs` over the response, the PPO clipped
+//! loss of `std.algo.ppo_clip` (dual clip, ε = 0.2) averaged over the response tokens, backward,
 //! gradient clipping to norm 1 and an AdamW step. Throughput counts the response tokens trained
-//! per step (128 × 8). Prints ms/step and tokens/s; asserts nothing about time (the goal is a
+//! per step (128 × 4). Prints ms/step and tokens/s; asserts nothing about time (the goal is a
 //! step well under the rollout that feeds it).
 //!
 //! libtorch runs on one thread, as one rank of the example's two ranks does on a 2-core machine
-//! (in the example each rank takes half of the batch; here one thread takes all 128 rows).
+//! (in the example each rank takes half of a minibatch; here one thread takes all 128 rows).
 //!
 //! `cargo bench -p rlc-runtime --bench train_step`
 
+mod common;
+
 use criterion::{Criterion, SamplingMode, Throughput, black_box};
-use rlc_runtime::model::{Heads, ModelConfig, Transformer};
+use rlc_runtime::model::Transformer;
 use rlc_runtime::optim::{AdamW, AdamWConfig, clip_grad_norm};
 use rlc_runtime::rng::Rng;
 use std::time::{Duration, Instant};
-use tch::{Device, Kind, Tensor, nn};
+use tch::{Device, Kind, Tensor};
 
 const ROWS: i64 = 128;
-const PROMPT: i64 = 8;
-const RESPONSE: i64 = 8;
+const PROMPT: i64 = 6;
+const RESPONSE: i64 = 4;
 /// The example's learning rate (after warm-up).
-const LR: f64 = 3e-3;
-
-fn model_config() -> ModelConfig {
-    ModelConfig {
-        layers: 2,
-        hidden: 64,
-        heads: 4,
-        kv_heads: 4,
-        ffn: 256,
-        vocab: 16,
-        max_len: 32,
-        rope_theta: 10000.0,
-        norm_eps: 1e-5,
-        tie_embeddings: true,
-        qkv_bias: false,
-    }
-}
+const LR: f64 = 1e-3;
 
 /// What the loss reads besides the model: a fixed batch, as a rollout would hand it over.
 struct Batch {
@@ -108,14 +94,6 @@ fn train_step(model: &Transformer, optimizer: &mut AdamW, batch: &Batch) -> f64 
     value
 }
 
-/// Criterion's own rule: benchmarks run only under `cargo bench` (`--bench`, and not `--test`);
-/// `cargo test --benches` runs each once.
-fn benchmarking() -> bool {
-    let args: Vec<String> = std::env::args().collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    has("--bench") && !has("--test") && !has("--list")
-}
-
 fn main() {
     tch::set_num_threads(1);
     let mut criterion = Criterion::default()
@@ -123,9 +101,7 @@ fn main() {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .configure_from_args();
-    let config = model_config();
-    let vs = nn::VarStore::new(Device::Cpu);
-    let model = Transformer::new(&vs.root(), &config, Heads::POLICY, 7).expect("a valid model");
+    let (vs, model, config) = common::example_model();
     let mut optimizer = AdamW::for_var_store(&vs, AdamWConfig::default());
     let batch = Batch::new(&model, config.vocab);
     let tokens = ROWS * RESPONSE;
@@ -140,7 +116,7 @@ fn main() {
     group.finish();
 
     // Median over about a second of steps (one step under `cargo test --benches`).
-    let budget = if benchmarking() {
+    let budget = if common::benchmarking() {
         Duration::from_secs(1)
     } else {
         Duration::ZERO
