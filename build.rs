@@ -6,5 +6,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DEP_RLC_RUNTIME_LIBTORCH_LIB");
     if let Ok(lib_dir) = std::env::var("DEP_RLC_RUNTIME_LIBTORCH_LIB") {
         println!("cargo:rustc-link-arg-bins=-Wl,-rpath,{lib_dir}");
+        // Integration tests that hand the binary tensors link libtorch too.
+        println!("cargo:rustc-link-arg-tests=-Wl,-rpath,{lib_dir}");
     }
 }

@@ -270,3 +270,84 @@ fn prompts_come_from_a_jsonl_file() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("prompts.jsonl"), "{}", text(&out));
 }
+
+/// Writes `tensors` as a safetensors file.
+#[cfg(feature = "runtime")]
+fn safetensors(path: &Path, tensors: &[(&str, rlc_runtime::tch::Tensor)]) {
+    rlc_runtime::tch::Tensor::write_safetensors(tensors, path).unwrap();
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn rlc_kernel_evaluates_a_fn_on_named_tensors() {
+    use rlc_runtime::tch::{Kind, Tensor};
+    let (dir, source) = job("kernel", str::to_string);
+    let inputs = dir.join("in.safetensors");
+    // Two rows: all three tokens right; one of two real tokens right.
+    safetensors(
+        &inputs,
+        &[
+            (
+                "resp",
+                Tensor::from_slice(&[3i64, 2, 1, 7, 5, 0]).view([2, 3]),
+            ),
+            (
+                "target",
+                Tensor::from_slice(&[3i64, 2, 1, 7, 6, 0]).view([2, 3]),
+            ),
+            (
+                "mask",
+                Tensor::from_slice(&[true, true, true, true, true, false]).view([2, 3]),
+            ),
+        ],
+    );
+    let out_file = dir.join("out.safetensors");
+    let out = rlc()
+        .arg("kernel")
+        .arg(&source)
+        .args(["--fn", "exact", "--inputs"])
+        .arg(&inputs)
+        .arg("--out")
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("float[2] = [1, 0.5]"), "{}", text(&out));
+    let written = Tensor::read_safetensors(&out_file).unwrap();
+    assert_eq!(written[0].0, "out");
+    assert!(written[0].1.to_kind(Kind::Double).allclose(
+        &Tensor::from_slice(&[1.0f64, 0.5]),
+        0.0,
+        0.0,
+        false
+    ));
+
+    // A size that disagrees with the signature is a diagnostic on the parameter.
+    safetensors(
+        &inputs,
+        &[
+            (
+                "resp",
+                Tensor::from_slice(&[3i64, 2, 1, 7, 5, 0]).view([2, 3]),
+            ),
+            ("target", Tensor::from_slice(&[3i64, 2, 1, 7]).view([2, 2])),
+            (
+                "mask",
+                Tensor::ones([2, 3], (Kind::Bool, rlc_runtime::tch::Device::Cpu)),
+            ),
+        ],
+    );
+    let out = rlc()
+        .arg("kernel")
+        .arg(&source)
+        .args(["--fn", "exact", "--color", "never", "--inputs"])
+        .arg(&inputs)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("E0301") && text(&out).contains("`T` is 3 in `resp` but 2 in `target`"),
+        "{}",
+        text(&out)
+    );
+}

@@ -1,6 +1,9 @@
 //! The runtime of `rlc`: models, generation, optimisers, collectives and checkpoint loading on
 //! libtorch (through `tch`).
 
+/// The libtorch binding the runtime is built on, for crates that hand it tensors.
+pub use tch;
+
 pub mod checkpoint;
 pub mod collectives;
 pub mod data;

@@ -14,11 +14,11 @@ pub(super) fn compile(path: &Path, args: &OutputArgs) -> Result<Result<Plan, Exi
     Ok(compile_checked(path, args)?.map(|(plan, _)| plan))
 }
 
-/// [`compile`], also returning the checked program (the runtime evaluates its `fn`s).
-pub(super) fn compile_checked(
+/// Checks `path`; diagnostics are printed, and with errors `Ok(Err(code))` is the exit code.
+pub(super) fn check_file(
     path: &Path,
     args: &OutputArgs,
-) -> Result<Result<(Plan, rlc_check::Checked), ExitCode>, String> {
+) -> Result<Result<(rlc_check::Checked, Files), ExitCode>, String> {
     let text = sources::read(path)?;
     let mut files = Files::new();
     let checked = rlc_check::check(
@@ -32,9 +32,21 @@ pub(super) fn compile_checked(
         return Ok(Err(output::emit(&mut diagnostics, &files, args)));
     }
     if !diagnostics.is_empty() {
-        // Warnings: shown, and the plan is still built.
+        // Warnings: shown, and the work goes on.
         output::emit(&mut diagnostics, &files, args);
     }
+    Ok(Ok((checked, files)))
+}
+
+/// [`compile`], also returning the checked program (the runtime evaluates its `fn`s).
+pub(super) fn compile_checked(
+    path: &Path,
+    args: &OutputArgs,
+) -> Result<Result<(Plan, rlc_check::Checked), ExitCode>, String> {
+    let (checked, files) = match check_file(path, args)? {
+        Ok(checked) => checked,
+        Err(code) => return Ok(Err(code)),
+    };
     match rlc_plan::lower::lower(&checked) {
         Ok(mut plan) => {
             plan.sources = Some(embedded_sources(&checked, &files));

@@ -5,6 +5,7 @@ mod check;
 mod explain;
 mod fmt;
 mod graph;
+mod kernel;
 mod lsp;
 mod output;
 mod run;
@@ -102,6 +103,12 @@ pub enum Command {
         after_help = "Examples:\n  rlc run examples/grpo_digits.rl\n  rlc run pipeline.rl --seed 3 --out runs/try3\n  rlc run pipeline.rl --resume"
     )]
     Run(run::RunArgs),
+    /// Evaluate one `fn` of a program on named tensors (a safetensors file), e.g. to test a
+    /// reward or loss function; inputs that do not fit the signature are diagnostics.
+    #[command(
+        after_help = "Examples:\n  rlc kernel rewards.rl --fn exact --inputs batch.safetensors\n  rlc kernel loss.rl --fn my_loss --inputs in.safetensors --out out.safetensors"
+    )]
+    Kernel(kernel::KernelArgs),
     /// Run the language server on standard input and output (for editors).
     #[command(after_help = "Editors start it themselves; see editors/README.md.")]
     Lsp,
@@ -155,6 +162,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
         ),
         Command::Explain { code, list } => explain::run(code.as_deref(), list),
         Command::Run(args) => run::run(&args),
+        Command::Kernel(args) => kernel::run(&args),
         Command::Lsp => lsp::run(),
     }
 }

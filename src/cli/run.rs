@@ -175,11 +175,13 @@ fn clear_previous_run(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// What `run` and `kernel` say in a build without libtorch.
+#[cfg(not(feature = "runtime"))]
+pub const WITHOUT_RUNTIME: &str = "this `rlc` was built without the runtime; build it with \
+     `cargo build --release --features runtime` (scripts/main-job.sh does, installing libtorch \
+     when missing)";
+
 #[cfg(not(feature = "runtime"))]
 pub fn run(_args: &RunArgs) -> Result<ExitCode, String> {
-    Err(
-        "this `rlc` was built without the runtime; build it with `cargo build --release \
-         --features runtime` (scripts/main-job.sh does, installing libtorch when missing)"
-            .into(),
-    )
+    Err(WITHOUT_RUNTIME.into())
 }
