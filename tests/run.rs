@@ -3,6 +3,7 @@
 //! cannot execute is refused with a message and exit 1. Without the `runtime` feature the
 //! command says how to get it.
 
+#[cfg(feature = "runtime")]
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -10,6 +11,7 @@ fn rlc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rlc"))
 }
 
+#[cfg(feature = "runtime")]
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rlc-run-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
