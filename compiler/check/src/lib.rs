@@ -7,6 +7,7 @@
 mod builtins;
 pub mod checks;
 mod eval;
+mod hf_config;
 mod hints;
 pub mod modules;
 mod pipeline;
@@ -67,7 +68,7 @@ pub fn check(
             types: TypeTable::new(),
         };
     }
-    let mut evaluator = eval::Evaluator::new(&modules);
+    let mut evaluator = eval::Evaluator::new(&modules, loader);
     evaluator.run();
     let (program, types) = (
         std::mem::take(&mut evaluator.program),

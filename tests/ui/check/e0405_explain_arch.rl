@@ -1,4 +1,4 @@
 model scorer: RewardModel {  //~ E0405
-  init   = hf("/models/reward")
+  init   = random(seed: 1)
   frozen = true
 }

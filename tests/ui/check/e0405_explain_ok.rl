@@ -2,6 +2,6 @@ import std.models { tiny_gpt }
 
 model scorer: RewardModel {
   arch   = tiny_gpt(hidden: 64)
-  init   = hf("/models/reward")
+  init   = random(seed: 1)
   frozen = true
 }

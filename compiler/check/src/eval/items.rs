@@ -420,6 +420,7 @@ impl Evaluator<'_> {
                     .definition_fields(&mut frame, &md.def)
                     .unwrap_or_default();
                 let mut optim_span = None;
+                let mut init_span = None;
                 for (f, v) in &fields {
                     match (f.key.name.as_str(), v) {
                         (_, Val::Error) => {}
@@ -428,6 +429,7 @@ impl Evaluator<'_> {
                             model.arch_origin = self.origin(&frame, f.span);
                         }
                         ("init", Val::Init(i)) => {
+                            init_span = Some(f.span);
                             model.init = Some(match &**i {
                                 InitVal::Random(seed) => Init::Random { seed: *seed as u64 },
                                 InitVal::Hf(p) => Init::HuggingFace { path: p.clone() },
@@ -490,6 +492,33 @@ impl Evaluator<'_> {
                     model.optimizer = None;
                 }
                 if model.arch.is_none()
+                    && let (Some(Init::HuggingFace { path }), Some(span)) = (&model.init, init_span)
+                    && !fields.iter().any(|(f, _)| f.key.name == "arch")
+                {
+                    // The folder's config.json says what the architecture is.
+                    match self.hf_arch(&frame, path) {
+                        Ok(arch) => {
+                            model.arch = Some(arch);
+                            model.arch_origin = self.origin(&frame, span);
+                        }
+                        Err(problem) => self.diags.push(
+                            Diagnostic::new(
+                                Code::HfConfig,
+                                format!(
+                                    "model `{}` has no `arch`, and `{path}/config.json` cannot give it: {problem}",
+                                    md.name.name
+                                ),
+                                frame.file,
+                                span,
+                            )
+                            .primary_label("the architecture would come from here")
+                            .help(
+                                "point `hf(…)` at a folder with a Llama or Qwen2 config.json, \
+                                 or set `arch`",
+                            ),
+                        ),
+                    }
+                } else if model.arch.is_none()
                     && !fields
                         .iter()
                         .any(|(f, v)| f.key.name == "arch" || v.is_error())

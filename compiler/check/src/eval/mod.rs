@@ -95,6 +95,8 @@ pub type TypeTable = BTreeMap<(FileId, u32, u32), String>;
 
 pub struct Evaluator<'m> {
     modules: &'m Modules,
+    /// Reads the `config.json` of `hf("dir")` models that give no `arch`.
+    loader: &'m dyn crate::SourceLoader,
     pub diags: Vec<Diagnostic>,
     pub program: Program,
     pub types: TypeTable,
@@ -115,9 +117,10 @@ pub struct Evaluator<'m> {
 const MAX_INLINE_DEPTH: usize = 32;
 
 impl<'m> Evaluator<'m> {
-    pub fn new(modules: &'m Modules) -> Self {
+    pub fn new(modules: &'m Modules, loader: &'m dyn crate::SourceLoader) -> Self {
         Evaluator {
             modules,
+            loader,
             diags: Vec::new(),
             program: Program::default(),
             types: TypeTable::new(),
@@ -167,6 +170,17 @@ impl<'m> Evaluator<'m> {
     fn err(&mut self, d: Diagnostic) -> Val {
         self.diags.push(d);
         Val::Error
+    }
+
+    /// The architecture in `dir/config.json`, `dir` relative to the module's file.
+    fn hf_arch(&self, frame: &Frame, dir: &str) -> Result<program::Arch, String> {
+        let module = &self.modules.get(frame.module).name;
+        let path = crate::modules::join_relative(module, &format!("{dir}/config.json"));
+        let text = self
+            .loader
+            .read(&path)
+            .map_err(|e| format!("it cannot be read ({e})"))?;
+        crate::hf_config::arch_of(&text)
     }
 
     fn origin(&self, frame: &Frame, span: Span) -> Origin {
