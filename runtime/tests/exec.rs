@@ -169,3 +169,25 @@ fn a_corrupt_checkpoint_is_refused() {
         "{message}"
     );
 }
+
+#[test]
+fn every_std_task_samples_and_scores() {
+    for kind in ["reverse_digits", "add_numbers", "sort_digits"] {
+        let dir = scratch(kind);
+        let source = program("0..2", "dp(2)", 2, 2)
+            .replace(
+                r#"task(kind: "reverse_digits", digits: 3)"#,
+                &format!(r#"task(kind: "{kind}", digits: 2)"#),
+            )
+            .replace(
+                "exact(rollout.response, rollout.target, rollout.mask)",
+                "reverse.score(rollout)",
+            );
+        run(&source, &dir, false, None).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        for line in metrics(&dir) {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let reward = v["reward"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&reward), "{kind}: reward {reward}");
+        }
+    }
+}

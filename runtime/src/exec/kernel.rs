@@ -4,10 +4,11 @@
 
 use rlc_plan::model::{Op, OpKind};
 use rlc_syntax::ast::{self, BinaryOp, Expr, ExprKind, Ident, Span, UnaryOp};
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
 use super::error::{Result, RunError};
 use super::rank::Rank;
+use crate::data::tokens;
 use crate::kernels::reference::{Arg, Bound, Evaluator};
 
 impl Rank<'_> {
@@ -22,6 +23,11 @@ impl Rank<'_> {
         else {
             unreachable!("kernel() runs kernel ops")
         };
+        if let Some((dataset, "score")) = function.rsplit_once('.')
+            && self.job.sources.contains_key(dataset)
+        {
+            return self.task_score(op, dataset);
+        }
         let mut bindings: Vec<(&str, Bound)> = Vec::new();
         for input in &op.inputs {
             let t = self.tensor(op, input)?;
@@ -67,6 +73,35 @@ impl Rank<'_> {
         let expr = operator_expr(function)
             .unwrap_or_else(|| call_expr(function, bindings.iter().map(|(n, _)| *n)));
         eval.eval(&expr, &bindings).map_err(fail)
+    }
+}
+
+impl Rank<'_> {
+    /// `dataset.score(rollout)`: the rule-based reward of std's tasks, the fraction of the
+    /// answer's tokens (as far as the response reaches) that the response got right.
+    fn task_score(&self, op: &Op, dataset: &str) -> Result<Tensor> {
+        let rollout = self.rollout_input(op)?;
+        let field = |name: &str| {
+            rollout
+                .field(name)
+                .ok_or_else(|| RunError::Plan(format!("a rollout has no field `{name}`")))
+        };
+        let (response, target) = (field("response")?, field("target")?);
+        let answer = target.ne(tokens::PAD);
+        let positions = answer.sum_dim_intlist(1, false, Kind::Float);
+        if positions.eq(0.0).any().int64_value(&[]) != 0 {
+            return Err(RunError::Dataset {
+                name: dataset.to_string(),
+                message: "some prompts have no answer to score against (a JSONL line needs a \
+                          `target` field)"
+                    .into(),
+            });
+        }
+        let right = response
+            .eq_tensor(target)
+            .logical_and(&answer)
+            .sum_dim_intlist(1, false, Kind::Float);
+        Ok(right / positions)
     }
 }
 
