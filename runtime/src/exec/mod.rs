@@ -22,7 +22,6 @@ pub use error::RunError;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::Instant;
 
 use rlc_check::modules::Modules;
@@ -33,7 +32,7 @@ use crate::collectives::Group;
 use crate::report::{Report, ReportOptions, StepRecord};
 use error::Result;
 use job::Job;
-use rank::{Comms, Rank, StepOutput};
+use rank::{Comms, Rank};
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -96,12 +95,14 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
         source,
     })?;
     let mut comms = communicators(plan);
-    let (send, receive) = mpsc::channel::<(u64, StepOutput, f64)>();
+    // Rank 0 writes each step's metrics line before that step's checkpoints: a checkpoint of
+    // step S implies the lines of every step before S, which a resumed run keeps.
+    let mut report_slot = Some(&mut report);
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..world)
             .map(|rank| {
                 let comms = comms.remove(&rank).unwrap_or_default();
-                let send = (rank == 0).then(|| send.clone());
+                let mut report = if rank == 0 { report_slot.take() } else { None };
                 let job = &job;
                 let resume = &resume;
                 scope.spawn(move || -> Result<()> {
@@ -126,27 +127,25 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
                     for step in start..end {
                         let started = Instant::now();
                         let out = r.step(step)?;
-                        if let Some(send) = &send {
-                            let _ = send.send((step, out, started.elapsed().as_secs_f64()));
+                        if let Some(report) = report.as_deref_mut() {
+                            let record = StepRecord {
+                                step,
+                                metrics: out.metrics,
+                                tokens: out.tokens,
+                                seconds: started.elapsed().as_secs_f64(),
+                            };
+                            report.record(&record).map_err(|source| RunError::Io {
+                                what: "cannot write metrics.jsonl".into(),
+                                source,
+                            })?;
                         }
+                        r.write_checkpoints(step)?;
                     }
                     Ok(())
                 })
             })
             .collect();
-        drop(send);
-        let mut written: std::io::Result<()> = Ok(());
-        for (step, out, seconds) in receive {
-            if written.is_ok() {
-                written = report.record(&StepRecord {
-                    step,
-                    metrics: out.metrics,
-                    tokens: out.tokens,
-                    seconds,
-                });
-            }
-        }
-        let mut results: Vec<Result<()>> = handles
+        handles
             .into_iter()
             .enumerate()
             .map(|(rank, h)| {
@@ -157,14 +156,7 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
                     })
                 })
             })
-            .collect();
-        if let Err(source) = written {
-            results.push(Err(RunError::Io {
-                what: "cannot write metrics.jsonl".into(),
-                source,
-            }));
-        }
-        results
+            .collect()
     });
     // A failing rank breaks the collectives of the others: report the cause, not the echo.
     let mut errors: Vec<RunError> = results.into_iter().filter_map(|r| r.err()).collect();

@@ -44,6 +44,8 @@ pub struct Rank<'j> {
     samplers: BTreeMap<String, Sampler>,
     seed: u64,
     run_dir: &'j Path,
+    /// Checkpoint ops of the current step: (op id, role).
+    pending: Vec<(u32, String)>,
 }
 
 impl<'j> Rank<'j> {
@@ -85,6 +87,7 @@ impl<'j> Rank<'j> {
             samplers,
             seed,
             run_dir,
+            pending: Vec::new(),
         })
     }
 
@@ -193,7 +196,8 @@ impl<'j> Rank<'j> {
                     out.metrics.push((field.name.clone(), value));
                 }
             }
-            OpKind::Checkpoint { role, .. } => self.checkpoint(op, role, step)?,
+            // Written after the step's metrics line (see `write_checkpoints`).
+            OpKind::Checkpoint { role, .. } => self.pending.push((op.id, role.clone())),
             OpKind::WeightSync {
                 role,
                 from,
@@ -215,6 +219,15 @@ impl<'j> Rank<'j> {
                     op.label
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// Writes the checkpoints step `step` asked for.
+    pub fn write_checkpoints(&mut self, step: u64) -> Result<()> {
+        for (op, role) in std::mem::take(&mut self.pending) {
+            let op = &self.job.plan.ops[op as usize];
+            self.checkpoint(op, &role, step)?;
         }
         Ok(())
     }
