@@ -199,12 +199,13 @@ fn furthest_failure(
         .iter()
         .filter_map(|c| c.deepest.get_rule().copied())
         .collect();
-    let tokens: BTreeSet<String> = attempts
-        .expected_tokens()
-        .into_iter()
-        .map(|t| t.to_string())
-        .filter(|t| is_literal_token(t))
-        .collect();
+    let tokens = syntax_error::with_all_operators(
+        attempts
+            .expected_tokens()
+            .into_iter()
+            .map(|t| t.to_string())
+            .filter(|t| is_literal_token(t)),
+    );
     // The end of a keyword tried in a look-ahead (`!keyword`) is no place to report an error:
     // nothing but word characters was expected there. Fall back to where the rule failed.
     // Likewise a keyword that stands where a name is used: report it at its start.

@@ -26,7 +26,20 @@ impl Lowerer<'_> {
     fn span(&self, pair: &P) -> Span {
         let s = pair.as_span();
         let start = s.start() + self.offset;
-        let end = crate::trivia::previous_token_end(self.src, start, s.end() + self.offset);
+        let end = s.end() + self.offset;
+        // Most pairs end with their last token: only one that ends in white space, or at the end
+        // of the file (which a comment may reach), needs the look back.
+        let ends_with_token = end > start
+            && end < self.src.len()
+            && self.src[..end]
+                .chars()
+                .next_back()
+                .is_some_and(|c| !c.is_whitespace());
+        let end = if ends_with_token {
+            end
+        } else {
+            crate::trivia::previous_token_end(self.src, start, end)
+        };
         Span::new(start, end)
     }
 
@@ -462,7 +475,7 @@ impl Lowerer<'_> {
         for p in pair.clone().into_inner() {
             match p.as_rule() {
                 Rule::neg_op | Rule::not_op => prefix += 1,
-                Rule::postfix_expr => postfix = postfix.max(p.into_inner().count()),
+                Rule::postfix_expr => postfix = postfix.max(p.into_inner().len()),
                 _ => binary += 1,
             }
         }

@@ -80,6 +80,23 @@ pub(crate) fn token_at(src: &str, at: usize) -> Found<'_> {
     take(c.len_utf8(), TokenKind::Punct)
 }
 
+/// The binary operators, in the order of `infix` in grammar/rl.pest.
+const BINARY_OPERATORS: [&str; 14] = [
+    "..", "||", "&&", "==", "!=", "<=", ">=", "<", ">", "+", "-", "*", "/", "%",
+];
+
+/// pest's expected tokens, with every binary operator where one could have stood. `infix`
+/// (grammar/rl.pest) always tries `..`, `||`, `&&`, `==` and `!=`, but the other operators only
+/// when the next character starts one of them: where none was read, this adds them, as trying
+/// each would have. `||` marks such a place (no other rule expects it).
+pub(crate) fn with_all_operators(tokens: impl Iterator<Item = String>) -> BTreeSet<String> {
+    let mut tokens: BTreeSet<String> = tokens.collect();
+    if tokens.contains("||") {
+        tokens.extend(BINARY_OPERATORS.iter().map(|op| op.to_string()));
+    }
+    tokens
+}
+
 /// What the parser would have accepted, in words.
 fn expected_words(positives: &[Rule], tokens: &BTreeSet<String>) -> Vec<String> {
     let mut words: BTreeSet<(u8, String)> = BTreeSet::new();
@@ -752,4 +769,41 @@ fn foreign_line_start(src: &str, item_start: usize, at: usize) -> Option<Found<'
         }
     }
     last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::RlParser;
+    use pest::Parser;
+
+    /// `BINARY_OPERATORS` is the list `infix` reads, look-ahead included.
+    #[test]
+    fn binary_operators_are_the_grammars() {
+        for op in BINARY_OPERATORS {
+            let src = format!("a {op} b");
+            let expr = RlParser::parse(Rule::expr, &src).unwrap().next().unwrap();
+            assert_eq!(expr.as_str(), src, "`{op}` ends the expression");
+            let parts: Vec<_> = expr.into_inner().map(|p| p.as_str().trim()).collect();
+            assert_eq!(parts, ["a", op, "b"], "`{op}`");
+        }
+        let trail = with_all_operators(["||".to_string(), ")".to_string()].into_iter());
+        assert!(BINARY_OPERATORS.iter().all(|op| trail.contains(*op)));
+        assert!(trail.contains(")"));
+        let none = with_all_operators(["+".to_string()].into_iter());
+        assert_eq!(none.len(), 1);
+    }
+
+    /// The keyword rule's look-ahead lets every keyword through, and no longer word.
+    #[test]
+    fn keyword_rule_reads_every_keyword() {
+        for k in KEYWORDS {
+            let read = RlParser::parse(Rule::keyword, k).map(|mut p| p.next().unwrap().as_str());
+            assert_eq!(read.ok(), Some(*k), "`{k}` is read as a keyword");
+            assert!(RlParser::parse(Rule::keyword, &format!("{k}_x")).is_err());
+        }
+        for word in ["x", "b", "reward", "Tokens", "_", "logp", "input"] {
+            assert!(RlParser::parse(Rule::keyword, word).is_err(), "`{word}`");
+        }
+    }
 }
