@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (`.ci/run` calls this). Does its own setup: Rust crates
 # from crates.io; the editor tests install their npm packages and the tree-sitter CLI when
-# missing. Takes about N minutes on a fresh 2-core machine (see README).
+# missing. Takes about 25 minutes on a 2-core machine (see README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
