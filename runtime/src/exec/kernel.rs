@@ -8,7 +8,7 @@ use tch::{Kind, Tensor};
 
 use super::error::{Result, RunError};
 use super::rank::Rank;
-use crate::data::tokens;
+use crate::data::{self, tokens};
 use crate::kernels::reference::{Arg, Bound, Evaluator};
 
 impl Rank<'_> {
@@ -74,34 +74,35 @@ impl Rank<'_> {
             .unwrap_or_else(|| call_expr(function, bindings.iter().map(|(n, _)| *n)));
         eval.eval(&expr, &bindings).map_err(fail)
     }
-}
 
-impl Rank<'_> {
-    /// `dataset.score(rollout)`: the rule-based reward of std's tasks, the fraction of the
-    /// answer's tokens (as far as the response reaches) that the response got right.
+    /// `dataset.score(rollout)`: the rule-based reward of std's tasks ([`data::score`]) on each
+    /// row, against the answer as far as the response reaches.
     fn task_score(&self, op: &Op, dataset: &str) -> Result<Tensor> {
         let rollout = self.rollout_input(op)?;
-        let field = |name: &str| {
-            rollout
+        let rows = |name: &str| -> Result<Vec<Vec<i64>>> {
+            let t = rollout
                 .field(name)
-                .ok_or_else(|| RunError::Plan(format!("a rollout has no field `{name}`")))
+                .ok_or_else(|| RunError::Plan(format!("a rollout has no field `{name}`")))?;
+            Ok(Vec::<Vec<i64>>::try_from(t.to_kind(Kind::Int64))?)
         };
-        let (response, target) = (field("response")?, field("target")?);
-        let answer = target.ne(tokens::PAD);
-        let positions = answer.sum_dim_intlist(1, false, Kind::Float);
-        if positions.eq(0.0).any().int64_value(&[]) != 0 {
-            return Err(RunError::Dataset {
-                name: dataset.to_string(),
-                message: "some prompts have no answer to score against (a JSONL line needs a \
-                          `target` field)"
-                    .into(),
-            });
+        let mut scores = Vec::new();
+        for (response, target) in rows("response")?.iter().zip(rows("target")?) {
+            let target: Vec<i64> = target.into_iter().filter(|&t| t != tokens::PAD).collect();
+            if target.is_empty() {
+                return Err(RunError::Dataset {
+                    name: dataset.to_string(),
+                    message: "some prompts have no answer to score against (a JSONL line \
+                              needs a `target` field)"
+                        .into(),
+                });
+            }
+            let sample = data::Sample {
+                prompt: Vec::new(),
+                target,
+            };
+            scores.push(data::score(response, &sample) as f32);
         }
-        let right = response
-            .eq_tensor(target)
-            .logical_and(&answer)
-            .sum_dim_intlist(1, false, Kind::Float);
-        Ok(right / positions)
+        Ok(Tensor::from_slice(&scores))
     }
 }
 

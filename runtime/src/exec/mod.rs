@@ -20,7 +20,7 @@ mod values;
 
 pub use error::RunError;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -204,7 +204,7 @@ fn supported(plan: &Plan) -> Result<()> {
 /// Each rank's communicators: one in-process group per distinct data-parallel group.
 fn communicators(plan: &Plan) -> BTreeMap<u32, Comms> {
     let mut out: BTreeMap<u32, Comms> = BTreeMap::new();
-    let mut made: BTreeMap<Vec<u32>, ()> = BTreeMap::new();
+    let mut made: BTreeSet<Vec<u32>> = BTreeSet::new();
     for instance in &plan.instances {
         for members in instance.groups(Axis::Dp) {
             for &rank in &members {
@@ -213,7 +213,7 @@ fn communicators(plan: &Plan) -> BTreeMap<u32, Comms> {
                     .groups
                     .insert(instance.id.clone(), members.clone());
             }
-            if made.insert(members.clone(), ()).is_none() {
+            if made.insert(members.clone()) {
                 for (comm, &rank) in Group::new(members.len()).into_iter().zip(&members) {
                     out.entry(rank)
                         .or_default()

@@ -9,7 +9,6 @@
 //! computes exactly what two data ranks with one each do.
 
 use rlc_plan::model::{Op, OpKind};
-use rlc_syntax::ast::{Block, StmtKind};
 use tch::{Kind, Tensor};
 
 use super::error::{Result, RunError};
@@ -81,12 +80,12 @@ impl Rank<'_> {
                             Some("RewardModel") => rollout::scores(&state.model, &part),
                             _ => rollout::logprobs(&state.model, &part),
                         };
-                        let mut scope: Vec<(String, Bound)> =
-                            vec![(loss.param.clone(), Bound::Tensor(output))];
+                        let mut scope: Vec<(&str, Bound)> =
+                            vec![(loss.param.as_str(), Bound::Tensor(output))];
                         for (name, capture) in &captures {
-                            scope.push((name.clone(), capture.rows(&idx)));
+                            scope.push((name.as_str(), capture.rows(&idx)));
                         }
-                        let value = eval_block(&eval, &closure.body, scope).map_err(|source| {
+                        let value = eval.eval_block(&closure.body, &scope).map_err(|source| {
                             RunError::Kernel {
                                 function: format!("the loss of `{}`", op.label),
                                 step,
@@ -152,39 +151,4 @@ impl Capture {
 /// Every row of a rollout, as an owned value the update can keep while it changes the model.
 fn whole(r: &Rollout) -> Rollout {
     r.select(&Tensor::arange(r.rows(), (Kind::Int64, tch::Device::Cpu)))
-}
-
-/// A closure body: `let`s, then the value.
-fn eval_block(
-    eval: &Evaluator,
-    body: &Block,
-    mut scope: Vec<(String, Bound)>,
-) -> std::result::Result<Tensor, crate::kernels::reference::EvalError> {
-    let unsupported = |what: &str| crate::kernels::reference::EvalError::Unsupported {
-        function: "an update's loss".into(),
-        what: what.into(),
-    };
-    let (last, lets) = body
-        .stmts
-        .split_last()
-        .ok_or_else(|| unsupported("an empty body"))?;
-    for stmt in lets {
-        match &stmt.kind {
-            StmtKind::Let { name, value, .. } => {
-                let t = eval.eval(value, &view(&scope))?;
-                scope.push((name.name.clone(), Bound::Tensor(t)));
-            }
-            _ => return Err(unsupported("a statement other than `let` before the loss")),
-        }
-    }
-    fn view(scope: &[(String, Bound)]) -> Vec<(&str, Bound)> {
-        scope
-            .iter()
-            .map(|(n, b)| (n.as_str(), b.shallow()))
-            .collect()
-    }
-    match &last.kind {
-        StmtKind::Expr(e) => eval.eval(e, &view(&scope)),
-        _ => Err(unsupported("a body that does not end in the loss")),
-    }
 }

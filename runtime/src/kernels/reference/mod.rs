@@ -50,7 +50,7 @@ use error::Result;
 use frame::Frame;
 use interp::Interp;
 use rlc_check::modules::{Binding, Modules};
-use rlc_syntax::ast::{Expr, ItemKind};
+use rlc_syntax::ast::{Block, Expr, ItemKind};
 use tch::{Device, Kind, Tensor};
 use value::{Numeric, Value};
 
@@ -185,6 +185,20 @@ impl<'m> Evaluator<'m> {
     /// Evaluates an expression of the root module (a pipeline's loss closure, a `log` field)
     /// with `bindings` in scope; a reduction without `over:` reduces every axis.
     pub fn eval(&self, expr: &Expr, bindings: &[(&str, Bound)]) -> Result<Tensor> {
+        let (interp, mut frame) = self.pipeline_scope(bindings);
+        let value = interp.expr(&mut frame, expr, 0)?;
+        self.pipeline_result(value)
+    }
+
+    /// [`Evaluator::eval`] for a block (a closure body: `let`s, then the value).
+    pub fn eval_block(&self, block: &Block, bindings: &[(&str, Bound)]) -> Result<Tensor> {
+        let (interp, mut frame) = self.pipeline_scope(bindings);
+        let value = interp.block(&mut frame, block, 0)?;
+        self.pipeline_result(value)
+    }
+
+    /// An interpreter and a root-module frame with `bindings` in scope.
+    fn pipeline_scope(&self, bindings: &[(&str, Bound)]) -> (Interp<'m>, Frame) {
         let interp = Interp {
             modules: self.modules,
             num: self.num,
@@ -209,7 +223,11 @@ impl<'m> Evaluator<'m> {
             };
             frame.bind(name, value);
         }
-        match interp.expr(&mut frame, expr, 0)? {
+        (interp, frame)
+    }
+
+    fn pipeline_result(&self, value: Value) -> Result<Tensor> {
+        match value {
             Value::Tensor(t) => Ok(t.tensor),
             Value::Number(x) => Ok(self.num.literal(x, None)?.tensor),
             _ => Err(EvalError::Unsupported {
