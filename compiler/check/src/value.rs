@@ -87,9 +87,12 @@ impl TensorTy {
 impl fmt::Display for TensorTy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.dtype.as_str())?;
-        if !self.dims.is_empty() {
-            let dims: Vec<String> = self.dims.iter().map(ToString::to_string).collect();
-            write!(f, "[{}]", dims.join(", "))?;
+        if let Some((first, rest)) = self.dims.split_first() {
+            write!(f, "[{first}")?;
+            for d in rest {
+                write!(f, ", {d}")?;
+            }
+            f.write_str("]")?;
         }
         Ok(())
     }

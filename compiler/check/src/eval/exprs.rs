@@ -9,8 +9,9 @@ impl Evaluator<'_> {
     pub(crate) fn expr(&mut self, frame: &mut Frame, e: &Expr) -> Val {
         let v = self.expr_inner(frame, e);
         if !matches!(v, Val::Unit | Val::Error) {
+            let ty = self.type_text(&v);
             self.types
-                .insert((frame.file, e.span.start, e.span.end), display_val(&v));
+                .insert((frame.file, e.span.start, e.span.end), ty);
         }
         v
     }
@@ -427,9 +428,8 @@ impl Evaluator<'_> {
         let axis = scan.axis.name.clone();
         // The scanned tensors: parameters in scope that have the axis.
         let full = frame
-            .scopes
+            .locals
             .iter()
-            .flatten()
             .filter_map(|l| match &l.val {
                 Val::Tensor(t) if t.dims.contains(&Dim::Sym(axis.clone())) => Some(t.dims.clone()),
                 _ => None,
@@ -447,7 +447,7 @@ impl Evaluator<'_> {
             .filter(|d| **d != Dim::Sym(axis.clone()))
             .cloned()
             .collect();
-        frame.scopes.push(Vec::new());
+        frame.push_scope();
         for c in &scan.carries {
             let init = self.expr(frame, &c.init);
             let carried = match init.as_tensor() {
@@ -474,7 +474,7 @@ impl Evaluator<'_> {
             }
         }
         frame.scan = outer;
-        frame.scopes.pop();
+        frame.pop_scope();
         match emitted {
             Some((v, vspan)) => match v.as_tensor() {
                 Some(t) => {

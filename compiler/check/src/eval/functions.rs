@@ -70,7 +70,7 @@ impl Evaluator<'_> {
     }
 
     pub(super) fn close_scope(&mut self, frame: &mut Frame) {
-        let scope = frame.scopes.pop().unwrap_or_default();
+        let scope = frame.pop_scope();
         if !frame.lint {
             return;
         }
@@ -105,11 +105,7 @@ impl Evaluator<'_> {
     pub(super) fn stmt(&mut self, frame: &mut Frame, s: &ast::Stmt) -> Val {
         match &s.kind {
             StmtKind::Let { name, ty, value } => {
-                if let Some(first) = frame
-                    .scopes
-                    .last()
-                    .and_then(|s| s.iter().find(|l| l.name == name.name))
-                {
+                if let Some(first) = frame.first_in_scope(&name.name) {
                     let first = first.span;
                     self.diags.push(
                         Diagnostic::new(Code::DuplicateName, format!("`{}` is bound twice in this block", name.name), frame.file, name.span)

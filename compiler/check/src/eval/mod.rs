@@ -34,7 +34,13 @@ struct Local {
 pub(crate) struct Frame {
     module: usize,
     file: FileId,
-    scopes: Vec<Vec<Local>>,
+    /// The locals of every open scope, outermost first; `scope_starts` holds where each scope
+    /// begins. One list rather than a list per scope, so that `by_name` can index it.
+    locals: Vec<Local>,
+    scope_starts: Vec<usize>,
+    /// Where each name is bound in `locals`, innermost last: a pipeline binds thousands of
+    /// names, and searching them all at every use made checking quadratic.
+    by_name: HashMap<String, Vec<usize>>,
     /// Inside a scan body: the axis and the dims of one row (for `x[t]`).
     scan: Option<(String, Vec<Dim>)>,
     /// Warn about unused `let` bindings (user code only).
@@ -45,14 +51,31 @@ pub(crate) struct Frame {
 
 impl Frame {
     pub(crate) fn push_scope(&mut self) {
-        self.scopes.push(Vec::new());
+        self.scope_starts.push(self.locals.len());
+    }
+
+    /// Closes the innermost scope and returns its locals, in binding order.
+    fn pop_scope(&mut self) -> Vec<Local> {
+        let start = self.scope_starts.pop().unwrap_or(0);
+        let scope: Vec<Local> = self.locals.drain(start..).collect();
+        for l in &scope {
+            if let Some(at) = self.by_name.get_mut(&l.name) {
+                at.pop();
+                if at.is_empty() {
+                    self.by_name.remove(&l.name);
+                }
+            }
+        }
+        scope
     }
 
     fn new(module: usize, file: FileId, lint: bool) -> Self {
         Frame {
             module,
             file,
-            scopes: vec![Vec::new()],
+            locals: Vec::new(),
+            scope_starts: vec![0],
+            by_name: HashMap::new(),
             scan: None,
             lint,
             in_pipeline: false,
@@ -60,15 +83,23 @@ impl Frame {
     }
 
     fn lookup(&mut self, name: &str) -> Option<&mut Local> {
-        self.scopes
-            .iter_mut()
-            .rev()
-            .flat_map(|s| s.iter_mut().rev())
-            .find(|l| l.name == name)
+        let at = *self.by_name.get(name)?.last()?;
+        self.locals.get_mut(at)
+    }
+
+    /// The first local called `name` in the innermost scope.
+    fn first_in_scope(&self, name: &str) -> Option<&Local> {
+        let start = self.scope_starts.last().copied().unwrap_or(0);
+        let at = *self.by_name.get(name)?.iter().find(|&&at| at >= start)?;
+        self.locals.get(at)
     }
 
     pub(crate) fn bind(&mut self, name: &str, val: Val, span: Span, warn_unused: bool) {
-        self.scopes.last_mut().unwrap().push(Local {
+        self.by_name
+            .entry(name.to_string())
+            .or_default()
+            .push(self.locals.len());
+        self.locals.push(Local {
             name: name.to_string(),
             val,
             span,
@@ -82,11 +113,7 @@ impl Frame {
     }
 
     fn names(&self) -> Vec<String> {
-        self.scopes
-            .iter()
-            .flatten()
-            .map(|l| l.name.clone())
-            .collect()
+        self.locals.iter().map(|l| l.name.clone()).collect()
     }
 }
 
@@ -112,6 +139,10 @@ pub struct Evaluator<'m> {
     lints: Vec<Diagnostic>,
     /// Depth of inlined configuration-function calls (guards against recursion).
     inline_depth: usize,
+    /// The type text of each record value met (the `Rc` keeps its address from being reused):
+    /// a pipeline names the same rollout at every use, and writing its fields out each time was
+    /// a third of checking a long pipeline.
+    record_types: HashMap<*const RecordVal, (Rc<RecordVal>, String)>,
 }
 
 const MAX_INLINE_DEPTH: usize = 32;
@@ -132,6 +163,7 @@ impl<'m> Evaluator<'m> {
             calls: Vec::new(),
             lints: Vec::new(),
             inline_depth: 0,
+            record_types: HashMap::new(),
         }
     }
 
@@ -165,6 +197,19 @@ impl<'m> Evaluator<'m> {
 
     pub(crate) fn end_scope(&mut self, frame: &mut Frame) {
         self.close_scope(frame)
+    }
+
+    /// `display_val(v)`, written once per record value.
+    fn type_text(&mut self, v: &Val) -> String {
+        match v {
+            Val::Record(r) | Val::Rollout(r, _) => self
+                .record_types
+                .entry(Rc::as_ptr(r))
+                .or_insert_with(|| (r.clone(), display_val(v)))
+                .1
+                .clone(),
+            _ => display_val(v),
+        }
     }
 
     fn err(&mut self, d: Diagnostic) -> Val {

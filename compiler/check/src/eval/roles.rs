@@ -463,7 +463,7 @@ impl Evaluator<'_> {
                 .primary_label("wrong number of block parameters"),
             );
         }
-        frame.scopes.push(Vec::new());
+        frame.push_scope();
         frame.bind(
             &closure.params[0].name,
             Val::Tensor(fresh),
@@ -471,7 +471,7 @@ impl Evaluator<'_> {
             false,
         );
         let loss = self.block(frame, &closure.body);
-        frame.scopes.pop();
+        frame.pop_scope();
         let tail_span = closure.body.tail().map_or(closure.span, |t| t.span);
         match loss.as_tensor() {
             Some(t) if t.is_scalar() && t.dtype.is_float() => {}
