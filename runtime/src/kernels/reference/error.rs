@@ -12,8 +12,6 @@ pub enum EvalError {
     NotCallable { function: String, name: String },
     #[error("`{function}` has no parameter `{name}`")]
     UnknownArgument { function: String, name: String },
-    #[error("`{function}` takes at most {max} positional arguments")]
-    TooManyArguments { function: String, max: usize },
     #[error("`{function}`: argument `{name}` is given twice")]
     RepeatedArgument { function: String, name: String },
     #[error("`{function}`: missing argument `{name}`")]
@@ -34,6 +32,8 @@ pub enum EvalError {
     Scan { function: String, detail: String },
     #[error("calls nested deeper than {0} (recursion?)")]
     TooDeep(usize),
+    #[error(transparent)]
+    Arguments(#[from] rlc_kernel::builtins::ArgError),
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
 }

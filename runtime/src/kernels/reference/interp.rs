@@ -576,43 +576,13 @@ impl<'m> Interp<'m> {
     }
 }
 
-/// Matches a call's arguments to parameter names: positional first, then by name. Returns
-/// the argument expression of each parameter, `None` where it is left out.
+/// Matches a call's arguments to parameter names (see [`rlc_kernel::builtins::match_args`]).
 pub fn match_args<'a>(
     function: &str,
     params: &[&str],
     args: &'a [Arg],
 ) -> Result<Vec<Option<&'a Expr>>> {
-    let mut slots: Vec<Option<&Expr>> = vec![None; params.len()];
-    let mut positional = 0;
-    for arg in args {
-        let i = match &arg.name {
-            None => {
-                positional += 1;
-                if positional > params.len() {
-                    return Err(EvalError::TooManyArguments {
-                        function: function.to_string(),
-                        max: params.len(),
-                    });
-                }
-                positional - 1
-            }
-            Some(n) => params.iter().position(|p| *p == n.name).ok_or_else(|| {
-                EvalError::UnknownArgument {
-                    function: function.to_string(),
-                    name: n.name.clone(),
-                }
-            })?,
-        };
-        if slots[i].is_some() {
-            return Err(EvalError::RepeatedArgument {
-                function: function.to_string(),
-                name: params[i].to_string(),
-            });
-        }
-        slots[i] = Some(&arg.value);
-    }
-    Ok(slots)
+    Ok(rlc_kernel::builtins::match_args(function, params, args)?)
 }
 
 fn describe(e: &Expr) -> String {

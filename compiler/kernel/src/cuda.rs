@@ -1,0 +1,1 @@
+//! CUDA C for NVRTC (to come).

@@ -1,0 +1,1222 @@
+//! Lowering a checked `fn` to the kernel IR: calls inlined (dimension names translated by
+//! position, which prefix broadcasting makes unambiguous), defaults applied, numbers folded,
+//! builtins expanded into IR primitives (`mean` is a sum over a count, `logsumexp` a shifted
+//! sum of exponentials), equal nodes shared.
+//!
+//! Semantics follow the reference evaluator (`rlc_runtime::kernels::reference`): weak
+//! numbers take the type of the tensor next to them, reductions of integers or masks give
+//! `f32`, an empty masked selection reduces to 0, `/` on integers is true division.
+
+use crate::builtins::{self, Builtin, Cast, Unary, match_args};
+use crate::error::{KernelError, Result};
+use crate::ir::{Bin, Elem, GroupOp, Kernel, Node, NodeId, Op, Output, Param, Red, Scan, Un};
+use rlc_check::modules::{Binding, Modules};
+use rlc_syntax::ast::{
+    self, Arg, BinaryOp, Block, Dim, Expr, ExprKind, FnDef, ItemKind, ScanDirection, StmtKind,
+    TypeExpr, UnaryOp,
+};
+use std::collections::HashMap;
+
+/// Calls nested deeper than this are reported instead of overflowing the stack.
+const MAX_DEPTH: usize = 64;
+
+/// Lowers `function` (a root-scope name or `module.fn`) to a kernel whose inputs are the
+/// parameters named in `given`, in the signature's order; the other parameters take their
+/// defaults. Its one output, `result`, is the `fn`'s value.
+pub fn lower_fn(modules: &Modules, function: &str, given: &[&str]) -> Result<Kernel> {
+    let (module, index) = resolve(modules, function)?;
+    let ItemKind::Fn(def) = &modules.get(module).item(index).kind else {
+        return Err(KernelError::UnknownFunction(function.to_string()));
+    };
+    for name in given {
+        if !def.params.iter().any(|p| p.name.name == *name) {
+            return Err(builtins::ArgError::Unknown {
+                function: function.to_string(),
+                name: name.to_string(),
+            }
+            .into());
+        }
+    }
+    let mut lw = Lowerer {
+        modules,
+        kernel: Kernel {
+            name: def.name.name.clone(),
+            axes: Vec::new(),
+            inputs: Vec::new(),
+            nodes: Vec::new(),
+            outputs: Vec::new(),
+        },
+        body: None,
+        shared: HashMap::new(),
+    };
+    let mut frame = Frame::new(module, &def.name.name);
+    // Axes first: every given tensor's dimension names, by position.
+    for param in def
+        .params
+        .iter()
+        .filter(|p| given.contains(&p.name.name.as_str()))
+    {
+        let ty = param_type(&frame, param)?;
+        if let Some(dims) = &ty.dims {
+            lw.bind_dims(&mut frame, dims)?;
+        }
+    }
+    let mut axes = vec![String::new(); frame.dims.len()];
+    for (name, &pos) in &frame.dims {
+        axes[pos].clone_from(name);
+    }
+    lw.kernel.axes = axes;
+    for param in &def.params {
+        let value = if given.contains(&param.name.name.as_str()) {
+            let ty = param_type(&frame, param)?;
+            let elem = elem_of(&frame, ty)?;
+            let level = ty.dims.as_ref().map_or(0, Vec::len);
+            lw.kernel.inputs.push(Param {
+                name: param.name.name.clone(),
+                elem,
+                level,
+            });
+            let i = lw.kernel.inputs.len() - 1;
+            LVal::Node(lw.push(Op::Input(i), elem, level))
+        } else {
+            lw.default_of(&frame, def, param, 0)?
+        };
+        frame.bind(&param.name.name, value);
+    }
+    let value = lw.block(&mut frame, &def.body, 0)?;
+    let node = lw.node_of(&frame, value, Elem::F32)?;
+    let level = lw.kernel.nodes[node.id].level;
+    lw.kernel.outputs.push(Output {
+        name: "result".into(),
+        node: node.id,
+        level,
+    });
+    Ok(lw.kernel)
+}
+
+fn resolve(modules: &Modules, function: &str) -> Result<(usize, usize)> {
+    let unknown = || KernelError::UnknownFunction(function.to_string());
+    let found = match function.rsplit_once('.') {
+        Some((module, name)) => {
+            let m = modules
+                .modules
+                .iter()
+                .position(|m| m.name == module)
+                .ok_or_else(unknown)?;
+            modules.get(m).items.get(name).map(|&i| (m, i))
+        }
+        None => match modules.get(0).lookup(0, function) {
+            Some(Binding::Item { module, index }) => Some((module, index)),
+            _ => None,
+        },
+    };
+    match found {
+        Some((m, i)) if matches!(modules.get(m).item(i).kind, ItemKind::Fn(_)) => Ok((m, i)),
+        _ => Err(unknown()),
+    }
+}
+
+/// A node of the graph being built: the kernel's (`inner == false`) or the current scan
+/// body's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Val {
+    id: NodeId,
+    inner: bool,
+}
+
+#[derive(Clone, Debug)]
+enum LVal {
+    Node(Val),
+    /// A number: weak, it takes the type of the tensor next to it.
+    Number(f64),
+    Fn {
+        module: usize,
+        index: usize,
+    },
+    Module(usize),
+    /// The position of the scan over this axis.
+    Position(usize),
+}
+
+struct Frame {
+    module: usize,
+    function: String,
+    scopes: Vec<HashMap<String, LVal>>,
+    /// Dimension name → axis position.
+    dims: HashMap<String, usize>,
+}
+
+impl Frame {
+    fn new(module: usize, function: &str) -> Self {
+        Frame {
+            module,
+            function: function.to_string(),
+            scopes: vec![HashMap::new()],
+            dims: HashMap::new(),
+        }
+    }
+
+    fn bind(&mut self, name: &str, v: LVal) {
+        if let Some(s) = self.scopes.last_mut() {
+            s.insert(name.to_string(), v);
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&LVal> {
+        self.scopes.iter().rev().find_map(|s| s.get(name))
+    }
+
+    fn assign(&mut self, name: &str, v: LVal) -> bool {
+        for s in self.scopes.iter_mut().rev() {
+            if let Some(slot) = s.get_mut(name) {
+                *slot = v;
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// The scan body being built.
+struct Body {
+    /// The level of the body's values (the scanned axis is the next one).
+    level: usize,
+    nodes: Vec<Node>,
+    shared: HashMap<String, NodeId>,
+}
+
+struct Lowerer<'m> {
+    modules: &'m Modules,
+    kernel: Kernel,
+    body: Option<Body>,
+    /// Structural keys of the kernel's nodes, so equal nodes are built once.
+    shared: HashMap<String, NodeId>,
+}
+
+fn param_type<'a>(frame: &Frame, param: &'a ast::Param) -> Result<&'a TypeExpr> {
+    param.ty.as_ref().ok_or_else(|| KernelError::Type {
+        function: frame.function.clone(),
+        detail: format!("parameter `{}` has no type", param.name.name),
+    })
+}
+
+fn elem_of(frame: &Frame, ty: &TypeExpr) -> Result<Elem> {
+    match ty.name.name.as_str() {
+        "f32" | "f16" | "bf16" => Ok(Elem::F32),
+        "i32" | "i64" | "Tokens" => Ok(Elem::I32),
+        "bool" | "Mask" => Ok(Elem::Bool),
+        other => Err(KernelError::Unsupported {
+            function: frame.function.clone(),
+            what: format!("a parameter of type `{other}`"),
+        }),
+    }
+}
+
+impl<'m> Lowerer<'m> {
+    fn unsupported(&self, frame: &Frame, what: impl Into<String>) -> KernelError {
+        KernelError::Unsupported {
+            function: frame.function.clone(),
+            what: what.into(),
+        }
+    }
+
+    fn type_err(&self, frame: &Frame, detail: impl Into<String>) -> KernelError {
+        KernelError::Type {
+            function: frame.function.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Binds a signature's dimension names to positions; a name must keep its position.
+    fn bind_dims(&self, frame: &mut Frame, dims: &[Dim]) -> Result<()> {
+        for (i, d) in dims.iter().enumerate() {
+            let Dim::Named(id) = d else {
+                return Err(self.unsupported(frame, "a literal dimension size"));
+            };
+            if let Some(&pos) = frame.dims.get(&id.name) {
+                if pos != i {
+                    return Err(self.unsupported(
+                        frame,
+                        format!("dimension `{}` at two positions (shapes that are not prefixes of one another)", id.name),
+                    ));
+                }
+            } else if frame.dims.values().any(|&p| p == i) {
+                return Err(
+                    self.unsupported(frame, format!("two names for axis {i} (`{}`)", id.name))
+                );
+            }
+            frame.dims.insert(id.name.clone(), i);
+        }
+        Ok(())
+    }
+
+    fn level_of(&self, v: Val) -> usize {
+        self.node(v).level
+    }
+
+    fn elem(&self, v: Val) -> Elem {
+        self.node(v).elem
+    }
+
+    fn node(&self, v: Val) -> &Node {
+        match (&self.body, v.inner) {
+            (Some(b), true) => &b.nodes[v.id],
+            _ => &self.kernel.nodes[v.id],
+        }
+    }
+
+    /// Adds a node to the current graph (the scan body while one is being built).
+    fn push(&mut self, op: Op, elem: Elem, level: usize) -> Val {
+        let key = match op {
+            Op::Scan(_) => None,
+            ref op => Some(format!("{op:?}{elem:?}{level}")),
+        };
+        let node = Node { op, elem, level };
+        let (nodes, shared, inner) = match &mut self.body {
+            Some(b) => (&mut b.nodes, &mut b.shared, true),
+            None => (&mut self.kernel.nodes, &mut self.shared, false),
+        };
+        if let Some(key) = &key
+            && let Some(&id) = shared.get(key)
+        {
+            return Val { id, inner };
+        }
+        nodes.push(node);
+        let id = nodes.len() - 1;
+        if let Some(key) = key {
+            shared.insert(key, id);
+        }
+        Val { id, inner }
+    }
+
+    /// A value usable in the current graph: outer nodes enter a scan body through `Outer`.
+    fn here(&mut self, frame: &Frame, v: Val) -> Result<Val> {
+        match &self.body {
+            Some(b) if !v.inner => {
+                let (level, body_level) = (self.kernel.nodes[v.id].level, b.level);
+                if level > body_level {
+                    return Err(self.unsupported(
+                        frame,
+                        "a tensor of the scanned axis used whole in a scan body (index it: `x[t]`)",
+                    ));
+                }
+                let elem = self.kernel.nodes[v.id].elem;
+                Ok(self.push(Op::Outer(v.id), elem, level))
+            }
+            _ => Ok(v),
+        }
+    }
+
+    fn constant(&mut self, x: f64, elem: Elem) -> Val {
+        self.push(Op::Const(x), elem, 0)
+    }
+
+    /// A value as a node; a number becomes a constant of `elem`.
+    fn node_of(&mut self, frame: &Frame, v: LVal, elem: Elem) -> Result<Val> {
+        match v {
+            LVal::Node(n) => self.here(frame, n),
+            LVal::Number(x) => Ok(self.constant(x, elem)),
+            _ => Err(self.unsupported(frame, "a fn, module or scan position as a value")),
+        }
+    }
+
+    fn cast(&mut self, v: Val, elem: Elem) -> Val {
+        if self.elem(v) == elem {
+            return v;
+        }
+        let level = self.level_of(v);
+        self.push(Op::Unary(Un::Cast, v.id), elem, level)
+    }
+
+    fn unary(&mut self, op: Un, v: Val) -> Val {
+        let (elem, level) = (self.elem(v), self.level_of(v));
+        self.push(Op::Unary(op, v.id), elem, level)
+    }
+
+    fn binary(&mut self, op: Bin, a: Val, b: Val, elem: Elem) -> Val {
+        let level = self.level_of(a).max(self.level_of(b));
+        self.push(Op::Binary(op, a.id, b.id), elem, level)
+    }
+
+    fn select(&mut self, c: Val, a: Val, b: Val) -> Val {
+        let level = self.level_of(c).max(self.level_of(a)).max(self.level_of(b));
+        let elem = self.elem(a);
+        self.push(Op::Select(c.id, a.id, b.id), elem, level)
+    }
+
+    fn default_of(
+        &mut self,
+        frame: &Frame,
+        def: &FnDef,
+        param: &ast::Param,
+        depth: usize,
+    ) -> Result<LVal> {
+        match &param.default {
+            Some(d) => {
+                let mut scope = Frame::new(frame.module, &def.name.name);
+                self.expr(&mut scope, d, depth + 1)
+            }
+            None => Err(KernelError::MissingArgument {
+                function: def.name.name.clone(),
+                name: param.name.name.clone(),
+            }),
+        }
+    }
+
+    fn block(&mut self, frame: &mut Frame, block: &Block, depth: usize) -> Result<LVal> {
+        frame.scopes.push(HashMap::new());
+        let mut last = None;
+        for stmt in &block.stmts {
+            last = None;
+            match &stmt.kind {
+                StmtKind::Let { name, value, .. } => {
+                    let v = self.expr(frame, value, depth)?;
+                    frame.bind(&name.name, v);
+                }
+                StmtKind::Assign { name, value } => {
+                    let v = self.expr(frame, value, depth)?;
+                    if !frame.assign(&name.name, v) {
+                        return Err(
+                            self.type_err(frame, format!("assignment to unknown `{}`", name.name))
+                        );
+                    }
+                }
+                StmtKind::Expr(e) => last = Some(self.expr(frame, e, depth)?),
+                StmtKind::Emit { .. } => {
+                    return Err(self.unsupported(frame, "`emit` outside a scan"));
+                }
+                _ => return Err(self.unsupported(frame, "a pipeline statement in a fn")),
+            }
+        }
+        frame.scopes.pop();
+        last.ok_or_else(|| self.unsupported(frame, "a body without a final expression"))
+    }
+
+    fn expr(&mut self, frame: &mut Frame, e: &Expr, depth: usize) -> Result<LVal> {
+        match &e.kind {
+            ExprKind::Number(n) => Ok(LVal::Number(n.scaled())),
+            ExprKind::Bool(b) => Ok(LVal::Node(
+                self.constant(f64::from(u8::from(*b)), Elem::Bool),
+            )),
+            ExprKind::Name(id) => self.name(frame, &id.name, depth),
+            ExprKind::Paren(inner) => self.expr(frame, inner, depth),
+            ExprKind::Member { base, name } => match self.expr(frame, base, depth)? {
+                LVal::Module(m) => match self.modules.get(m).items.get(&name.name) {
+                    Some(&index) => self.item(frame, m, index, depth),
+                    None => Err(KernelError::UnknownName {
+                        function: frame.function.clone(),
+                        name: name.name.clone(),
+                    }),
+                },
+                _ => Err(self.unsupported(frame, format!("the member `.{}`", name.name))),
+            },
+            ExprKind::Unary { op, operand, .. } => {
+                let v = self.expr(frame, operand, depth)?;
+                match (op, v) {
+                    (UnaryOp::Neg, LVal::Number(x)) => Ok(LVal::Number(-x)),
+                    (UnaryOp::Neg, LVal::Node(n)) if self.elem(n) != Elem::Bool => {
+                        let n = self.here(frame, n)?;
+                        Ok(LVal::Node(self.unary(Un::Neg, n)))
+                    }
+                    (UnaryOp::Not, LVal::Node(n)) if self.elem(n) == Elem::Bool => {
+                        let n = self.here(frame, n)?;
+                        Ok(LVal::Node(self.unary(Un::Not, n)))
+                    }
+                    (op, _) => Err(self.type_err(
+                        frame,
+                        format!("`{}` of a value of the wrong kind", op.as_str()),
+                    )),
+                }
+            }
+            ExprKind::Binary { op, lhs, rhs, .. } => {
+                let l = self.expr(frame, lhs, depth)?;
+                let r = self.expr(frame, rhs, depth)?;
+                self.binary_op(frame, *op, l, r)
+            }
+            ExprKind::Index { base, indices } => {
+                let b = self.expr(frame, base, depth)?;
+                let [index] = indices.as_slice() else {
+                    return Err(self.unsupported(frame, "indexing with several indices"));
+                };
+                let LVal::Position(axis) = self.expr(frame, index, depth)? else {
+                    return Err(self.unsupported(frame, "indexing by anything but a scan position"));
+                };
+                let LVal::Node(b) = b else {
+                    return Err(self.unsupported(frame, "indexing a value that is not a tensor"));
+                };
+                let body_level = self.body.as_ref().map(|b| b.level);
+                if b.inner || body_level != Some(axis) || self.level_of(b) != axis + 1 {
+                    return Err(self.unsupported(
+                        frame,
+                        "indexing a tensor that does not end with the scanned axis",
+                    ));
+                }
+                let elem = self.elem(b);
+                Ok(LVal::Node(self.push(Op::Column(b.id), elem, axis)))
+            }
+            ExprKind::Call {
+                callee,
+                args,
+                closure,
+            } => {
+                if closure.is_some() {
+                    return Err(self.unsupported(frame, "a call with a block"));
+                }
+                self.call(frame, callee, args, depth)
+            }
+            ExprKind::Scan(scan) => self.scan(frame, scan, depth),
+            ExprKind::Str(_) => Err(self.unsupported(frame, "a string")),
+            ExprKind::Record(_) => Err(self.unsupported(frame, "a record")),
+        }
+    }
+
+    fn name(&mut self, frame: &mut Frame, name: &str, depth: usize) -> Result<LVal> {
+        if let Some(v) = frame.get(name) {
+            return Ok(v.clone());
+        }
+        match self.modules.get(frame.module).lookup(frame.module, name) {
+            Some(Binding::Item { module, index }) => self.item(frame, module, index, depth),
+            Some(Binding::Module(m)) => Ok(LVal::Module(m)),
+            None => Err(KernelError::UnknownName {
+                function: frame.function.clone(),
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    fn item(&mut self, frame: &Frame, module: usize, index: usize, depth: usize) -> Result<LVal> {
+        match &self.modules.get(module).item(index).kind {
+            ItemKind::Fn(_) => Ok(LVal::Fn { module, index }),
+            ItemKind::Const(c) => {
+                if depth > MAX_DEPTH {
+                    return Err(self.unsupported(frame, "constants nested this deep"));
+                }
+                let mut scope = Frame::new(module, &c.name.name);
+                self.expr(&mut scope, &c.value, depth + 1)
+            }
+            _ => Err(self.unsupported(frame, "a non-fn item as a value")),
+        }
+    }
+
+    /// The element type two operands meet at: floats win over integers.
+    fn meet(&self, a: &LVal, b: &LVal) -> Elem {
+        let elem = |v: &LVal| match v {
+            LVal::Node(n) => Some(self.elem(*n)),
+            _ => None,
+        };
+        match (elem(a), elem(b)) {
+            (Some(Elem::F32), _) | (_, Some(Elem::F32)) => Elem::F32,
+            (Some(x), None) | (None, Some(x)) => x,
+            (Some(Elem::I32), Some(_)) | (Some(_), Some(Elem::I32)) => Elem::I32,
+            (Some(Elem::Bool), Some(Elem::Bool)) => Elem::Bool,
+            (None, None) => Elem::F32,
+        }
+    }
+
+    fn binary_op(&mut self, frame: &Frame, op: BinaryOp, l: LVal, r: LVal) -> Result<LVal> {
+        if let (LVal::Number(a), LVal::Number(b)) = (&l, &r) {
+            let (a, b) = (*a, *b);
+            let n = match op {
+                BinaryOp::Add => Some(a + b),
+                BinaryOp::Sub => Some(a - b),
+                BinaryOp::Mul => Some(a * b),
+                BinaryOp::Div => Some(a / b),
+                BinaryOp::Rem => Some(a.rem_euclid(b)),
+                _ => None,
+            };
+            if let Some(n) = n {
+                return Ok(LVal::Number(n));
+            }
+        }
+        let bin = match op {
+            BinaryOp::Add => Bin::Add,
+            BinaryOp::Sub => Bin::Sub,
+            BinaryOp::Mul => Bin::Mul,
+            BinaryOp::Div => Bin::Div,
+            BinaryOp::Rem => Bin::Rem,
+            BinaryOp::Eq => Bin::Eq,
+            BinaryOp::Ne => Bin::Ne,
+            BinaryOp::Lt => Bin::Lt,
+            BinaryOp::Le => Bin::Le,
+            BinaryOp::Gt => Bin::Gt,
+            BinaryOp::Ge => Bin::Ge,
+            BinaryOp::And => Bin::And,
+            BinaryOp::Or => Bin::Or,
+            BinaryOp::Range => return Err(self.unsupported(frame, "a range")),
+        };
+        let mut elem = self.meet(&l, &r);
+        // A fraction next to an integer tensor makes the result a float.
+        for v in [&l, &r] {
+            if let LVal::Number(x) = v
+                && elem == Elem::I32
+                && x.fract() != 0.0
+            {
+                elem = Elem::F32;
+            }
+        }
+        let logic = matches!(bin, Bin::And | Bin::Or);
+        if !matches!(bin, Bin::Eq | Bin::Ne) && logic != (elem == Elem::Bool) {
+            return Err(self.type_err(
+                frame,
+                format!("`{}` on values of type {}", op.as_str(), elem.name()),
+            ));
+        }
+        if bin == Bin::Div && elem == Elem::I32 {
+            elem = Elem::F32;
+        }
+        let a = self.node_of(frame, l, elem)?;
+        let b = self.node_of(frame, r, elem)?;
+        let (a, b) = (self.cast(a, elem), self.cast(b, elem));
+        let out = if bin.is_comparison() || logic {
+            Elem::Bool
+        } else {
+            elem
+        };
+        Ok(LVal::Node(self.binary(bin, a, b, out)))
+    }
+
+    fn call(
+        &mut self,
+        frame: &mut Frame,
+        callee: &Expr,
+        args: &[Arg],
+        depth: usize,
+    ) -> Result<LVal> {
+        if let ExprKind::Name(id) = &callee.kind {
+            let shadowed = frame.get(&id.name).is_some()
+                || self
+                    .modules
+                    .get(frame.module)
+                    .lookup(frame.module, &id.name)
+                    .is_some();
+            if !shadowed && let Some(b) = builtins::lookup(&id.name) {
+                return self.builtin(frame, &id.name, b, args, depth);
+            }
+        }
+        let LVal::Fn { module, index } = self.expr(frame, callee, depth)? else {
+            return Err(self.type_err(frame, "calling a value that is not a fn"));
+        };
+        if depth > MAX_DEPTH {
+            return Err(self.unsupported(frame, format!("calls nested deeper than {MAX_DEPTH}")));
+        }
+        let ItemKind::Fn(def) = &self.modules.get(module).item(index).kind else {
+            return Err(self.type_err(frame, "calling a non-fn item"));
+        };
+        let names: Vec<&str> = def.params.iter().map(|p| p.name.name.as_str()).collect();
+        let slots = match_args(&def.name.name, &names, args)?;
+        let mut values = Vec::with_capacity(slots.len());
+        for slot in slots {
+            values.push(match slot {
+                Some(e) => Some(self.expr(frame, e, depth)?),
+                None => None,
+            });
+        }
+        let mut inner = Frame::new(module, &def.name.name);
+        for (param, value) in def.params.iter().zip(values) {
+            let value = match value {
+                Some(v) => v,
+                None => self.default_of(&inner, def, param, depth)?,
+            };
+            self.check_param(&mut inner, param, &value)?;
+            inner.bind(&param.name.name, value);
+        }
+        self.block(&mut inner, &def.body, depth + 1)
+    }
+
+    /// Checks an argument against its parameter's type and names the axes it brings.
+    fn check_param(&mut self, frame: &mut Frame, param: &ast::Param, value: &LVal) -> Result<()> {
+        let Some(ty) = &param.ty else { return Ok(()) };
+        let elem = elem_of(frame, ty)?;
+        let LVal::Node(n) = value else {
+            if let LVal::Number(_) = value
+                && elem == Elem::Bool
+            {
+                return Err(self.type_err(
+                    frame,
+                    format!("`{}` takes booleans, got a number", param.name.name),
+                ));
+            }
+            return Ok(());
+        };
+        if self.elem(*n) != elem {
+            return Err(self.type_err(
+                frame,
+                format!(
+                    "`{}: {}` got a {} value",
+                    param.name.name,
+                    ty.name.name,
+                    self.elem(*n).name()
+                ),
+            ));
+        }
+        let dims = ty.dims.as_deref().unwrap_or(&[]);
+        if dims.len() != self.level_of(*n) {
+            return Err(self.type_err(
+                frame,
+                format!(
+                    "`{}` has {} dimensions in the signature, the value {}",
+                    param.name.name,
+                    dims.len(),
+                    self.level_of(*n)
+                ),
+            ));
+        }
+        self.bind_dims(frame, dims)
+    }
+
+    fn axis(&self, frame: &Frame, e: Option<&Expr>) -> Result<Option<usize>> {
+        match e.map(|e| &e.kind) {
+            None => Ok(None),
+            Some(ExprKind::Name(id)) => frame
+                .dims
+                .get(&id.name)
+                .copied()
+                .map(Some)
+                .ok_or_else(|| self.type_err(frame, format!("no axis `{}` here", id.name))),
+            Some(_) => Err(self.unsupported(frame, "`over:` with anything but a dimension name")),
+        }
+    }
+
+    fn tensor_arg(
+        &mut self,
+        frame: &mut Frame,
+        e: Option<&Expr>,
+        name: &str,
+        fname: &str,
+        depth: usize,
+    ) -> Result<Val> {
+        let e = e.ok_or_else(|| KernelError::MissingArgument {
+            function: fname.to_string(),
+            name: name.to_string(),
+        })?;
+        let v = self.expr(frame, e, depth)?;
+        self.node_of(frame, v, Elem::F32)
+    }
+
+    fn builtin(
+        &mut self,
+        frame: &mut Frame,
+        name: &str,
+        b: Builtin,
+        args: &[Arg],
+        depth: usize,
+    ) -> Result<LVal> {
+        let names = builtins::params(b);
+        let slots = match_args(name, names, args)?;
+        let slot = |p: &str| names.iter().position(|n| *n == p).and_then(|i| slots[i]);
+        let required = |p: &str| {
+            slot(p).ok_or_else(|| KernelError::MissingArgument {
+                function: name.to_string(),
+                name: p.to_string(),
+            })
+        };
+        match b {
+            Builtin::Unary(u) => {
+                let x = self.expr(frame, required("x")?, depth)?;
+                if let LVal::Number(x) = x {
+                    let folded = match u {
+                        Unary::Exp => x.exp(),
+                        Unary::Log => x.ln(),
+                        Unary::Abs => x.abs(),
+                        Unary::Sqrt => x.sqrt(),
+                        Unary::Rsqrt => 1.0 / x.sqrt(),
+                        Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+                        Unary::Tanh => x.tanh(),
+                        Unary::StopGrad => x,
+                    };
+                    return Ok(LVal::Number(folded));
+                }
+                let x = self.node_of(frame, x, Elem::F32)?;
+                if self.elem(x) == Elem::Bool {
+                    return Err(
+                        self.type_err(frame, format!("`{name}` of a mask (cast it with `f32(…)`)"))
+                    );
+                }
+                let op = match u {
+                    Unary::Exp => Un::Exp,
+                    Unary::Log => Un::Log,
+                    Unary::Abs => Un::Abs,
+                    Unary::Sqrt => Un::Sqrt,
+                    Unary::Rsqrt => Un::Rsqrt,
+                    Unary::Sigmoid => Un::Sigmoid,
+                    Unary::Tanh => Un::Tanh,
+                    Unary::StopGrad => Un::StopGrad,
+                };
+                let x = if matches!(op, Un::Abs | Un::StopGrad) {
+                    x
+                } else {
+                    self.cast(x, Elem::F32)
+                };
+                Ok(LVal::Node(self.unary(op, x)))
+            }
+            Builtin::Cast(c) => {
+                let x = self.expr(frame, required("x")?, depth)?;
+                let elem = match c {
+                    Cast::Float => Elem::F32,
+                    Cast::Int => Elem::I32,
+                    Cast::Bool => Elem::Bool,
+                };
+                let x = self.node_of(frame, x, elem)?;
+                Ok(LVal::Node(self.cast(x, elem)))
+            }
+            Builtin::Where => {
+                let c = self.expr(frame, required("cond")?, depth)?;
+                let c = match c {
+                    LVal::Node(n) if self.elem(n) == Elem::Bool => self.here(frame, n)?,
+                    _ => return Err(self.type_err(frame, "a mask (`bool` tensor) is needed here")),
+                };
+                let a = self.expr(frame, required("then")?, depth)?;
+                let o = self.expr(frame, required("otherwise")?, depth)?;
+                let elem = self.meet(&a, &o);
+                let a = self.node_of(frame, a, elem)?;
+                let o = self.node_of(frame, o, elem)?;
+                let (a, o) = (self.cast(a, elem), self.cast(o, elem));
+                Ok(LVal::Node(self.select(c, a, o)))
+            }
+            Builtin::Pow => {
+                let x = self.expr(frame, required("x")?, depth)?;
+                let p = self.expr(frame, required("p")?, depth)?;
+                if let (LVal::Number(x), LVal::Number(p)) = (&x, &p) {
+                    return Ok(LVal::Number(x.powf(*p)));
+                }
+                let x = self.node_of(frame, x, Elem::F32)?;
+                let p = self.node_of(frame, p, Elem::F32)?;
+                let (x, p) = (self.cast(x, Elem::F32), self.cast(p, Elem::F32));
+                Ok(LVal::Node(self.binary(Bin::Pow, x, p, Elem::F32)))
+            }
+            Builtin::Clamp => {
+                let x = self.expr(frame, required("x")?, depth)?;
+                let lo = self.expr(frame, required("lo")?, depth)?;
+                let hi = self.expr(frame, required("hi")?, depth)?;
+                if let (LVal::Number(x), LVal::Number(lo), LVal::Number(hi)) = (&x, &lo, &hi) {
+                    return Ok(LVal::Number(x.max(*lo).min(*hi)));
+                }
+                // As torch's clamp: NaN stays NaN, and the derivative passes at the bounds.
+                let elem = self.meet(&x, &lo);
+                if elem == Elem::Bool {
+                    return Err(self.type_err(frame, "`clamp` of a mask"));
+                }
+                let x = self.node_of(frame, x, elem)?;
+                let lo = self.node_of(frame, lo, elem)?;
+                let hi = self.node_of(frame, hi, elem)?;
+                let (x, lo, hi) = (self.cast(x, elem), self.cast(lo, elem), self.cast(hi, elem));
+                let below = self.binary(Bin::Lt, x, lo, Elem::Bool);
+                let above = self.binary(Bin::Gt, x, hi, Elem::Bool);
+                let upper = self.select(above, hi, x);
+                Ok(LVal::Node(self.select(below, lo, upper)))
+            }
+            Builtin::Min | Builtin::Max => {
+                let bin = if b == Builtin::Min {
+                    Bin::Min
+                } else {
+                    Bin::Max
+                };
+                let x = self.expr(frame, required("x")?, depth)?;
+                if let Some(y) = slot("y") {
+                    let y = self.expr(frame, y, depth)?;
+                    return self.binary_min_max(frame, bin, x, y);
+                }
+                let x = self.node_of(frame, x, Elem::F32)?;
+                let mask = self.mask_arg(frame, slot("mask"), depth)?;
+                let over = self.axis(frame, slot("over"))?;
+                let red = if b == Builtin::Min {
+                    Red::Min
+                } else {
+                    Red::Max
+                };
+                Ok(LVal::Node(self.reduce(frame, red, x, mask, over)?))
+            }
+            Builtin::Sum | Builtin::Mean => {
+                let x = self.tensor_arg(frame, slot("x"), "x", name, depth)?;
+                let mask = self.mask_arg(frame, slot("mask"), depth)?;
+                let over = self.axis(frame, slot("over"))?;
+                let sum = self.reduce(frame, Red::Sum, x, mask, over)?;
+                if b == Builtin::Sum {
+                    return Ok(LVal::Node(sum));
+                }
+                let count = self.count(frame, x, mask, over)?;
+                let one = self.constant(1.0, Elem::F32);
+                let count = self.binary(Bin::Max, count, one, Elem::F32);
+                Ok(LVal::Node(self.binary(Bin::Div, sum, count, Elem::F32)))
+            }
+            Builtin::Count => {
+                let m = self.mask_arg(frame, slot("m"), depth)?.ok_or_else(|| {
+                    KernelError::MissingArgument {
+                        function: name.to_string(),
+                        name: "m".into(),
+                    }
+                })?;
+                let over = self.axis(frame, slot("over"))?;
+                Ok(LVal::Node(self.count(frame, m, Some(m), over)?))
+            }
+            Builtin::LogSumExp | Builtin::Softmax => {
+                let z = self.tensor_arg(frame, slot("z"), "z", name, depth)?;
+                let z = self.cast(z, Elem::F32);
+                let over = self.axis(frame, slot("over"))?.ok_or_else(|| {
+                    KernelError::MissingArgument {
+                        function: name.to_string(),
+                        name: "over".into(),
+                    }
+                })?;
+                // The maximum only shifts the exponentials: its derivative cancels out.
+                let mx = self.reduce(frame, Red::Max, z, None, Some(over))?;
+                let mx = self.unary(Un::StopGrad, mx);
+                let shifted = self.binary(Bin::Sub, z, mx, Elem::F32);
+                let e = self.unary(Un::Exp, shifted);
+                let s = self.reduce(frame, Red::Sum, e, None, Some(over))?;
+                let log = self.unary(Un::Log, s);
+                let lse = self.binary(Bin::Add, mx, log, Elem::F32);
+                if b == Builtin::LogSumExp {
+                    return Ok(LVal::Node(lse));
+                }
+                let d = self.binary(Bin::Sub, z, lse, Elem::F32);
+                Ok(LVal::Node(self.unary(Un::Exp, d)))
+            }
+            Builtin::GroupSum | Builtin::GroupMean | Builtin::GroupStd | Builtin::GroupCount => {
+                if self.body.is_some() {
+                    return Err(self.unsupported(frame, "a group reduction in a scan body"));
+                }
+                let by = self.expr(frame, required("by")?, depth)?;
+                let by = match by {
+                    LVal::Node(n) if self.elem(n) == Elem::I32 && self.level_of(n) == 1 => n,
+                    _ => {
+                        return Err(self.type_err(frame, "`by:` takes one integer group id per row"));
+                    }
+                };
+                let op = match b {
+                    Builtin::GroupSum => GroupOp::Sum,
+                    Builtin::GroupMean => GroupOp::Mean,
+                    Builtin::GroupStd => GroupOp::Std,
+                    _ => GroupOp::Count,
+                };
+                let x = match op {
+                    GroupOp::Count => None,
+                    _ => {
+                        let x = self.tensor_arg(frame, slot("x"), "x", name, depth)?;
+                        if self.level_of(x) != 1 {
+                            return Err(
+                                self.type_err(frame, "a group reduction needs one value per row")
+                            );
+                        }
+                        Some(self.cast(x, Elem::F32).id)
+                    }
+                };
+                Ok(LVal::Node(self.push(
+                    Op::Group { op, x, by: by.id },
+                    Elem::F32,
+                    1,
+                )))
+            }
+        }
+    }
+
+    /// `min`/`max` of two values, element-wise.
+    fn binary_min_max(&mut self, frame: &Frame, bin: Bin, x: LVal, y: LVal) -> Result<LVal> {
+        if let (LVal::Number(a), LVal::Number(b)) = (&x, &y) {
+            return Ok(LVal::Number(if bin == Bin::Min {
+                a.min(*b)
+            } else {
+                a.max(*b)
+            }));
+        }
+        let elem = self.meet(&x, &y);
+        if elem == Elem::Bool {
+            return Err(self.type_err(frame, "`min`/`max` of masks"));
+        }
+        let a = self.node_of(frame, x, elem)?;
+        let b = self.node_of(frame, y, elem)?;
+        let (a, b) = (self.cast(a, elem), self.cast(b, elem));
+        Ok(LVal::Node(self.binary(bin, a, b, elem)))
+    }
+
+    fn mask_arg(
+        &mut self,
+        frame: &mut Frame,
+        e: Option<&Expr>,
+        depth: usize,
+    ) -> Result<Option<Val>> {
+        let Some(e) = e else { return Ok(None) };
+        match self.expr(frame, e, depth)? {
+            LVal::Node(n) if self.elem(n) == Elem::Bool => Ok(Some(self.here(frame, n)?)),
+            _ => Err(self.type_err(frame, "a mask (`bool` tensor) is needed here")),
+        }
+    }
+
+    /// A reduction of `x` over axis `over` (every axis when `None`) where `mask` is true.
+    fn reduce(
+        &mut self,
+        frame: &Frame,
+        op: Red,
+        x: Val,
+        mask: Option<Val>,
+        over: Option<usize>,
+    ) -> Result<Val> {
+        if self.body.is_some() {
+            return Err(self.unsupported(frame, "a reduction in a scan body"));
+        }
+        let x = self.cast(x, Elem::F32);
+        let level = self.level_of(x).max(mask.map_or(0, |m| self.level_of(m)));
+        if let Some(m) = mask
+            && self.level_of(m) > self.level_of(x)
+        {
+            return Err(self.type_err(frame, "the mask has more dimensions than the reduced value"));
+        }
+        match over {
+            Some(axis) => {
+                if axis + 1 != level {
+                    return Err(self.unsupported(
+                        frame,
+                        "a reduction over an axis that is not the value's last",
+                    ));
+                }
+                Ok(self.push(
+                    Op::Reduce {
+                        op,
+                        x: x.id,
+                        mask: mask.map(|m| m.id),
+                    },
+                    Elem::F32,
+                    axis,
+                ))
+            }
+            None => {
+                if level == 0 {
+                    return Ok(x);
+                }
+                // The last axis with the mask, then the others; a row without a selected
+                // position takes no part in a max or min.
+                let mut r = self.push(
+                    Op::Reduce {
+                        op,
+                        x: x.id,
+                        mask: mask.map(|m| m.id),
+                    },
+                    Elem::F32,
+                    level - 1,
+                );
+                let mut any = match mask {
+                    Some(m) if op != Red::Sum => {
+                        let one = self.constant(1.0, Elem::F32);
+                        let c = self.push(
+                            Op::Reduce {
+                                op: Red::Sum,
+                                x: one.id,
+                                mask: Some(m.id),
+                            },
+                            Elem::F32,
+                            level - 1,
+                        );
+                        let zero = self.constant(0.0, Elem::F32);
+                        Some(self.binary(Bin::Gt, c, zero, Elem::Bool))
+                    }
+                    _ => None,
+                };
+                for l in (0..level - 1).rev() {
+                    let m = if op == Red::Sum { None } else { any };
+                    r = self.push(
+                        Op::Reduce {
+                            op,
+                            x: r.id,
+                            mask: m.map(|m| m.id),
+                        },
+                        Elem::F32,
+                        l,
+                    );
+                    if let Some(a) = any {
+                        let f = self.cast(a, Elem::F32);
+                        let c = self.push(
+                            Op::Reduce {
+                                op: Red::Max,
+                                x: f.id,
+                                mask: None,
+                            },
+                            Elem::F32,
+                            l,
+                        );
+                        let zero = self.constant(0.0, Elem::F32);
+                        any = Some(self.binary(Bin::Gt, c, zero, Elem::Bool));
+                    }
+                }
+                Ok(r)
+            }
+        }
+    }
+
+    /// The number of selected positions of `like`'s shape (all of them without a mask).
+    fn count(
+        &mut self,
+        frame: &Frame,
+        like: Val,
+        mask: Option<Val>,
+        over: Option<usize>,
+    ) -> Result<Val> {
+        let level = self
+            .level_of(like)
+            .max(mask.map_or(0, |m| self.level_of(m)));
+        match mask {
+            Some(m) => {
+                // Reduce operands broadcast to the reduced level: a masked sum of the
+                // number 1 counts the mask's true entries over `like`'s shape.
+                let ones = self.constant(1.0, Elem::F32);
+                self.reduce_ones(frame, ones, m, level, over)
+            }
+            None => {
+                let axes: Vec<usize> = match over {
+                    Some(a) => vec![a],
+                    None => (0..level).collect(),
+                };
+                let mut n = self.constant(1.0, Elem::F32);
+                for a in axes {
+                    let s = self.push(Op::AxisSize(a), Elem::F32, 0);
+                    n = self.binary(Bin::Mul, n, s, Elem::F32);
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    fn reduce_ones(
+        &mut self,
+        frame: &Frame,
+        ones: Val,
+        m: Val,
+        level: usize,
+        over: Option<usize>,
+    ) -> Result<Val> {
+        if level == 0 {
+            return Ok(self.cast(m, Elem::F32));
+        }
+        match over {
+            Some(axis) => {
+                if axis + 1 != level {
+                    return Err(self
+                        .unsupported(frame, "a count over an axis that is not the value's last"));
+                }
+                Ok(self.push(
+                    Op::Reduce {
+                        op: Red::Sum,
+                        x: ones.id,
+                        mask: Some(m.id),
+                    },
+                    Elem::F32,
+                    axis,
+                ))
+            }
+            None => {
+                let mut r = self.push(
+                    Op::Reduce {
+                        op: Red::Sum,
+                        x: ones.id,
+                        mask: Some(m.id),
+                    },
+                    Elem::F32,
+                    level.saturating_sub(1),
+                );
+                for l in (0..level.saturating_sub(1)).rev() {
+                    r = self.push(
+                        Op::Reduce {
+                            op: Red::Sum,
+                            x: r.id,
+                            mask: None,
+                        },
+                        Elem::F32,
+                        l,
+                    );
+                }
+                Ok(r)
+            }
+        }
+    }
+
+    fn scan(&mut self, frame: &mut Frame, scan: &ast::Scan, depth: usize) -> Result<LVal> {
+        if self.body.is_some() {
+            return Err(self.unsupported(frame, "a scan inside a scan"));
+        }
+        let axis = *frame
+            .dims
+            .get(&scan.axis.name)
+            .ok_or_else(|| self.type_err(frame, format!("no axis `{}` here", scan.axis.name)))?;
+        let mut inits = Vec::new();
+        for c in &scan.carries {
+            let v = self.expr(frame, &c.init, depth)?;
+            let n = self.node_of(frame, v, Elem::F32)?;
+            if self.level_of(n) > axis {
+                return Err(self.unsupported(frame, "a carry with the scanned axis"));
+            }
+            inits.push(n);
+        }
+        self.body = Some(Body {
+            level: axis,
+            nodes: Vec::new(),
+            shared: HashMap::new(),
+        });
+        frame.scopes.push(HashMap::new());
+        for (i, (c, init)) in scan.carries.iter().zip(&inits).enumerate() {
+            let elem = self.kernel.nodes[init.id].elem;
+            let carry = self.push(Op::Carry(i), elem, axis);
+            frame.bind(&c.name.name, LVal::Node(carry));
+        }
+        frame.bind(&scan.index.name, LVal::Position(axis));
+        let result = self.scan_body(frame, scan, depth);
+        let carries: Vec<Option<LVal>> = scan
+            .carries
+            .iter()
+            .map(|c| frame.get(&c.name.name).cloned())
+            .collect();
+        frame.scopes.pop();
+        let emit = result?;
+        let mut next = Vec::new();
+        for (c, init) in carries.into_iter().zip(&inits) {
+            let elem = self.kernel.nodes[init.id].elem;
+            let v = c.ok_or_else(|| self.type_err(frame, "a lost carry"))?;
+            let n = self.node_of(frame, v, elem)?;
+            next.push(self.cast(n, elem).id);
+        }
+        let emit = self.node_of(frame, emit, Elem::F32)?;
+        let elem = self.elem(emit);
+        let body = self.body.take().map(|b| b.nodes).unwrap_or_default();
+        let node = Scan {
+            reverse: scan.direction == ScanDirection::Reverse,
+            inits: inits.iter().map(|v| v.id).collect(),
+            body,
+            next,
+            emit: emit.id,
+        };
+        Ok(LVal::Node(self.push(
+            Op::Scan(Box::new(node)),
+            elem,
+            axis + 1,
+        )))
+    }
+
+    fn scan_body(&mut self, frame: &mut Frame, scan: &ast::Scan, depth: usize) -> Result<LVal> {
+        let mut emitted = None;
+        for stmt in &scan.body.stmts {
+            match &stmt.kind {
+                StmtKind::Let { name, value, .. } => {
+                    let v = self.expr(frame, value, depth)?;
+                    frame.bind(&name.name, v);
+                }
+                StmtKind::Assign { name, value } => {
+                    let v = self.expr(frame, value, depth)?;
+                    if !frame.assign(&name.name, v) {
+                        return Err(
+                            self.type_err(frame, format!("assignment to unknown `{}`", name.name))
+                        );
+                    }
+                }
+                StmtKind::Emit { value } => {
+                    if emitted.is_some() {
+                        return Err(self.type_err(frame, "a scan step emits twice"));
+                    }
+                    emitted = Some(self.expr(frame, value, depth)?);
+                }
+                StmtKind::Expr(e) => {
+                    self.expr(frame, e, depth)?;
+                }
+                _ => return Err(self.unsupported(frame, "a pipeline statement in a scan")),
+            }
+        }
+        emitted.ok_or_else(|| self.type_err(frame, "a scan step without `emit`"))
+    }
+}
