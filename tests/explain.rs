@@ -72,11 +72,23 @@ fn check(src: &str) -> Vec<(String, Severity)> {
         "tests/ui/check/explain.rl",
         src.to_string(),
     );
-    checked
+    let mut out: Vec<(String, Severity)> = checked
         .diagnostics
         .iter()
         .map(|d| (d.code.as_str().to_string(), d.severity))
-        .collect()
+        .collect();
+    // The planner's codes (E09xx) come from `rlc plan`, after a clean check.
+    if !checked.has_errors()
+        && let Err(rlc_plan::planner::apply::PlanFailure::Diagnostics(diags)) =
+            rlc_plan::planner::plan_auto(&checked, &rlc_plan::cost::CostParams::default())
+    {
+        out.extend(
+            diags
+                .iter()
+                .map(|d| (d.code.as_str().to_string(), d.severity)),
+        );
+    }
+    out
 }
 
 #[test]

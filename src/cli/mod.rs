@@ -8,6 +8,7 @@ mod graph;
 mod kernel;
 mod lsp;
 mod output;
+mod plan;
 mod run;
 mod sources;
 
@@ -97,6 +98,12 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
         color: ColorChoice,
     },
+    /// Plan a program: decide its `place … auto` placements, predict the step time, simulate a
+    /// step (a timeline per device) and fit the cost model to a measured run.
+    #[command(
+        after_help = "Examples:\n  rlc plan examples/ppo_70b_split.rl --simulate --steps 1000\n  rlc plan pipeline.rl --calibrate runs/x/metrics.jsonl --save-cost cost.json\n  rlc plan other.rl --cost cost.json --simulate"
+    )]
+    Plan(plan::PlanArgs),
     /// Check a program, lower it and run its plan: the ranks of a CPU cluster as threads of
     /// this process. Writes metrics, a reward/KL curve, a summary and checkpoints to a run folder.
     #[command(
@@ -161,6 +168,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
             },
         ),
         Command::Explain { code, list } => explain::run(code.as_deref(), list),
+        Command::Plan(args) => plan::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Kernel(args) => kernel::run(&args),
         Command::Lsp => lsp::run(),

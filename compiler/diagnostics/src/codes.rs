@@ -1,7 +1,8 @@
 //! The registry of diagnostic codes. A code, once published, keeps its meaning forever; every
 //! code has an explain page (`explain/<ID>.md`) with what it means, why, a wrong and a fixed
 //! example. Ranges: E01xx syntax, E02xx names and modules, E03xx types, E04xx roles,
-//! E05xx placement, E06xx batch arithmetic, E07xx algorithm sanity, E08xx memory, W… warnings.
+//! E05xx placement, E06xx batch arithmetic, E07xx algorithm sanity, E08xx memory, E09xx the
+//! planner (`rlc plan`), W… warnings.
 
 use crate::Severity;
 use serde::Serialize;
@@ -112,6 +113,8 @@ codes! {
     InvalidSampling = "E0704", Error, "invalid sampling setting";
     // Memory.
     OutOfMemory = "E0801", Error, "the estimate exceeds device memory";
+    // The planner (`place … auto`).
+    NoFeasibleLayout = "E0901", Error, "no layout of an `auto` placement fits";
     // Wasteful plans.
     IdleDevices = "W0301", Warning, "devices no phase uses";
     UnusedPlacement = "W0302", Warning, "a placement for a phase the pipeline never runs";

@@ -6,13 +6,20 @@
 //! - [`graph`]: Graphviz and Mermaid pictures of a plan.
 //! - [`lower`] (feature `lower`, on by default): a checked program → a plan. The runtime depends
 //!   on this crate with `default-features = false` and never sees the checker.
+//! - [`cost`]: the cost model (seconds per op from the hardware the plan carries).
+//! - [`simulate`]: a plan's simulated timeline, utilisation and forecast, and its Gantt chart.
+//! - [`planner`] (feature `lower`): `place … auto`: the search over pools and layouts.
 //!
 //! The crate does no IO.
 
+pub mod cost;
 pub mod graph;
 #[cfg(feature = "lower")]
 pub mod lower;
 pub mod model;
+#[cfg(feature = "lower")]
+pub mod planner;
+pub mod simulate;
 pub mod validate;
 
 pub use model::{PLAN_VERSION, Plan};

@@ -40,7 +40,13 @@ fn lower_err(message: impl Into<String>) -> LowerError {
 
 /// Lowers a program the checker accepted (call it only when `checked.has_errors()` is false).
 pub fn lower(checked: &Checked) -> Result<Plan, Vec<LowerError>> {
-    Lowerer::new(checked)?.run()
+    lower_program(checked, &checked.program)
+}
+
+/// Lowers `checked` with another [`Program`] in place of its own: the planner's, where `place …
+/// auto` placements have been given layouts (same pipeline, modules and types).
+pub fn lower_program(checked: &Checked, program: &Program) -> Result<Plan, Vec<LowerError>> {
+    Lowerer::new(checked, program)?.run()
 }
 
 /// What an expression of the pipeline stands for.
@@ -225,8 +231,7 @@ fn phase_memory(b: &memory::Breakdown) -> PhaseMemory {
 }
 
 impl<'a> Lowerer<'a> {
-    fn new(checked: &'a Checked) -> Result<Self, Vec<LowerError>> {
-        let program = &checked.program;
+    fn new(checked: &'a Checked, program: &'a Program) -> Result<Self, Vec<LowerError>> {
         let Some(pipeline) = &program.pipeline else {
             return Err(vec![lower_err(
                 "the program has no `pipeline`: nothing to lower",
@@ -249,6 +254,8 @@ impl<'a> Lowerer<'a> {
                 memory: c.device.memory.max(0.0) as u64,
                 intra_bandwidth: c.intra_bandwidth,
                 inter_bandwidth: c.inter_bandwidth,
+                flops: c.device.flops.max(0.0),
+                memory_bandwidth: c.device.bandwidth.max(0.0),
             });
             next += n;
         }

@@ -194,6 +194,13 @@ pub struct Cluster {
     /// Bytes/s between devices of one node, and between nodes.
     pub intra_bandwidth: f64,
     pub inter_bandwidth: f64,
+    /// The device kind's peak dense FLOP/s and memory bandwidth (bytes/s), from its `device(…)`
+    /// (`std.hardware`): what the planner's cost model divides by. 0 in plans written before
+    /// these fields existed.
+    #[serde(default)]
+    pub flops: f64,
+    #[serde(default)]
+    pub memory_bandwidth: f64,
 }
 
 /// A model role: its architecture and how it trains.

@@ -1,0 +1,344 @@
+//! One step of a plan, simulated: start and end of every op and offload/onload on every lane.
+
+use crate::cost::PlanCosts;
+use crate::model::{OpKind, Plan, RankSet, Step};
+use std::collections::BTreeMap;
+
+/// What a bar of the chart stands for (its colour).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BarKind {
+    /// Generation.
+    Generate,
+    /// Forward passes: log-probs, values, scores.
+    Forward,
+    /// Training (`update`).
+    Train,
+    /// The pipeline's own functions.
+    Kernel,
+    /// Transfers and weight syncs between layouts.
+    Communication,
+    /// Offload and onload between device and host.
+    Offload,
+    /// Sampling, logging, checkpoints.
+    Other,
+}
+
+impl BarKind {
+    pub const ALL: [BarKind; 7] = [
+        BarKind::Generate,
+        BarKind::Forward,
+        BarKind::Train,
+        BarKind::Kernel,
+        BarKind::Communication,
+        BarKind::Offload,
+        BarKind::Other,
+    ];
+
+    pub fn of(kind: &OpKind) -> BarKind {
+        match kind {
+            OpKind::Generate { .. } => BarKind::Generate,
+            OpKind::Logprobs { .. } | OpKind::Values { .. } | OpKind::Score { .. } => {
+                BarKind::Forward
+            }
+            OpKind::Update { .. } => BarKind::Train,
+            OpKind::Kernel { .. } => BarKind::Kernel,
+            OpKind::Transfer { .. } | OpKind::WeightSync { .. } => BarKind::Communication,
+            OpKind::Sample { .. } | OpKind::Checkpoint { .. } | OpKind::Log { .. } => {
+                BarKind::Other
+            }
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            BarKind::Generate => "generate",
+            BarKind::Forward => "forward",
+            BarKind::Train => "train",
+            BarKind::Kernel => "kernel",
+            BarKind::Communication => "transfer",
+            BarKind::Offload => "offload",
+            BarKind::Other => "other",
+        }
+    }
+}
+
+/// One interval of a lane.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bar {
+    pub start: f64,
+    pub end: f64,
+    pub label: String,
+    pub kind: BarKind,
+}
+
+/// The ranks that run one program, and what they do during the step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lane {
+    pub ranks: RankSet,
+    pub bars: Vec<Bar>,
+}
+
+impl Lane {
+    /// Seconds some bar occupies the lane.
+    pub fn busy(&self) -> f64 {
+        self.bars.iter().map(|b| b.end - b.start).sum()
+    }
+}
+
+/// One simulated step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    pub lanes: Vec<Lane>,
+    /// When the last bar ends.
+    pub step_seconds: f64,
+    /// Some duration counted an unknown size as 0.
+    pub lower_bound: bool,
+}
+
+impl Timeline {
+    /// Busy fraction of each lane's step.
+    pub fn utilisation(&self) -> Vec<f64> {
+        self.lanes
+            .iter()
+            .map(|l| {
+                if self.step_seconds > 0.0 {
+                    l.busy() / self.step_seconds
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+
+    /// The utilisation of all devices together (each lane weighted by its ranks).
+    pub fn mean_utilisation(&self) -> f64 {
+        let (mut busy, mut devices) = (0.0, 0.0);
+        for (lane, u) in self.lanes.iter().zip(self.utilisation()) {
+            busy += u * f64::from(lane.ranks.len());
+            devices += f64::from(lane.ranks.len());
+        }
+        if devices > 0.0 { busy / devices } else { 0.0 }
+    }
+}
+
+/// Simulates one step in which an op with `every: Some(e)` runs when `fires(e)` says so.
+pub fn simulate_step(
+    plan: &Plan,
+    costs: &PlanCosts,
+    fires: &dyn Fn(u64) -> bool,
+) -> Result<Timeline, String> {
+    let programs = &plan.programs;
+    let mut lanes_of: Vec<Vec<usize>> = vec![Vec::new(); plan.ops.len()];
+    for (li, p) in programs.iter().enumerate() {
+        for s in &p.steps {
+            if let Step::Run { op, .. } = s
+                && let Some(l) = lanes_of.get_mut(*op as usize)
+            {
+                l.push(li);
+            }
+        }
+    }
+    let runs = |op: usize| plan.ops[op].every.is_none_or(fires);
+    let mut lanes: Vec<Lane> = programs
+        .iter()
+        .map(|p| Lane {
+            ranks: p.ranks.clone(),
+            bars: Vec::new(),
+        })
+        .collect();
+    // Each lane's steps, in its program's order, except that ops of one level have no order
+    // between them: when lanes reach a level's multi-lane ops in different orders, the stalled
+    // lanes take the op the others wait at first (see the end of the loop).
+    let mut steps: Vec<Vec<Step>> = programs.iter().map(|p| p.steps.clone()).collect();
+    let mut pos = vec![0usize; programs.len()];
+    let mut time = vec![0.0f64; programs.len()];
+    let mut waiting: Vec<Option<usize>> = vec![None; programs.len()];
+    let mut arrived = vec![0usize; plan.ops.len()];
+    let mut ready = vec![0.0f64; plan.ops.len()];
+    let mut finish: Vec<Option<f64>> = vec![None; plan.ops.len()];
+    // Ops no program runs finish as soon as their dependencies have.
+    for (i, op) in plan.ops.iter().enumerate() {
+        if lanes_of[i].is_empty() {
+            let t = op
+                .deps
+                .iter()
+                .filter_map(|&d| finish.get(d as usize).copied().flatten())
+                .fold(0.0, f64::max);
+            finish[i] = Some(t);
+        }
+    }
+    loop {
+        let mut progressed = false;
+        for li in 0..programs.len() {
+            while let Some(step) = steps[li].get(pos[li]) {
+                match step {
+                    Step::Offload { instance, .. } | Step::Onload { instance, .. } => {
+                        let d = costs.step_seconds(plan, step);
+                        let verb = if matches!(step, Step::Offload { .. }) {
+                            "offload"
+                        } else {
+                            "onload"
+                        };
+                        if d > 0.0 {
+                            lanes[li].bars.push(Bar {
+                                start: time[li],
+                                end: time[li] + d,
+                                label: format!("{verb} {instance}"),
+                                kind: BarKind::Offload,
+                            });
+                        }
+                        time[li] += d;
+                        pos[li] += 1;
+                        progressed = true;
+                    }
+                    Step::Run { op, .. } => {
+                        let op = *op as usize;
+                        if waiting[li] != Some(op) {
+                            waiting[li] = Some(op);
+                            arrived[op] += 1;
+                            ready[op] = ready[op].max(time[li]);
+                            progressed = true;
+                        }
+                        if arrived[op] < lanes_of[op].len() {
+                            break;
+                        }
+                        let mut start = ready[op];
+                        let mut deps_done = true;
+                        for &d in &plan.ops[op].deps {
+                            match finish.get(d as usize).copied().flatten() {
+                                Some(t) => start = start.max(t),
+                                None => deps_done = false,
+                            }
+                        }
+                        if !deps_done {
+                            break;
+                        }
+                        let d = if runs(op) { costs.op_seconds[op] } else { 0.0 };
+                        let end = start + d;
+                        finish[op] = Some(end);
+                        for &lj in &lanes_of[op] {
+                            if d > 0.0 {
+                                lanes[lj].bars.push(Bar {
+                                    start,
+                                    end,
+                                    label: plan.ops[op].label.clone(),
+                                    kind: BarKind::of(&plan.ops[op].kind),
+                                });
+                            }
+                            time[lj] = end;
+                            pos[lj] += 1;
+                            waiting[lj] = None;
+                        }
+                        progressed = true;
+                    }
+                }
+            }
+        }
+        if pos.iter().zip(&steps).all(|(&p, s)| p == s.len()) {
+            break;
+        }
+        if !progressed {
+            let deps_done = |op: usize| {
+                plan.ops[op]
+                    .deps
+                    .iter()
+                    .all(|&d| finish.get(d as usize).copied().flatten().is_some())
+            };
+            let unblock = waiting
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|&op| deps_done(op))
+                .min();
+            if let Some(op) = unblock {
+                let level = plan.ops[op].level;
+                let mut moved = false;
+                for &lj in &lanes_of[op] {
+                    if waiting[lj] == Some(op) {
+                        continue;
+                    }
+                    let later = steps[lj][pos[lj]..]
+                        .iter()
+                        .position(|s| matches!(s, Step::Run { op: x, .. } if *x as usize == op));
+                    let same_level = waiting[lj].is_none_or(|w| plan.ops[w].level == level);
+                    if let (Some(at), true) = (later, same_level) {
+                        let step = steps[lj].remove(pos[lj] + at);
+                        steps[lj].insert(pos[lj], step);
+                        if let Some(w) = waiting[lj].take() {
+                            arrived[w] -= 1;
+                        }
+                        moved = true;
+                    }
+                }
+                if moved {
+                    continue;
+                }
+            }
+            let stuck: Vec<String> = (0..programs.len())
+                .filter_map(|li| {
+                    let op = waiting[li]?;
+                    Some(format!("ranks {} wait at op {op}", programs[li].ranks))
+                })
+                .collect();
+            return Err(format!(
+                "the rank programs wait on each other: {}",
+                stuck.join("; ")
+            ));
+        }
+    }
+    let step_seconds = time.iter().copied().fold(0.0, f64::max);
+    Ok(Timeline {
+        lanes,
+        step_seconds,
+        lower_bound: costs.lower_bound,
+    })
+}
+
+/// `N` steps: step `i` runs the ops whose `every` divides `i + 1`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forecast {
+    pub steps: u64,
+    pub seconds: f64,
+    pub device_hours: f64,
+}
+
+/// Simulates each distinct kind of step once (which `every` ops fire) and adds them up.
+pub fn forecast(plan: &Plan, costs: &PlanCosts, steps: u64) -> Result<Forecast, String> {
+    let mut everies: Vec<u64> = plan.ops.iter().filter_map(|o| o.every).collect();
+    everies.sort_unstable();
+    everies.dedup();
+    let everies: Vec<u64> = everies.into_iter().filter(|&e| e > 0).collect();
+    // How many steps fire exactly each subset of `everies` (as a bit mask), by inclusion over
+    // the step numbers: steps are few kinds, so count them rather than walk them when long.
+    let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
+    if everies.len() <= 16 && steps <= 10_000_000 {
+        for i in 1..=steps {
+            let mask = everies
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| i % **e == 0)
+                .fold(0u64, |m, (b, _)| m | (1 << b));
+            *counts.entry(mask).or_default() += 1;
+        }
+    } else {
+        return Err(format!(
+            "{steps} steps with {} checkpoint periods are more than the forecast walks",
+            everies.len()
+        ));
+    }
+    let mut seconds = 0.0;
+    for (&mask, &n) in &counts {
+        let fires = |e: u64| {
+            everies
+                .iter()
+                .position(|&x| x == e)
+                .is_some_and(|b| mask & (1 << b) != 0)
+        };
+        seconds += n as f64 * simulate_step(plan, costs, &fires)?.step_seconds;
+    }
+    Ok(Forecast {
+        steps,
+        seconds,
+        device_hours: seconds * f64::from(plan.world_size) / 3600.0,
+    })
+}

@@ -1,0 +1,247 @@
+//! `rlc plan`: the planner and the cost model. Decides `place … auto` placements, predicts the
+//! step time, simulates a step (`--simulate`: a Gantt chart, utilisation per device,
+//! device-hours) and fits the cost model to a measured run (`--calibrate`).
+
+use super::{OutputArgs, build, graph, output, sources};
+use rlc_plan::Plan;
+use rlc_plan::cost::params::{MeasuredRun, calibrate};
+use rlc_plan::cost::{CostParams, PlanCosts};
+use rlc_plan::planner::apply::PlanFailure;
+use rlc_plan::simulate::{self, gantt::seconds_text};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// A program (`.rl`) or a plan file (`.json`).
+    #[arg(value_name = "FILE")]
+    pub path: PathBuf,
+    /// Simulate a step: timeline per device (`<name>.timeline.svg`), utilisation, step time.
+    #[arg(long)]
+    pub simulate: bool,
+    /// Steps to forecast (default: the pipeline's `steps`).
+    #[arg(long, value_name = "N")]
+    pub steps: Option<u64>,
+    /// Fit the cost model to a run of this program (its `metrics.jsonl`).
+    #[arg(long, value_name = "METRICS")]
+    pub calibrate: Option<PathBuf>,
+    /// Cost-model parameters to use (JSON, as `--save-cost` writes them).
+    #[arg(long, value_name = "PARAMS")]
+    pub cost: Option<PathBuf>,
+    /// Where to write the cost-model parameters used (after `--calibrate`, the fitted ones).
+    #[arg(long, value_name = "PARAMS")]
+    pub save_cost: Option<PathBuf>,
+    /// Folder for the timeline picture (default: next to FILE).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Also write the plan (with the planner's layouts) to this file.
+    #[arg(long, value_name = "PLAN")]
+    pub emit_plan: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// The plan of `path`: a plan file as it is, a program lowered after the planner decided its
+/// `auto` placements (whose report is appended to `report`).
+fn plan_of(
+    path: &Path,
+    args: &PlanArgs,
+    params: &CostParams,
+    report: &mut String,
+) -> Result<Result<Plan, ExitCode>, String> {
+    if path.extension().is_some_and(|e| e == "json") {
+        return graph::load(path);
+    }
+    let (checked, files) = match build::check_file(path, &args.output)? {
+        Ok(c) => c,
+        Err(code) => return Ok(Err(code)),
+    };
+    match rlc_plan::planner::plan_auto(&checked, params) {
+        Ok(Some(planned)) => {
+            report.push_str(&rlc_plan::planner::report::describe(&planned));
+            Ok(Ok(planned.plan))
+        }
+        Ok(None) => match rlc_plan::lower::lower(&checked) {
+            Ok(plan) => Ok(Ok(plan)),
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("error: `{}` cannot be lowered: {e}", path.display());
+                }
+                Ok(Err(ExitCode::from(1)))
+            }
+        },
+        Err(PlanFailure::Diagnostics(mut diags)) => {
+            Ok(Err(output::emit(&mut diags, &files, &args.output)))
+        }
+        Err(PlanFailure::Messages(messages)) => {
+            for m in messages {
+                eprintln!("error: `{}` cannot be planned: {m}", path.display());
+            }
+            Ok(Err(ExitCode::from(1)))
+        }
+    }
+}
+
+fn read_params(path: &Path) -> Result<CostParams, String> {
+    let text = sources::read(path)?;
+    CostParams::from_json(&text)
+        .map_err(|e| format!("`{}` is not cost-model parameters: {e}", path.display()))
+}
+
+/// The simulated step time of `plan` under `params`.
+fn step_time(plan: &Plan, params: &CostParams) -> Result<f64, String> {
+    let costs = PlanCosts::new(plan, params)?;
+    Ok(simulate::simulate_step(plan, &costs, &|_| false)?.step_seconds)
+}
+
+pub fn run(args: &PlanArgs) -> Result<ExitCode, String> {
+    let mut params = match &args.cost {
+        Some(p) => read_params(p)?,
+        None => CostParams::default(),
+    };
+    let mut report = String::new();
+    let plan = match plan_of(&args.path, args, &params, &mut report)? {
+        Ok(plan) => plan,
+        Err(code) => return Ok(code),
+    };
+    let fail = |m: String| {
+        eprintln!("error: `{}`: {m}", args.path.display());
+        Ok(ExitCode::from(1))
+    };
+    if let Some(path) = &args.emit_plan {
+        build::write_atomically(path, plan.to_json().as_bytes())?;
+    }
+    let mut out = format!(
+        "plan `{}`: {} devices in {} cluster{}\n",
+        plan.pipeline,
+        plan.world_size,
+        plan.clusters.len(),
+        if plan.clusters.len() == 1 { "" } else { "s" }
+    );
+    out.push_str(&report);
+    if let Some(metrics) = &args.calibrate {
+        let text = sources::read(metrics)?;
+        let run = match MeasuredRun::parse(&text) {
+            Ok(r) => r,
+            Err(e) => {
+                return fail(format!(
+                    "`{}` is not a run's metrics: {e}",
+                    metrics.display()
+                ));
+            }
+        };
+        let measured = run.typical_step();
+        let fitted = calibrate(&params, measured, |p| {
+            step_time(&plan, p).unwrap_or(f64::NAN)
+        });
+        match fitted {
+            Ok((fitted, factor)) => {
+                let _ = writeln!(
+                    out,
+                    "calibrated on {}: a measured step of {} (median of {} steps); the device runs at {:.3}× the model's speed",
+                    metrics.display(),
+                    seconds_text(measured),
+                    run.step_seconds.len().saturating_sub(1).max(1),
+                    1.0 / factor
+                );
+                params = fitted;
+            }
+            Err(e) => return fail(format!("cannot calibrate: {e}")),
+        }
+    }
+    if let Some(path) = &args.save_cost {
+        build::write_atomically(path, params.to_json().as_bytes())?;
+    }
+    let costs = match PlanCosts::new(&plan, &params) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let timeline = match simulate::simulate_step(&plan, &costs, &|_| false) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let bound = if timeline.lower_bound {
+        " (at least: a batch, prompt length or value size the program does not fix counts as 0)"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        out,
+        "predicted step: {}{bound}",
+        seconds_text(timeline.step_seconds)
+    );
+    if args.simulate {
+        let width = timeline
+            .lanes
+            .iter()
+            .map(|l| l.ranks.to_string().len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        let _ = writeln!(out, "  {:width$}  busy", "ranks");
+        for (lane, u) in timeline.lanes.iter().zip(timeline.utilisation()) {
+            let _ = writeln!(
+                out,
+                "  {:width$}  {:>3.0} %",
+                lane.ranks.to_string(),
+                u * 100.0
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  all devices: {:.0} % busy",
+            timeline.mean_utilisation() * 100.0
+        );
+        let mut longest: Vec<(f64, &str)> = plan
+            .ops
+            .iter()
+            .map(|o| (costs.op_seconds[o.id as usize], o.label.as_str()))
+            .collect();
+        longest.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        let _ = writeln!(out, "  longest ops:");
+        for (t, label) in longest.iter().take(5) {
+            let _ = writeln!(out, "    {:>10}  {label}", seconds_text(*t));
+        }
+        let steps = args.steps.or(plan.steps).unwrap_or(1);
+        match simulate::forecast(&plan, &costs, steps) {
+            Ok(f) => {
+                let _ = writeln!(
+                    out,
+                    "{} steps: {}, {:.1} device-hours",
+                    f.steps,
+                    seconds_text(f.seconds),
+                    f.device_hours
+                );
+            }
+            Err(e) => return fail(e),
+        }
+        let stem = args
+            .path
+            .file_stem()
+            .map_or_else(|| "plan".into(), |s| s.to_string_lossy().into_owned());
+        let dir = match &args.out {
+            Some(d) => d.clone(),
+            None => args
+                .path
+                .parent()
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+        let title = format!(
+            "{}: one step, {} ({} devices)",
+            plan.pipeline,
+            seconds_text(timeline.step_seconds),
+            plan.world_size
+        );
+        let svg_path = dir.join(format!("{stem}.timeline.svg"));
+        build::write_atomically(
+            &svg_path,
+            simulate::gantt::svg(&timeline, &title).as_bytes(),
+        )?;
+        let _ = writeln!(out, "timeline: {}", svg_path.display());
+    }
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
