@@ -63,9 +63,11 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
         };
     }
 
+    let mut text = Blanked::new(src);
     let mut pos = trivia::skip(src, 0);
     while pos < src.len() {
-        match parse_item(src, pos) {
+        let mut restart = false;
+        match parse_item(src, &text.text, pos) {
             Ok(mut pairs) => {
                 let entry = pairs.next().expect("grammar: item_entry");
                 let item_pair = entry
@@ -83,14 +85,14 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
                 pos = trivia::skip(src, end);
             }
             Err(_) => {
-                let err = detailed_error(&src[pos..]);
+                let err = detailed_error(&text.text[pos..]);
                 let (at, rules, tokens) = furthest_failure(&err, &src[pos..]);
                 let at = pos + at;
                 // A complete item followed by something that starts no item: keep the item and
                 // report the stray text on its own.
                 let mut start = pos;
                 if let Some((item, end)) =
-                    complete_item_ending_at(file, src, pos, at, &mut diagnostics)
+                    complete_item_ending_at(file, src, &text.text, pos, at, &mut diagnostics)
                 {
                     items.push(item);
                     start = end;
@@ -99,7 +101,11 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
                     file, src, start, at, &rules, &tokens,
                 ));
                 pos = resume_point(src, pos, at);
+                restart = true;
             }
+        }
+        if restart {
+            text.restart(src, pos);
         }
     }
 
@@ -128,16 +134,49 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
     }
 }
 
-/// Parses the item at `pos`. pest indexes the lines of all the input it is given, so each item is
+/// The text the grammar reads: the source with its comments blanked out (offsets unchanged; see
+/// [`trivia::blank_comments`]).
+struct Blanked {
+    text: String,
+    /// A string ran on past the end of a line: after a syntax error the comments are found
+    /// again from where the parser starts afresh.
+    runs_on: bool,
+}
+
+impl Blanked {
+    fn new(src: &str) -> Self {
+        let mut bytes = src.as_bytes().to_vec();
+        let runs_on = trivia::blank_comments(&mut bytes, 0);
+        Blanked {
+            text: String::from_utf8(bytes).expect("a comment is blanked whole, to its line end"),
+            runs_on,
+        }
+    }
+
+    /// After a syntax error the parser starts again at `pos` as if nothing came before; a scan
+    /// for comments that ran through a string which the parser never read must do the same.
+    fn restart(&mut self, src: &str, pos: usize) {
+        if !self.runs_on {
+            return;
+        }
+        let mut bytes = std::mem::take(&mut self.text).into_bytes();
+        bytes[pos..].copy_from_slice(&src.as_bytes()[pos..]);
+        trivia::blank_comments(&mut bytes, pos);
+        self.text = String::from_utf8(bytes).expect("a comment is blanked whole, to its line end");
+    }
+}
+
+/// Parses the item at `pos` of `text` (the blanked source). pest indexes the lines of all the input it is given, so each item is
 /// first parsed on its own text — up to the next line that starts an item — which keeps parsing
 /// linear; only if that fails is the rest of the file tried.
-fn parse_item(
+fn parse_item<'t>(
     src: &str,
+    text: &'t str,
     pos: usize,
-) -> Result<pest::iterators::Pairs<'_, Rule>, pest::error::Error<Rule>> {
+) -> Result<pest::iterators::Pairs<'t, Rule>, pest::error::Error<Rule>> {
     let end = resume_point(src, pos, pos);
-    RlParser::parse(Rule::item_entry, &src[pos..end])
-        .or_else(|_| RlParser::parse(Rule::item_entry, &src[pos..]))
+    RlParser::parse(Rule::item_entry, &text[pos..end])
+        .or_else(|_| RlParser::parse(Rule::item_entry, &text[pos..]))
 }
 
 /// Re-parses a failing item with pest's record of what it attempted where. Keeping that record
@@ -159,11 +198,12 @@ fn detailed_error(src: &str) -> pest::error::Error<Rule> {
 fn complete_item_ending_at(
     file: FileId,
     src: &str,
+    text: &str,
     pos: usize,
     at: usize,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Option<(Item, usize)> {
-    let pair = RlParser::parse(Rule::item, &src[pos..]).ok()?.next()?;
+    let pair = RlParser::parse(Rule::item, &text[pos..]).ok()?.next()?;
     let end = pos + pair.as_span().end();
     (trivia::skip(src, end) == at).then(|| {
         let mut lowerer = Lowerer {

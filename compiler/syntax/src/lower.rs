@@ -341,7 +341,10 @@ impl Lowerer<'_> {
 
     fn type_expr(&mut self, pair: P) -> TypeExpr {
         let span = self.span(&pair);
-        let text = pair.as_str();
+        // The source's text, not the parsed one (whose comments are blanked): the pair may end
+        // with a comment, and a `[` in it has always counted.
+        let s = pair.as_span();
+        let text = &self.src[s.start() + self.offset..s.end() + self.offset];
         let mut it = pair.into_inner();
         let name = self.ident(it.next().unwrap());
         let dims = text.contains('[').then(|| {
