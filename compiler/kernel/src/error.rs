@@ -24,6 +24,9 @@ pub enum KernelError {
     Inputs(String),
     #[error("code generation: {0}")]
     Codegen(String),
+    /// The GPU back end: CUDA missing, NVRTC or the driver failing.
+    #[error("{0}")]
+    Cuda(String),
 }
 
 pub type Result<T> = std::result::Result<T, KernelError>;

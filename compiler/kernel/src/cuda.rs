@@ -1,1 +1,0 @@
-//! CUDA C for NVRTC (to come).

@@ -1,0 +1,614 @@
+//! A [`Schedule`] as CUDA C, the same semantics as the Cranelift passes (`jit/codegen.rs`):
+//!
+//! ```text
+//! extern "C" __global__ void <kernel>_pass<p>(void** bufs, const long long* sizes,
+//!                                              long long rows, float* scratch)
+//!   level-0 values; scalar stores by thread 0 (also when there are no rows)
+//!   for row in tid, tid + nthreads, … < rows:            one thread per row
+//!     for each loop over t (forward, or a scan in its direction): reductions, stores
+//!     level-1 stores
+//! ```
+//!
+//! Values are `const` locals named after their nodes (`v12` is `%12` of the IR listing at
+//! the top of the source), memoised per region like the JIT's: before the rows, in a row, at
+//! a position; C scopes give the same visibility as the JIT's dominance. Each thread's scan
+//! scratch is `scans.len() · T` floats at `scratch + tid · scans.len() · T`.
+
+use crate::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un, outer_uses};
+use crate::schedule::{Loop, LoopKind, Pass, Role, Schedule, Store, identity};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::Write;
+
+/// Helpers the passes call: CUDA's `fminf`/`fmaxf` return the other operand for a NaN, the
+/// CPU back end (and torch) propagate it; C's conversions and signed overflow are undefined
+/// where the JIT's instructions saturate or wrap.
+const PRELUDE: &str = r#"#define RLC_INF __int_as_float(0x7f800000)
+#define RLC_NAN __int_as_float(0x7fffffff)
+
+static __device__ __forceinline__ float rlc_min(float a, float b) {
+  return (a != a || b != b) ? RLC_NAN : fminf(a, b);
+}
+static __device__ __forceinline__ float rlc_max(float a, float b) {
+  return (a != a || b != b) ? RLC_NAN : fmaxf(a, b);
+}
+/* The remainder with the sign of the divisor: x - y * floor(x / y). */
+static __device__ __forceinline__ float rlc_rem(float x, float y) {
+  return x - y * floorf(x / y);
+}
+/* Truncating and saturating; NaN gives 0. */
+static __device__ __forceinline__ int rlc_f2i(float x) {
+  return x != x ? 0 : x >= 2147483648.0f ? 2147483647 : x <= -2147483648.0f ? (-2147483647 - 1) : (int)x;
+}
+static __device__ __forceinline__ int rlc_iadd(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+static __device__ __forceinline__ int rlc_isub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+static __device__ __forceinline__ int rlc_imul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+static __device__ __forceinline__ int rlc_ineg(int a) { return (int)(0u - (unsigned)a); }
+static __device__ __forceinline__ int rlc_iabs(int a) { return a < 0 ? rlc_ineg(a) : a; }
+static __device__ __forceinline__ int rlc_imin(int a, int b) { return a < b ? a : b; }
+static __device__ __forceinline__ int rlc_imax(int a, int b) { return a > b ? a : b; }
+/* The sign of the divisor; a zero divisor gives 0 (no trap). */
+static __device__ __forceinline__ int rlc_irem(int x, int y) {
+  if (y == 0 || y == -1) return 0;
+  int r = x % y;
+  return (r != 0 && ((r ^ y) < 0)) ? r + y : r;
+}
+"#;
+
+/// The C name of pass `p` of `kernel` (`.` and other characters C does not allow become `_`).
+pub fn pass_name(kernel: &Kernel, p: usize) -> String {
+    let base: String = kernel
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("{base}_pass{p}")
+}
+
+/// The CUDA C source of every pass of `schedule`, one `extern "C" __global__` function each.
+pub fn emit(kernel: &Kernel, schedule: &Schedule) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "// rlc-kernel: `{}` as {} CUDA pass(es), one thread per row.",
+        kernel.name,
+        schedule.passes.len()
+    );
+    out.push_str("/*\n");
+    for line in kernel.to_string().lines() {
+        let _ = writeln!(out, " * {line}");
+    }
+    out.push_str(" */\n\n");
+    out.push_str(PRELUDE);
+    for (p, pass) in schedule.passes.iter().enumerate() {
+        out.push('\n');
+        out.push_str(&PassEmitter::new(kernel, schedule).pass(p, pass));
+    }
+    out
+}
+
+pub fn c_type(elem: Elem) -> &'static str {
+    match elem {
+        Elem::F32 => "float",
+        Elem::I32 => "int",
+        Elem::Bool => "unsigned char",
+    }
+}
+
+/// A float constant that C reads back to the same bits.
+fn float_lit(x: f32) -> String {
+    if x.is_nan() {
+        "RLC_NAN".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "RLC_INF" } else { "(-RLC_INF)" }.into()
+    } else {
+        // Rust's shortest round-trip form ("0.5", "1e-6"), read by C as a float literal.
+        format!("{x:?}f")
+    }
+}
+
+fn int_lit(x: i32) -> String {
+    if x == i32::MIN {
+        "(-2147483647 - 1)".into()
+    } else {
+        x.to_string()
+    }
+}
+
+/// A conversion of the C expression `v` between element types (as the JIT's `convert`).
+fn convert(v: &str, from: Elem, to: Elem) -> String {
+    match (from, to) {
+        _ if from == to => v.to_string(),
+        (Elem::F32, Elem::I32) => format!("rlc_f2i({v})"),
+        (Elem::F32, Elem::Bool) => format!("(unsigned char)({v} != 0.0f)"),
+        (Elem::I32, Elem::F32) | (Elem::Bool, Elem::F32) => format!("(float){v}"),
+        (Elem::I32, Elem::Bool) => format!("(unsigned char)({v} != 0)"),
+        (Elem::Bool, Elem::I32) => format!("(int){v}"),
+        _ => v.to_string(),
+    }
+}
+
+/// Where a value is read: the row (`row`) and the position (`p`) when they are fixed.
+#[derive(Clone, Copy)]
+struct At {
+    row: bool,
+    pos: bool,
+}
+
+const TOP: At = At {
+    row: false,
+    pos: false,
+};
+const ROW: At = At {
+    row: true,
+    pos: false,
+};
+const POS: At = At {
+    row: true,
+    pos: true,
+};
+
+struct PassEmitter<'a> {
+    k: &'a Kernel,
+    s: &'a Schedule,
+    body: String,
+    indent: usize,
+    /// The region being written: 0 before the rows, 1 in a row, 2 in a loop over the last
+    /// axis, 3 in the scalar stores' block. A value is reused only from its region or an
+    /// enclosing one.
+    phys: usize,
+    memo: [HashMap<NodeId, String>; 4],
+    /// Buffers the pass touches, declared as typed pointers at its top.
+    used: BTreeSet<usize>,
+    /// Whether the pass reads or writes scan scratch.
+    scratch: bool,
+}
+
+impl<'a> PassEmitter<'a> {
+    fn new(k: &'a Kernel, s: &'a Schedule) -> Self {
+        PassEmitter {
+            k,
+            s,
+            body: String::new(),
+            indent: 1,
+            phys: 0,
+            memo: Default::default(),
+            used: BTreeSet::new(),
+            scratch: false,
+        }
+    }
+
+    fn line(&mut self, text: &str) {
+        for _ in 0..self.indent {
+            self.body.push_str("  ");
+        }
+        self.body.push_str(text);
+        self.body.push('\n');
+    }
+
+    fn pass(mut self, p: usize, pass: &Pass) -> String {
+        // Level-0 values first: every thread computes them, before any branch.
+        let mut level0: Vec<NodeId> = Vec::new();
+        for st in pass.scalar_stores.iter().chain(&pass.row_stores) {
+            level0.extend(self.needed_at_level(st.node, 0));
+        }
+        for l in &pass.loops {
+            for st in &l.stores {
+                level0.extend(self.needed_at_level(st.node, 0));
+            }
+            for &r in &l.reductions {
+                level0.extend(self.needed_at_level(r, 0));
+            }
+            if let LoopKind::Scan(n) = l.kind {
+                level0.extend(self.needed_at_level(n, 0));
+            }
+        }
+        level0.sort_unstable();
+        level0.dedup();
+        for n in level0 {
+            self.value(n, TOP);
+        }
+        if !pass.scalar_stores.is_empty() {
+            self.line("if (tid == 0) {  // scalar stores, once");
+            self.indent += 1;
+            self.phys = 3;
+            for &st in &pass.scalar_stores {
+                let v = self.value(st.node, TOP);
+                self.store(st, &v);
+            }
+            self.memo[3].clear();
+            self.phys = 0;
+            self.indent -= 1;
+            self.line("}");
+        }
+        if !pass.loops.is_empty() || !pass.row_stores.is_empty() {
+            self.line("for (long long row = tid; row < rows; row += nthreads) {");
+            self.indent += 1;
+            self.phys = 1;
+            for (i, l) in pass.loops.iter().enumerate() {
+                self.row_loop(i, l);
+            }
+            for &st in &pass.row_stores {
+                let v = self.value(st.node, ROW);
+                self.store(st, &v);
+            }
+            self.memo[1].clear();
+            self.phys = 0;
+            self.indent -= 1;
+            self.line("}");
+        }
+        let k = self.k;
+        let mut out = String::new();
+        let host: Vec<String> = pass.host.iter().map(|b| format!("%{b}")).collect();
+        let _ = writeln!(
+            out,
+            "// Pass {p}: {} loop(s) per row, {} row store(s), {} scalar store(s){}.",
+            pass.loops.len(),
+            pass.row_stores.len(),
+            pass.scalar_stores.len(),
+            if host.is_empty() {
+                String::new()
+            } else {
+                format!("; the host then finishes {}", host.join(", "))
+            }
+        );
+        let _ = writeln!(
+            out,
+            "extern \"C\" __global__ void {}(void** bufs, const long long* sizes, long long rows, float* scratch) {{",
+            pass_name(k, p)
+        );
+        out.push_str("  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
+        out.push_str("  const long long nthreads = (long long)gridDim.x * blockDim.x;\n");
+        if k.axes.len() >= 2 {
+            let _ = writeln!(out, "  const long long cols = sizes[1];  // {}", k.axes[1]);
+        } else {
+            out.push_str("  const long long cols = 1;\n");
+        }
+        if self.scratch {
+            let _ = writeln!(
+                out,
+                "  float* scr = scratch + tid * ({} * cols);  // this thread's scan rows",
+                self.s.scans.len()
+            );
+        }
+        for &b in &self.used {
+            let buf = &self.s.buffers[b];
+            let what = match buf.role {
+                Role::Input(i) => format!("input {}", k.inputs[i].name),
+                Role::Output(i) => format!("output {}", k.outputs[i].name),
+                Role::Stored(n) => format!("stored %{n}"),
+                Role::Barrier(n) => format!("barrier %{n}"),
+            };
+            let ty = c_type(buf.elem);
+            let dims = k.axes[..buf.level.min(k.axes.len())].join(", ");
+            let _ = writeln!(out, "  {ty}* b{b} = ({ty}*)bufs[{b}];  // {what} [{dims}]");
+        }
+        out.push_str(&self.body);
+        out.push_str("}\n");
+        out
+    }
+
+    fn row_loop(&mut self, index: usize, l: &Loop) {
+        let k = self.k;
+        // Level-1 values the loop reads, computed once per row before it.
+        let mut level1 = Vec::new();
+        for st in &l.stores {
+            level1.extend(self.needed_at_level(st.node, 1));
+        }
+        for &r in &l.reductions {
+            if let Op::Reduce { x, mask, .. } = k.node(r).op {
+                for o in std::iter::once(x).chain(mask) {
+                    level1.extend(self.needed_at_level(o, 1));
+                }
+            }
+        }
+        let scan = match l.kind {
+            LoopKind::Scan(n) => match &k.node(n).op {
+                Op::Scan(s) => Some((n, s.as_ref())),
+                _ => None,
+            },
+            LoopKind::Map => None,
+        };
+        if let Some((n, s)) = scan {
+            level1.extend(self.needed_at_level(n, 1));
+            level1.extend(&s.inits);
+        }
+        level1.sort_unstable();
+        level1.dedup();
+        for n in level1 {
+            if k.node(n).level <= 1 {
+                self.value(n, ROW);
+            }
+        }
+        let mut what = Vec::new();
+        if !l.reductions.is_empty() {
+            let r: Vec<String> = l.reductions.iter().map(|r| format!("%{r}")).collect();
+            what.push(format!("reduces {}", r.join(", ")));
+        }
+        if !l.stores.is_empty() {
+            let st: Vec<String> = l.stores.iter().map(|s| format!("%{}", s.node)).collect();
+            what.push(format!("stores {}", st.join(", ")));
+        }
+        let head = match scan {
+            Some((n, s)) => format!(
+                "// Loop {index}: scan %{n} {} over {}",
+                if s.reverse { "reverse" } else { "forward" },
+                k.axes.last().map_or("T", String::as_str)
+            ),
+            None => format!(
+                "// Loop {index}: map over {}",
+                k.axes.last().map_or("T", String::as_str)
+            ),
+        };
+        if what.is_empty() {
+            self.line(&head);
+        } else {
+            self.line(&format!("{head}; {}", what.join("; ")));
+        }
+        // Accumulators with a flag "any position selected": an empty selection gives 0.
+        for &r in &l.reductions {
+            if let Op::Reduce { op, .. } = k.node(r).op {
+                let init = float_lit(identity(op));
+                self.line(&format!("float acc{r} = {init};"));
+                self.line(&format!("unsigned char any{r} = 0;"));
+            }
+        }
+        // Carries, as the types of their body nodes.
+        let mut carries: Vec<(String, Elem)> = Vec::new();
+        if let Some((n, s)) = scan {
+            for (c, &init) in s.inits.iter().enumerate() {
+                let elem = s
+                    .body
+                    .iter()
+                    .find_map(|b| match b.op {
+                        Op::Carry(i) if i == c => Some(b.elem),
+                        _ => None,
+                    })
+                    .unwrap_or(k.node(init).elem);
+                let v = self.value(init, ROW);
+                let name = format!("c{n}_{c}");
+                let init_v = convert(&v, k.node(init).elem, elem);
+                self.line(&format!("{} {name} = {init_v};", c_type(elem)));
+                carries.push((name, elem));
+            }
+        }
+        if scan.is_some_and(|(_, s)| s.reverse) {
+            self.line("for (long long p = cols - 1; p >= 0; --p) {");
+        } else {
+            self.line("for (long long p = 0; p < cols; ++p) {");
+        }
+        self.indent += 1;
+        self.memo[2].clear();
+        self.phys = 2;
+        for &r in &l.reductions {
+            let Op::Reduce { op, x, mask } = k.node(r).op else {
+                continue;
+            };
+            let xv = self.value(x, POS);
+            let combined = match op {
+                Red::Sum => format!("acc{r} + {xv}"),
+                Red::Max => format!("rlc_max(acc{r}, {xv})"),
+                Red::Min => format!("rlc_min(acc{r}, {xv})"),
+            };
+            match mask {
+                Some(m) => {
+                    let mv = self.value(m, POS);
+                    self.line(&format!("if ({mv}) {{ acc{r} = {combined}; any{r} = 1; }}"));
+                }
+                None => self.line(&format!("acc{r} = {combined}; any{r} = 1;")),
+            }
+        }
+        if let Some((n, s)) = scan {
+            let mut names: Vec<String> = Vec::with_capacity(s.body.len());
+            for (bi, bn) in s.body.iter().enumerate() {
+                let v = match &bn.op {
+                    Op::Carry(c) => carries[*c].0.clone(),
+                    Op::Column(o) => self.value(*o, POS),
+                    Op::Outer(o) => self.value(*o, ROW),
+                    op => {
+                        let expr =
+                            compute(op, bn.elem, &|id| names[id].clone(), &|id| s.body[id].elem);
+                        let name = format!("s{n}_{bi}");
+                        self.line(&format!("const {} {name} = {expr};", c_type(bn.elem)));
+                        name
+                    }
+                };
+                names.push(v);
+            }
+            for (c, &nx) in s.next.iter().enumerate() {
+                let line = format!("{} = {};", carries[c].0, names[nx]);
+                self.line(&line);
+            }
+            let emitted = names[s.emit].clone();
+            self.memo[2].insert(n, emitted.clone());
+            // Later loops of the row read the scan from scratch.
+            let slot = self.scan_slot(n);
+            self.scratch = true;
+            let e32 = convert(&emitted, s.body[s.emit].elem, Elem::F32);
+            self.line(&format!("scr[{slot} * cols + p] = {e32};  // scan %{n}"));
+        }
+        for &st in &l.stores {
+            let v = self.value(st.node, POS);
+            self.store(st, &v);
+        }
+        self.memo[2].clear();
+        self.phys = 1;
+        self.indent -= 1;
+        self.line("}");
+        for &r in &l.reductions {
+            let name = format!("v{r}");
+            self.line(&format!(
+                "const float {name} = any{r} ? acc{r} : 0.0f;  // reduce %{r}"
+            ));
+            self.memo[1].insert(r, name);
+        }
+    }
+
+    fn scan_slot(&self, n: NodeId) -> usize {
+        self.s.scans.iter().position(|&x| x == n).unwrap_or(0)
+    }
+
+    /// Nodes of exactly `level` that `n` depends on without passing a node computed in a
+    /// loop or read from memory (the JIT's rule, so both compute the same values where).
+    fn needed_at_level(&self, n: NodeId, level: usize) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        let mut stack = vec![n];
+        let mut seen = HashSet::new();
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            let node = self.k.node(x);
+            if node.level == level {
+                out.push(x);
+            }
+            if self.s.loaded.contains_key(&x) {
+                continue;
+            }
+            match &node.op {
+                Op::Reduce { .. } if node.level >= 1 => {}
+                Op::Scan(s) => {
+                    stack.extend(&s.inits);
+                    stack.extend(outer_uses(s));
+                }
+                op => stack.extend(crate::ir::operands(op)),
+            }
+        }
+        out
+    }
+
+    /// The element of a buffer of `level` at `at`.
+    fn element(&mut self, buffer: usize, at: At) -> String {
+        self.used.insert(buffer);
+        match self.s.buffers[buffer].level {
+            0 => format!("b{buffer}[0]"),
+            1 if at.row => format!("b{buffer}[row]"),
+            _ if at.row && at.pos => format!("b{buffer}[row * cols + p]"),
+            // Not reached for a schedule the JIT accepts (it would panic there).
+            _ => format!("b{buffer}[0] /* read outside its loop */"),
+        }
+    }
+
+    fn store(&mut self, st: Store, v: &str) {
+        let buf = &self.s.buffers[st.buffer];
+        let (level, elem) = (buf.level, buf.elem);
+        let v = convert(v, self.k.node(st.node).elem, elem);
+        let at = At {
+            row: level >= 1,
+            pos: level >= 2,
+        };
+        let target = self.element(st.buffer, at);
+        self.line(&format!("{target} = {v};  // store %{}", st.node));
+    }
+
+    /// The C variable holding the value of outer node `n` at `at`, declaring it if needed.
+    fn value(&mut self, n: NodeId, at: At) -> String {
+        for l in 0..=self.phys {
+            if let Some(v) = self.memo[l].get(&n) {
+                return v.clone();
+            }
+        }
+        let k = self.k;
+        let node = k.node(n);
+        let expr = if let Some(&buffer) = self.s.loaded.get(&n) {
+            self.element(buffer, at)
+        } else {
+            match &node.op {
+                // Inputs are the first buffers, in order.
+                Op::Input(i) => self.element(*i, at),
+                Op::AxisSize(a) => format!("(float)sizes[{a}]"),
+                Op::Scan(_) => {
+                    // Computed by an earlier loop of this row: its scratch row.
+                    let slot = self.scan_slot(n);
+                    self.scratch = true;
+                    convert(&format!("scr[{slot} * cols + p]"), Elem::F32, node.elem)
+                }
+                Op::Reduce { .. } => {
+                    unreachable!("row reduction {n} read before its loop")
+                }
+                op => {
+                    let mut vals = HashMap::new();
+                    for o in crate::ir::operands(op) {
+                        let v = self.value(o, at);
+                        vals.insert(o, v);
+                    }
+                    compute(op, node.elem, &|id| vals[&id].clone(), &|id| {
+                        k.node(id).elem
+                    })
+                }
+            }
+        };
+        let name = format!("v{n}");
+        self.line(&format!("const {} {name} = {expr};", c_type(node.elem)));
+        self.memo[self.phys].insert(n, name.clone());
+        name
+    }
+}
+
+/// An element-wise operation on computed operands, as a C expression.
+fn compute(
+    op: &Op,
+    elem: Elem,
+    get: &dyn Fn(NodeId) -> String,
+    elem_of: &dyn Fn(NodeId) -> Elem,
+) -> String {
+    match op {
+        Op::Const(x) => match elem {
+            Elem::F32 => float_lit(*x as f32),
+            Elem::I32 => int_lit(*x as i64 as i32),
+            Elem::Bool => u8::from(*x != 0.0).to_string(),
+        },
+        Op::Unary(u, a) => {
+            let (x, from) = (get(*a), elem_of(*a));
+            match (u, elem) {
+                (Un::Cast, _) => convert(&x, from, elem),
+                (Un::StopGrad, _) => x,
+                (Un::Neg, Elem::F32) => format!("-{x}"),
+                (Un::Neg, Elem::I32) => format!("rlc_ineg({x})"),
+                (Un::Neg, Elem::Bool) => format!("(unsigned char)(0u - {x})"),
+                (Un::Not, _) => format!("(unsigned char)({x} ^ 1)"),
+                (Un::Abs, Elem::F32) => format!("fabsf({x})"),
+                (Un::Abs, _) => format!("rlc_iabs({x})"),
+                (Un::Exp, _) => format!("expf({x})"),
+                (Un::Log, _) => format!("logf({x})"),
+                (Un::Tanh, _) => format!("tanhf({x})"),
+                (Un::Sqrt, _) => format!("sqrtf({x})"),
+                (Un::Rsqrt, _) => format!("rsqrtf({x})"),
+                (Un::Sigmoid, _) => format!("1.0f / (1.0f + expf(-{x}))"),
+            }
+        }
+        Op::Binary(bin, a, b) => binary(*bin, &get(*a), &get(*b), elem_of(*a)),
+        Op::Select(c, a, b) => format!("{} ? {} : {}", get(*c), get(*a), get(*b)),
+        other => unreachable!("not element-wise: {other:?}"),
+    }
+}
+
+fn binary(bin: Bin, x: &str, y: &str, operand: Elem) -> String {
+    let cmp = |o: &str| format!("(unsigned char)({x} {o} {y})");
+    match (operand, bin) {
+        (_, Bin::And) => format!("(unsigned char)({x} & {y})"),
+        (_, Bin::Or) => format!("(unsigned char)({x} | {y})"),
+        (Elem::F32 | Elem::I32, Bin::Lt) => cmp("<"),
+        (Elem::F32 | Elem::I32, Bin::Le) => cmp("<="),
+        (Elem::F32 | Elem::I32, Bin::Gt) => cmp(">"),
+        (Elem::F32 | Elem::I32, Bin::Ge) => cmp(">="),
+        (_, Bin::Eq) => cmp("=="),
+        (_, Bin::Ne) => cmp("!="),
+        (Elem::F32, Bin::Add) => format!("{x} + {y}"),
+        (Elem::F32, Bin::Sub) => format!("{x} - {y}"),
+        (Elem::F32, Bin::Mul) => format!("{x} * {y}"),
+        (Elem::F32, Bin::Div) => format!("{x} / {y}"),
+        (Elem::F32, Bin::Rem) => format!("rlc_rem({x}, {y})"),
+        (Elem::F32, Bin::Pow) => format!("powf({x}, {y})"),
+        (Elem::F32, Bin::Min) => format!("rlc_min({x}, {y})"),
+        (Elem::F32, Bin::Max) => format!("rlc_max({x}, {y})"),
+        (Elem::I32, Bin::Add) => format!("rlc_iadd({x}, {y})"),
+        (Elem::I32, Bin::Sub) => format!("rlc_isub({x}, {y})"),
+        (Elem::I32, Bin::Mul) => format!("rlc_imul({x}, {y})"),
+        (Elem::I32, Bin::Rem) => format!("rlc_irem({x}, {y})"),
+        (Elem::I32, Bin::Min) => format!("rlc_imin({x}, {y})"),
+        (Elem::I32, Bin::Max) => format!("rlc_imax({x}, {y})"),
+        // Lowering turns integer division and powers into floats (the JIT gives 0 too).
+        (Elem::I32, Bin::Div | Bin::Pow) => "0".into(),
+        (Elem::Bool, _) => "(unsigned char)0".into(),
+    }
+}

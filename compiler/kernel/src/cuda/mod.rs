@@ -1,0 +1,363 @@
+//! The GPU back end: the passes of a [`Schedule`] as CUDA C ([`emit`]), compiled by NVRTC and
+//! run through the CUDA driver ([`Gpu`]). The libraries are loaded at run time, so this
+//! builds (and [`Gpu::new`] reports a clear error) on machines without CUDA.
+//!
+//! ```ignore
+//! let gpu = Gpu::new()?;
+//! let k = gpu.compile(&kernel)?;
+//! k.run(&[b, t], &[Slice::F32(&loss), Slice::Bool(&mask)], &mut [SliceMut::F32(&mut out)])?;
+//! ```
+//!
+//! One thread per row, as the CPU's row loop; between passes the host finishes the barriers
+//! (`crate::host`) from the small level-1 buffers the pass stored, copied back and forth.
+
+mod emit;
+
+pub use emit::{c_type, emit, pass_name};
+
+use crate::error::{KernelError, Result};
+use crate::host;
+use crate::ir::{Elem, Kernel, Op};
+use crate::jit::{Slice, SliceMut};
+use crate::schedule::{Role, Schedule, schedule};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+/// Threads per block; blocks are capped so that scratch stays bounded for huge batches (the
+/// row loop is grid-stride).
+const BLOCK: u32 = 128;
+const MAX_BLOCKS: u32 = 4096;
+
+fn unavailable(why: impl std::fmt::Display) -> KernelError {
+    KernelError::Cuda(format!("CUDA is not available: {why}"))
+}
+
+fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> KernelError + '_ {
+    move |e| KernelError::Cuda(format!("{what}: {e}"))
+}
+
+/// cudarc panics when a library or one of its symbols is missing; this turns that into an
+/// error (the libraries are probed first, so this is the exception).
+fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let why = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic in the CUDA bindings".into());
+        Err(KernelError::Cuda(format!("{what}: {why}")))
+    })
+}
+
+/// The first CUDA device, with NVRTC to compile for it.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    /// `compute_XY` of the device, NVRTC's target.
+    arch: String,
+}
+
+impl Gpu {
+    /// Opens device 0. An error (never a panic) when the driver library, NVRTC or a device
+    /// is missing: "CUDA is not available: …".
+    pub fn new() -> Result<Gpu> {
+        // SAFETY: these only try to open the shared libraries by their usual names.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(unavailable(
+                "the driver library (libcuda.so) could not be loaded",
+            ));
+        }
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(unavailable(
+                "NVRTC (libnvrtc.so) could not be loaded; add its folder to LD_LIBRARY_PATH",
+            ));
+        }
+        guard("CUDA is not available", || {
+            let ctx = CudaContext::new(0).map_err(unavailable)?;
+            let (major, minor) = ctx.compute_capability().map_err(unavailable)?;
+            let stream = ctx.default_stream();
+            Ok(Gpu {
+                ctx,
+                stream,
+                arch: format!("compute_{major}{minor}"),
+            })
+        })
+    }
+
+    /// The device's name and compute capability, for logs.
+    pub fn describe(&self) -> String {
+        let name = self.ctx.name().unwrap_or_else(|_| "?".into());
+        format!("{name} ({})", self.arch)
+    }
+
+    /// Schedules `kernel`, writes its passes as CUDA C and compiles them with NVRTC.
+    pub fn compile(&self, kernel: &Kernel) -> Result<GpuKernel> {
+        let schedule = schedule(kernel)?;
+        let source = emit(kernel, &schedule);
+        guard("NVRTC", || {
+            let opts = cudarc::nvrtc::CompileOptions {
+                // No contraction to fused multiply-adds: the same roundings as the CPU code.
+                fmad: Some(false),
+                options: vec![format!("--gpu-architecture={}", self.arch)],
+                ..Default::default()
+            };
+            let ptx = cudarc::nvrtc::compile_ptx_with_opts(&source, opts).map_err(|e| {
+                KernelError::Cuda(format!("NVRTC could not compile `{}`: {e}", kernel.name))
+            })?;
+            let module = self
+                .ctx
+                .load_module(ptx)
+                .map_err(cuda_err("loading the compiled passes"))?;
+            let passes = (0..schedule.passes.len())
+                .map(|p| {
+                    module
+                        .load_function(&pass_name(kernel, p))
+                        .map_err(cuda_err("a pass function"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(GpuKernel {
+                kernel: kernel.clone(),
+                schedule: schedule.clone(),
+                source: source.clone(),
+                passes,
+                stream: self.stream.clone(),
+            })
+        })
+    }
+}
+
+/// A kernel compiled for the GPU.
+pub struct GpuKernel {
+    kernel: Kernel,
+    schedule: Schedule,
+    source: String,
+    passes: Vec<CudaFunction>,
+    stream: Arc<CudaStream>,
+}
+
+/// Host data as bytes in the element's memory layout (one byte per mask element).
+fn input_bytes(s: &Slice) -> (Elem, usize, Vec<u8>) {
+    match s {
+        Slice::F32(v) => (
+            Elem::F32,
+            v.len(),
+            v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+        ),
+        Slice::I32(v) => (
+            Elem::I32,
+            v.len(),
+            v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+        ),
+        Slice::Bool(v) => (Elem::Bool, v.len(), v.to_vec()),
+    }
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn i32s(bytes: &[u8]) -> Vec<i32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+impl GpuKernel {
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The CUDA C that was compiled.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Runs the kernel as [`crate::jit::Jit::run`] does: `sizes` are the axes' sizes, inputs
+    /// and outputs in the kernel's order, row-major. Copies the inputs to the device, runs
+    /// the passes with the host's barrier steps between them, copies the outputs back.
+    pub fn run(&self, sizes: &[usize], inputs: &[Slice], outputs: &mut [SliceMut]) -> Result<()> {
+        let k = &self.kernel;
+        if sizes.len() != k.axes.len() {
+            return Err(KernelError::Inputs(format!(
+                "{} axis sizes given, the kernel has axes [{}]",
+                sizes.len(),
+                k.axes.join(", ")
+            )));
+        }
+        if inputs.len() != k.inputs.len() || outputs.len() != k.outputs.len() {
+            return Err(KernelError::Inputs(format!(
+                "{} inputs and {} outputs given, the kernel takes {} and gives {}",
+                inputs.len(),
+                outputs.len(),
+                k.inputs.len(),
+                k.outputs.len()
+            )));
+        }
+        let count = |level: usize| sizes[..level].iter().product::<usize>();
+        for (i, buf) in self.schedule.buffers.iter().enumerate() {
+            let n = count(buf.level);
+            let (elem, len, name) = match buf.role {
+                Role::Input(j) => {
+                    let (e, l, _) = input_bytes(&inputs[j]);
+                    (e, l, k.inputs[j].name.as_str())
+                }
+                Role::Output(j) => {
+                    let (e, l) = match &outputs[j] {
+                        SliceMut::F32(s) => (Elem::F32, s.len()),
+                        SliceMut::I32(s) => (Elem::I32, s.len()),
+                        SliceMut::Bool(s) => (Elem::Bool, s.len()),
+                    };
+                    (e, l, k.outputs[j].name.as_str())
+                }
+                _ => continue,
+            };
+            if elem != buf.elem || len != n {
+                return Err(KernelError::Inputs(format!(
+                    "buffer {i} (`{name}`) needs {n} {} values, got {len} {}",
+                    buf.elem.name(),
+                    elem.name()
+                )));
+            }
+        }
+        guard("running a CUDA kernel", || {
+            self.run_checked(sizes, inputs, outputs)
+        })
+    }
+
+    fn run_checked(
+        &self,
+        sizes: &[usize],
+        inputs: &[Slice],
+        outputs: &mut [SliceMut],
+    ) -> Result<()> {
+        let s = &self.schedule;
+        let st = &self.stream;
+        let count = |level: usize| sizes[..level].iter().product::<usize>();
+        // Every buffer on the device (at least 4 bytes: no empty allocations).
+        let mut bufs: Vec<CudaSlice<u8>> = Vec::with_capacity(s.buffers.len());
+        for buf in &s.buffers {
+            let bytes = count(buf.level) * buf.elem.bytes();
+            let dev = match buf.role {
+                Role::Input(i) => {
+                    let mut data = input_bytes(&inputs[i]).2;
+                    data.resize(bytes.max(4), 0);
+                    st.clone_htod(&data)
+                }
+                _ => st.alloc_zeros::<u8>(bytes.max(4)),
+            }
+            .map_err(cuda_err("copying to the device"))?;
+            bufs.push(dev);
+        }
+        let ptrs: Vec<u64> = bufs.iter().map(|b| b.device_ptr(st).0).collect();
+        let ptrs_dev = st.clone_htod(&ptrs).map_err(cuda_err("buffer table"))?;
+        let sizes_i64: Vec<i64> = sizes.iter().map(|&x| x as i64).collect();
+        let sizes_dev = st
+            .clone_htod(&if sizes_i64.is_empty() {
+                vec![0]
+            } else {
+                sizes_i64.clone()
+            })
+            .map_err(cuda_err("sizes"))?;
+        let rows = sizes.first().copied().unwrap_or(1);
+        let cols = sizes.get(1).copied().unwrap_or(1);
+        let blocks = (rows.div_ceil(BLOCK as usize) as u32).clamp(1, MAX_BLOCKS);
+        let threads = blocks as usize * BLOCK as usize;
+        let mut scratch = st
+            .alloc_zeros::<f32>((threads * s.scans.len() * cols).max(1))
+            .map_err(cuda_err("scratch"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let rows_arg = rows as i64;
+        for (p, f) in self.passes.iter().enumerate() {
+            let mut launch = st.launch_builder(f);
+            launch.arg(&ptrs_dev);
+            launch.arg(&sizes_dev);
+            launch.arg(&rows_arg);
+            launch.arg(&mut scratch);
+            // SAFETY: the pass's parameters are (void**, const long long*, long long, float*)
+            // as written by `emit`; every buffer holds `count(level)` elements of its type and
+            // scratch `scans · cols` floats per thread of the grid.
+            unsafe { launch.launch(cfg) }.map_err(cuda_err("launching a pass"))?;
+            self.finish_barriers(p, &mut bufs, rows)?;
+        }
+        for (i, out) in outputs.iter_mut().enumerate() {
+            let Some(b) = s.buffer_of(Role::Output(i)) else {
+                continue;
+            };
+            let bytes = st
+                .clone_dtoh(&bufs[b])
+                .map_err(cuda_err("copying outputs back"))?;
+            match out {
+                SliceMut::F32(o) => {
+                    let n = o.len();
+                    o.copy_from_slice(&f32s(&bytes)[..n]);
+                }
+                SliceMut::I32(o) => {
+                    let n = o.len();
+                    o.copy_from_slice(&i32s(&bytes)[..n]);
+                }
+                SliceMut::Bool(o) => {
+                    let n = o.len();
+                    o.copy_from_slice(&bytes[..n]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The host's part after pass `p`: each barrier from its stored operands (B values).
+    fn finish_barriers(&self, p: usize, bufs: &mut [CudaSlice<u8>], rows: usize) -> Result<()> {
+        let s = &self.schedule;
+        let st = &self.stream;
+        let read = |node: usize, bufs: &[CudaSlice<u8>]| -> Result<Vec<u8>> {
+            let b = s.buffer_of(Role::Stored(node)).ok_or_else(|| {
+                KernelError::Codegen(format!("barrier operand %{node} is not stored"))
+            })?;
+            st.clone_dtoh(&bufs[b])
+                .map_err(cuda_err("copying a barrier's operands"))
+        };
+        for &b in &s.passes[p].host {
+            let Some(out) = s.buffer_of(Role::Barrier(b)) else {
+                continue;
+            };
+            let result: Vec<f32> = match &self.kernel.node(b).op {
+                Op::Reduce { op, x, mask } => {
+                    let xs = f32s(&read(*x, bufs)?);
+                    let ms = mask.map(|m| read(m, bufs)).transpose()?;
+                    vec![host::reduce_rows(
+                        *op,
+                        &xs[..rows],
+                        ms.as_ref().map(|m| &m[..rows]),
+                    )]
+                }
+                Op::Group { op, x, by } => {
+                    let xs = x.map(|x| read(x, bufs).map(|v| f32s(&v))).transpose()?;
+                    let ids = i32s(&read(*by, bufs)?);
+                    let mut o = vec![0f32; rows];
+                    host::group(*op, xs.as_ref().map(|x| &x[..rows]), &ids[..rows], &mut o);
+                    o
+                }
+                _ => continue,
+            };
+            let mut bytes: Vec<u8> = result.iter().flat_map(|x| x.to_ne_bytes()).collect();
+            bytes.resize(bufs[out].len(), 0);
+            st.memcpy_htod(&bytes, &mut bufs[out])
+                .map_err(cuda_err("copying a barrier's result"))?;
+        }
+        Ok(())
+    }
+}

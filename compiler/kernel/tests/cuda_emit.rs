@@ -1,0 +1,120 @@
+//! The CUDA C of a few std functions (snapshots, to read), and the shape of the source for
+//! every `fn` of `std.algo`: one function per pass, as many loops over T as the schedule has.
+//! Whether the code computes the right values is `cuda_host.rs` (the source compiled for the
+//! CPU) and `cuda_gpu.rs` (on a GPU).
+
+mod cuda_common;
+
+use cuda_common::{kernel, program, std_kernels};
+use rlc_kernel::cuda::{emit, pass_name};
+use rlc_kernel::grad::differentiate;
+use rlc_kernel::ir::Kernel;
+use rlc_kernel::schedule::schedule;
+
+fn source(k: &Kernel) -> String {
+    let s = schedule(k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+    emit(k, &s)
+}
+
+#[test]
+fn token_mean() {
+    let p = program();
+    insta::assert_snapshot!(source(&kernel(&p, "std.algo.token_mean")));
+}
+
+#[test]
+fn ppo_clip() {
+    let p = program();
+    insta::assert_snapshot!(source(&kernel(&p, "std.algo.ppo_clip")));
+}
+
+/// The loss and its derivative with respect to `logp` in one kernel.
+#[test]
+fn ppo_token_mean_with_derivative() {
+    let p = program();
+    let k = differentiate(&kernel(&p, "ppo_token_mean"), "result", &["logp"]).expect("grad");
+    insta::assert_snapshot!(source(&k));
+}
+
+#[test]
+fn gae_whitened() {
+    let p = program();
+    insta::assert_snapshot!(source(&kernel(&p, "std.algo.gae_whitened")));
+}
+
+#[test]
+fn grpo_advantage() {
+    let p = program();
+    insta::assert_snapshot!(source(&kernel(&p, "std.algo.grpo_advantage")));
+}
+
+/// The text of pass `p`'s function, from its signature to the next pass.
+fn pass_text<'a>(src: &'a str, k: &Kernel, p: usize) -> &'a str {
+    let sig = format!("extern \"C\" __global__ void {}(", pass_name(k, p));
+    assert_eq!(src.matches(&sig).count(), 1, "{}: pass {p}", k.name);
+    let start = src.find(&sig).unwrap_or(0);
+    let rest = &src[start + sig.len()..];
+    let end = rest.find("extern \"C\"").unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn every_pass_has_its_function_and_loops() {
+    let p = program();
+    let kernels = std_kernels(&p);
+    assert!(kernels.len() >= 45, "{} kernels", kernels.len());
+    for k in &kernels {
+        let s = schedule(k).expect("schedule");
+        let src = emit(k, &s);
+        assert_eq!(src, emit(k, &s), "{}: not deterministic", k.name);
+        assert_eq!(
+            src.matches("__global__").count(),
+            s.passes.len(),
+            "{}",
+            k.name
+        );
+        assert_eq!(
+            src.matches('{').count(),
+            src.matches('}').count(),
+            "{}",
+            k.name
+        );
+        assert!(!src.contains("outside its loop"), "{}", k.name);
+        for (i, pass) in s.passes.iter().enumerate() {
+            let text = pass_text(&src, k, i);
+            let what = format!("{} pass {i}", k.name);
+            assert_eq!(
+                text.matches("for (long long p ").count(),
+                pass.loops.len(),
+                "{what}"
+            );
+            let reverse = pass
+                .loops
+                .iter()
+                .filter(|l| match l.kind {
+                    rlc_kernel::schedule::LoopKind::Scan(n) => matches!(
+                        &k.node(n).op,
+                        rlc_kernel::ir::Op::Scan(sc) if sc.reverse
+                    ),
+                    _ => false,
+                })
+                .count();
+            assert_eq!(text.matches("--p)").count(), reverse, "{what}");
+            let has_rows = !pass.loops.is_empty() || !pass.row_stores.is_empty();
+            assert_eq!(
+                text.matches("for (long long row = tid;").count(),
+                usize::from(has_rows),
+                "{what}"
+            );
+            assert_eq!(
+                text.contains("if (tid == 0)"),
+                !pass.scalar_stores.is_empty(),
+                "{what}"
+            );
+            let stores = pass.scalar_stores.len()
+                + pass.row_stores.len()
+                + pass.loops.iter().map(|l| l.stores.len()).sum::<usize>();
+            assert_eq!(text.matches("// store %").count(), stores, "{what}");
+        }
+    }
+}
