@@ -26,3 +26,4 @@ export LIBTORCH
 cargo clippy --workspace --all-targets --locked --features rlc/runtime -- -D warnings
 cargo test --locked -p rlc-runtime
 INSTA_UPDATE=no cargo test --locked -p rlc --features runtime --test run
+INSTA_UPDATE=no cargo test --locked -p rlc --features runtime --test plan_calibrate

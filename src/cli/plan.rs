@@ -26,7 +26,8 @@ pub struct PlanArgs {
     /// Fit the cost model to a run of this program (its `metrics.jsonl`).
     #[arg(long, value_name = "METRICS")]
     pub calibrate: Option<PathBuf>,
-    /// Cost-model parameters to use (JSON, as `--save-cost` writes them).
+    /// Cost-model parameters to use (JSON, as `--save-cost` writes them). Default: the GPU
+    /// defaults, or the CPU ones when every cluster is a CPU (`docs/planner.md`).
     #[arg(long, value_name = "PARAMS")]
     pub cost: Option<PathBuf>,
     /// Where to write the cost-model parameters used (after `--calibrate`, the fitted ones).
@@ -44,26 +45,35 @@ pub struct PlanArgs {
 
 /// The plan of `path`: a plan file as it is, a program lowered after the planner decided its
 /// `auto` placements (whose report is appended to `report`).
+/// The cost-model parameters also come back: `--cost`'s, else the defaults for the hardware.
 fn plan_of(
     path: &Path,
     args: &PlanArgs,
-    params: &CostParams,
     report: &mut String,
-) -> Result<Result<Plan, ExitCode>, String> {
+) -> Result<Result<(Plan, CostParams), ExitCode>, String> {
+    let given = match &args.cost {
+        Some(p) => Some(read_params(p)?),
+        None => None,
+    };
     if path.extension().is_some_and(|e| e == "json") {
-        return graph::load(path);
+        return Ok(graph::load(path)?.map(|plan| {
+            let all_cpu = plan.clusters.iter().all(|c| c.is_cpu);
+            (plan, given.unwrap_or_else(|| CostParams::defaults(all_cpu)))
+        }));
     }
     let (checked, files) = match build::check_file(path, &args.output)? {
         Ok(c) => c,
         Err(code) => return Ok(Err(code)),
     };
-    match rlc_plan::planner::plan_auto(&checked, params) {
+    let all_cpu = checked.program.clusters.iter().all(|c| c.is_cpu);
+    let params = given.unwrap_or_else(|| CostParams::defaults(all_cpu));
+    match rlc_plan::planner::plan_auto(&checked, &params) {
         Ok(Some(planned)) => {
             report.push_str(&rlc_plan::planner::report::describe(&planned));
-            Ok(Ok(planned.plan))
+            Ok(Ok((planned.plan, params)))
         }
         Ok(None) => match rlc_plan::lower::lower(&checked) {
-            Ok(plan) => Ok(Ok(plan)),
+            Ok(plan) => Ok(Ok((plan, params))),
             Err(errors) => {
                 for e in errors {
                     eprintln!("error: `{}` cannot be lowered: {e}", path.display());
@@ -96,13 +106,9 @@ fn step_time(plan: &Plan, params: &CostParams) -> Result<f64, String> {
 }
 
 pub fn run(args: &PlanArgs) -> Result<ExitCode, String> {
-    let mut params = match &args.cost {
-        Some(p) => read_params(p)?,
-        None => CostParams::default(),
-    };
     let mut report = String::new();
-    let plan = match plan_of(&args.path, args, &params, &mut report)? {
-        Ok(plan) => plan,
+    let (plan, mut params) = match plan_of(&args.path, args, &mut report)? {
+        Ok(found) => found,
         Err(code) => return Ok(code),
     };
     let fail = |m: String| {
@@ -240,7 +246,16 @@ pub fn run(args: &PlanArgs) -> Result<ExitCode, String> {
             &svg_path,
             simulate::gantt::svg(&timeline, &title).as_bytes(),
         )?;
-        let _ = writeln!(out, "timeline: {}", svg_path.display());
+        let png_path = dir.join(format!("{stem}.timeline.png"));
+        let png = simulate::gantt::png(&timeline, &title)
+            .map_err(|e| format!("cannot draw the timeline: {e}"))?;
+        build::write_atomically(&png_path, &png)?;
+        let _ = writeln!(
+            out,
+            "timeline: {} and {}",
+            svg_path.display(),
+            png_path.display()
+        );
     }
     print!("{out}");
     Ok(ExitCode::SUCCESS)

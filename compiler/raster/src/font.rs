@@ -4,7 +4,7 @@
 //! descender (g p q y) start at the x-height and are drawn two rows lower, so they hang below
 //! the baseline instead of being squashed into the cell.
 
-use super::canvas::{Canvas, Rgb};
+use crate::canvas::{Canvas, Rgb};
 
 pub const GLYPH_WIDTH: i64 = 5;
 pub const GLYPH_HEIGHT: i64 = 7;

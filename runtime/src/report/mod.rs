@@ -8,14 +8,14 @@
 //! A resumed run continues the same `metrics.jsonl`, so the curve and summary cover the whole
 //! run, and the file equals an uninterrupted run's apart from the timing fields.
 
-mod canvas;
-mod font;
 mod metrics;
 mod numbers;
 mod plot;
 mod progress;
 mod summary;
 
+// The rasteriser lives in `rlc-raster` (shared with `rlc plan`'s timeline).
+use rlc_raster::{canvas, font};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};

@@ -7,8 +7,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CostParams {
-    /// Fraction of the peak FLOP/s that dense matrix products reach.
+    /// Fraction of the peak FLOP/s that large dense matrix products reach.
     pub compute_efficiency: f64,
+    /// The hidden size at which matrix products reach half of `compute_efficiency`: small
+    /// matrices keep a device's units less busy (efficiency × h / (h + this)).
+    pub matmul_half_width: f64,
     /// Fraction of the memory bandwidth that memory-bound kernels (decode, optimizer) reach.
     pub bandwidth_efficiency: f64,
     /// Fraction of a link's bandwidth that collectives reach.
@@ -31,6 +34,7 @@ impl Default for CostParams {
     fn default() -> Self {
         CostParams {
             compute_efficiency: 0.5,
+            matmul_half_width: 256.0,
             bandwidth_efficiency: 0.7,
             link_efficiency: 0.8,
             intra_latency: 5e-6,
@@ -44,6 +48,28 @@ impl Default for CostParams {
 }
 
 impl CostParams {
+    /// Defaults for CPU clusters (`rlc run`'s thread ranks on libtorch): the same efficiencies,
+    /// but the fixed costs of an interpreter that dispatches every tensor operation from the
+    /// host — about a millisecond per layer call (a two-layer decode step costs ~1 ms of fixed
+    /// overhead in the runtime's benchmark) and ~10 ms per op of the step (kernels through the
+    /// reference evaluator, batch gathers between ranks).
+    pub fn cpu() -> CostParams {
+        CostParams {
+            layer_overhead: 1e-3,
+            op_overhead: 10e-3,
+            ..CostParams::default()
+        }
+    }
+
+    /// [`CostParams::cpu`] when every cluster is a CPU one, else the GPU defaults.
+    pub fn defaults(all_cpu: bool) -> CostParams {
+        if all_cpu {
+            CostParams::cpu()
+        } else {
+            CostParams::default()
+        }
+    }
+
     /// The same model on a device `factor` times slower: efficiencies divided, fixed overheads
     /// multiplied (links and host transfers are left as they are).
     pub fn slowed(&self, factor: f64) -> CostParams {
@@ -77,6 +103,7 @@ impl CostParams {
             }
         }
         for (name, v) in [
+            ("matmul_half_width", p.matmul_half_width),
             ("intra_latency", p.intra_latency),
             ("inter_latency", p.inter_latency),
             ("layer_overhead", p.layer_overhead),

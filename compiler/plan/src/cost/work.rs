@@ -74,8 +74,9 @@ pub enum PhaseWork {
     },
 }
 
-fn compute(flops: f64, p: &Placed, c: &CostParams) -> f64 {
-    flops / (p.hw.flops * c.compute_efficiency)
+fn compute(flops: f64, p: &Placed, c: &CostParams, hidden: f64) -> f64 {
+    let efficiency = c.compute_efficiency * hidden / (hidden + c.matmul_half_width);
+    flops / (p.hw.flops * efficiency)
 }
 
 fn memory(bytes: f64, p: &Placed, c: &CostParams) -> f64 {
@@ -110,7 +111,7 @@ pub fn seconds(c: &CostParams, role: &RoleShape, placed: &Placed, work: &PhaseWo
         PhaseWork::Forward { batch, seq } => {
             let (m, k) = micro_batches((batch / data_ranks).ceil());
             let flops = m * seq * role.token_flops(seq / 2.0) / shard;
-            let stage = compute(flops, placed, c)
+            let stage = compute(flops, placed, c, role.hidden)
                 .max(memory(role.weight_bytes() / shard, placed, c))
                 .max(fsdp_gather())
                 + stage_layers * c.layer_overhead
@@ -125,7 +126,7 @@ pub fn seconds(c: &CostParams, role: &RoleShape, placed: &Placed, work: &PhaseWo
             // Each data rank is a replica (sharded by tp and pp only) with its share of the batch.
             let n = (batch / data_ranks).ceil().max(1.0);
             let stage = |flops: f64, bytes: f64, tokens: f64| {
-                compute(flops / shard, placed, c).max(memory(bytes / shard, placed, c))
+                compute(flops / shard, placed, c, role.hidden).max(memory(bytes / shard, placed, c))
                     + stage_layers * c.layer_overhead
                     + 2.0 * stage_layers * tp_all_reduce(tokens * role.hidden * role.bytes)
             };
@@ -163,7 +164,7 @@ pub fn seconds(c: &CostParams, role: &RoleShape, placed: &Placed, work: &PhaseWo
             let flops = passes * m * seq * role.token_flops(seq / 2.0) / shard;
             let fsdp = f64::from(l.fsdp.max(1));
             let state_shard = role.params / (shard * fsdp);
-            let mut stage = compute(flops, placed, c)
+            let mut stage = compute(flops, placed, c, role.hidden)
                 .max(memory(3.0 * role.weight_bytes() / shard, placed, c))
                 .max(2.0 * fsdp_gather())
                 + passes * stage_layers * c.layer_overhead

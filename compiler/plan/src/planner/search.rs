@@ -58,6 +58,7 @@ pub struct Infeasible {
 /// The search's inputs, precomputed.
 pub struct Space<'a> {
     pub job: &'a Job,
+    program: &'a Program,
     pub hardware: Vec<Hardware>,
     pub params: CostParams,
     /// Per unit: its devices when fixed.
@@ -117,7 +118,7 @@ impl<'a> Space<'a> {
     /// (for [`brute_force`]).
     pub fn new(
         job: &'a Job,
-        program: &Program,
+        program: &'a Program,
         hardware: Vec<Hardware>,
         params: &CostParams,
         all: bool,
@@ -190,6 +191,7 @@ impl<'a> Space<'a> {
         }
         Ok(Space {
             job,
+            program,
             hardware,
             params: params.clone(),
             fixed_range,
@@ -519,17 +521,73 @@ fn split_rec(space: &Space, group: &[usize], groups: u64, sizes: &mut Vec<u64>, 
     }
 }
 
-/// A lower bound over every node-aligned split: each free unit at its fastest on any number of
-/// whole nodes up to the cluster (the searched block sizes are a subset).
+/// A lower bound over every node-aligned split. When blocks are single nodes (or devices) the
+/// searched sizes are all of them; otherwise each free unit is costed on every whole number of
+/// nodes, and the bound takes its fastest calls and least device-seconds over them.
 fn root_bound(space: &Space) -> f64 {
-    space.lower_bound(&vec![0; space.free.len()], space.blocks)
+    let exact = space.block <= space.hardware_per_node();
+    if exact {
+        return space.lower_bound(&vec![0; space.free.len()], space.blocks);
+    }
+    let calls = space.job.calls.len();
+    let mut fastest = vec![0.0; calls];
+    let mut work = 0.0;
+    for u in 0..space.job.units.len() {
+        if let Some((a, b)) = space.fixed_range[u] {
+            space.fastest(u, 1..=1, &mut fastest);
+            if Some(space.job.units[u].cluster) == space.job.free_cluster {
+                let t: f64 = space.options[u][1]
+                    .iter()
+                    .map(|c| c.seconds.iter().sum::<f64>())
+                    .fold(f64::INFINITY, f64::min);
+                work += t * (b - a) as f64;
+            }
+        }
+    }
+    let per_node = space.hardware_per_node();
+    let nodes = space.cluster_devices / per_node;
+    for &u in &space.free {
+        let hw = &space.hardware[space.job.units[u].cluster];
+        let mine: Vec<usize> = space.calls_of(u).collect();
+        for &i in &mine {
+            fastest[i] = f64::INFINITY;
+        }
+        let mut least = f64::INFINITY;
+        for k in 1..=nodes {
+            let devices = k * per_node;
+            let (list, _) = choices(
+                space.job,
+                space.program,
+                u,
+                hw,
+                devices,
+                &space.params,
+                false,
+            );
+            for c in &list {
+                for (j, &i) in mine.iter().enumerate() {
+                    fastest[i] = fastest[i].min(c.seconds[j]);
+                }
+                least = least.min(c.seconds.iter().sum::<f64>() * devices as f64);
+            }
+        }
+        work += least;
+    }
+    let spread = if space.cluster_devices > 0 {
+        work / space.cluster_devices as f64
+    } else {
+        0.0
+    };
+    critical_path(space.job, &fastest).max(spread)
 }
 
 /// Every placement of the space, every layout of every unit (dominated ones too): the
-/// best step time. Exponential: for tests on small clusters.
-pub fn brute_force(space: &Space) -> Option<f64> {
+/// best step time and how many placements there were. Exponential: for tests on small
+/// clusters.
+pub fn brute_force(space: &Space) -> Option<(f64, u64)> {
     let free = space.free.len();
     let mut best: Option<f64> = None;
+    let mut count = 0u64;
     let mut visit = |ranges: &[(u64, u64)], unit_sizes: &[u64]| {
         let n = space.job.units.len();
         let lists: Vec<&Vec<Choice>> = (0..n)
@@ -555,6 +613,7 @@ pub fn brute_force(space: &Space) -> Option<f64> {
                 .collect();
             let t = evaluate(space.job, &space.hardware, &assign, &space.params).seconds;
             best = Some(best.map_or(t, |b: f64| b.min(t)));
+            count += 1;
             let mut k = 0;
             loop {
                 if k == n {
@@ -572,7 +631,7 @@ pub fn brute_force(space: &Space) -> Option<f64> {
     if free == 0 {
         let (ranges, sizes) = space.ranges_for(&[], &[]);
         visit(&ranges, &sizes);
-        return best;
+        return best.map(|b| (b, count));
     }
     for group in partitions(free) {
         let groups = group.iter().max().map_or(0, |m| m + 1);
@@ -581,7 +640,7 @@ pub fn brute_force(space: &Space) -> Option<f64> {
             visit(&ranges, &unit_sizes);
         }
     }
-    best
+    best.map(|b| (b, count))
 }
 
 /// Every way to write `total` as `parts` positive numbers in order.
