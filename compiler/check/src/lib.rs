@@ -72,7 +72,7 @@ pub fn check(
     evaluator.run();
     let (program, types) = (
         std::mem::take(&mut evaluator.program),
-        std::mem::take(&mut evaluator.types),
+        evaluator.take_types(),
     );
     diagnostics.append(&mut evaluator.diags);
     // The static checks judge only a program whose configuration evaluated cleanly, so that one

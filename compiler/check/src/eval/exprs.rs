@@ -11,7 +11,7 @@ impl Evaluator<'_> {
         if !matches!(v, Val::Unit | Val::Error) {
             let ty = self.type_text(&v);
             self.types
-                .insert((frame.file, e.span.start, e.span.end), ty);
+                .push(((frame.file, e.span.start, e.span.end), ty));
         }
         v
     }

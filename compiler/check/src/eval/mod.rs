@@ -11,6 +11,7 @@ use crate::value::*;
 use rlc_diagnostics::{Code, Diagnostic, FileId, Span};
 use rlc_syntax::ast::{self, BinaryOp, Expr, ExprKind, ItemKind, StmtKind, UnaryOp};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 mod calls;
@@ -23,6 +24,8 @@ mod roles;
 #[derive(Debug)]
 struct Local {
     name: String,
+    /// The binding of the same name that this one hides, if any (an index in `Frame::locals`).
+    hides: Option<usize>,
     val: Val,
     span: Span,
     used: bool,
@@ -38,9 +41,9 @@ pub(crate) struct Frame {
     /// begins. One list rather than a list per scope, so that `by_name` can index it.
     locals: Vec<Local>,
     scope_starts: Vec<usize>,
-    /// Where each name is bound in `locals`, innermost last: a pipeline binds thousands of
-    /// names, and searching them all at every use made checking quadratic.
-    by_name: HashMap<String, Vec<usize>>,
+    /// The innermost binding of each name in `locals` (which links to the ones it hides): a
+    /// pipeline binds thousands of names, and searching them all at every use was quadratic.
+    by_name: HashMap<String, usize, BuildHasherDefault<NameHasher>>,
     /// Inside a scan body: the axis and the dims of one row (for `x[t]`).
     scan: Option<(String, Vec<Dim>)>,
     /// Warn about unused `let` bindings (user code only).
@@ -58,10 +61,14 @@ impl Frame {
     fn pop_scope(&mut self) -> Vec<Local> {
         let start = self.scope_starts.pop().unwrap_or(0);
         let scope: Vec<Local> = self.locals.drain(start..).collect();
-        for l in &scope {
-            if let Some(at) = self.by_name.get_mut(&l.name) {
-                at.pop();
-                if at.is_empty() {
+        for l in scope.iter().rev() {
+            match l.hides {
+                Some(hidden) => {
+                    if let Some(at) = self.by_name.get_mut(&l.name) {
+                        *at = hidden;
+                    }
+                }
+                None => {
                     self.by_name.remove(&l.name);
                 }
             }
@@ -75,7 +82,7 @@ impl Frame {
             file,
             locals: Vec::new(),
             scope_starts: vec![0],
-            by_name: HashMap::new(),
+            by_name: HashMap::default(),
             scan: None,
             lint,
             in_pipeline: false,
@@ -83,24 +90,34 @@ impl Frame {
     }
 
     fn lookup(&mut self, name: &str) -> Option<&mut Local> {
-        let at = *self.by_name.get(name)?.last()?;
+        let at = *self.by_name.get(name)?;
         self.locals.get_mut(at)
     }
 
     /// The first local called `name` in the innermost scope.
     fn first_in_scope(&self, name: &str) -> Option<&Local> {
         let start = self.scope_starts.last().copied().unwrap_or(0);
-        let at = *self.by_name.get(name)?.iter().find(|&&at| at >= start)?;
-        self.locals.get(at)
+        let mut first = None;
+        let mut at = self.by_name.get(name).copied();
+        while let Some(i) = at.filter(|&i| i >= start) {
+            first = Some(i);
+            at = self.locals[i].hides;
+        }
+        first.map(|i| &self.locals[i])
     }
 
     pub(crate) fn bind(&mut self, name: &str, val: Val, span: Span, warn_unused: bool) {
-        self.by_name
-            .entry(name.to_string())
-            .or_default()
-            .push(self.locals.len());
+        let at = self.locals.len();
+        let hides = match self.by_name.get_mut(name) {
+            Some(innermost) => Some(std::mem::replace(innermost, at)),
+            None => {
+                self.by_name.insert(name.to_string(), at);
+                None
+            }
+        };
         self.locals.push(Local {
             name: name.to_string(),
+            hides,
             val,
             span,
             used: false,
@@ -117,6 +134,28 @@ impl Frame {
     }
 }
 
+/// FNV-1a, for the local-name index: names are short, and std's SipHash cost more than the
+/// lookups it served.
+pub(crate) struct NameHasher(u64);
+
+impl Default for NameHasher {
+    fn default() -> Self {
+        NameHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Types of expressions, by file and span, for tools (hover in the LSP).
 pub type TypeTable = BTreeMap<(FileId, u32, u32), String>;
 
@@ -126,7 +165,8 @@ pub struct Evaluator<'m> {
     loader: &'m dyn crate::SourceLoader,
     pub diags: Vec<Diagnostic>,
     pub program: Program,
-    pub types: TypeTable,
+    /// The type table's entries in the order they were found (see `take_types`).
+    types: Vec<((FileId, u32, u32), String)>,
     memo: HashMap<ItemRef, Val>,
     in_progress: BTreeSet<ItemRef>,
     model_ids: HashMap<ItemRef, usize>,
@@ -154,7 +194,7 @@ impl<'m> Evaluator<'m> {
             loader,
             diags: Vec::new(),
             program: Program::default(),
-            types: TypeTable::new(),
+            types: Vec::new(),
             memo: HashMap::new(),
             in_progress: BTreeSet::new(),
             model_ids: HashMap::new(),
@@ -165,6 +205,22 @@ impl<'m> Evaluator<'m> {
             inline_depth: 0,
             record_types: HashMap::new(),
         }
+    }
+
+    /// The type of every expression. Kept in a list while checking and sorted once (a map
+    /// insert per expression cost more); the last type found for a span wins, as it did when
+    /// each was inserted.
+    pub fn take_types(&mut self) -> TypeTable {
+        let mut entries = std::mem::take(&mut self.types);
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
+        entries.into_iter().collect()
     }
 
     pub(crate) fn modules(&self) -> &'m Modules {
@@ -325,7 +381,7 @@ pub fn display_val(v: &Val) -> String {
         Val::Bool(None) => "bool".into(),
         Val::Str(Some(s)) => format!("str = {s:?}"),
         Val::Str(None) => "str".into(),
-        Val::Tensor(t) => t.to_string(),
+        Val::Tensor(t) => tensor_text(t),
         Val::Record(r) | Val::Rollout(r, _) => {
             let fields: Vec<String> = r
                 .fields
@@ -340,4 +396,21 @@ pub fn display_val(v: &Val) -> String {
         ),
         other => other.describe(),
     }
+}
+
+/// `t.to_string()` without the formatting machinery: the type table writes one per expression.
+fn tensor_text(t: &TensorTy) -> String {
+    let mut s = String::with_capacity(8 + 4 * t.dims.len());
+    s.push_str(t.dtype.as_str());
+    for (i, d) in t.dims.iter().enumerate() {
+        s.push_str(if i == 0 { "[" } else { ", " });
+        match d {
+            Dim::Sym(name) => s.push_str(name),
+            Dim::Size(n) => s.push_str(&n.to_string()),
+        }
+    }
+    if !t.dims.is_empty() {
+        s.push(']');
+    }
+    s
 }
