@@ -212,7 +212,7 @@ impl<'m> Evaluator<'m> {
     /// each was inserted.
     pub fn take_types(&mut self) -> TypeTable {
         let mut entries = std::mem::take(&mut self.types);
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.sort_by_key(|e| e.0);
         entries.dedup_by(|later, kept| {
             let same = later.0 == kept.0;
             if same {
