@@ -294,6 +294,7 @@ impl GpuKernel {
             unsafe { launch.launch(cfg) }.map_err(cuda_err("launching a pass"))?;
             self.finish_barriers(p, &mut bufs, rows)?;
         }
+        st.synchronize().map_err(cuda_err("running the passes"))?;
         for (i, out) in outputs.iter_mut().enumerate() {
             let Some(b) = s.buffer_of(Role::Output(i)) else {
                 continue;
@@ -323,6 +324,11 @@ impl GpuKernel {
     fn finish_barriers(&self, p: usize, bufs: &mut [CudaSlice<u8>], rows: usize) -> Result<()> {
         let s = &self.schedule;
         let st = &self.stream;
+        if s.passes[p].host.is_empty() {
+            return Ok(());
+        }
+        // The pass must be done before its operands are read (and errors show up here).
+        st.synchronize().map_err(cuda_err("running a pass"))?;
         let read = |node: usize, bufs: &[CudaSlice<u8>]| -> Result<Vec<u8>> {
             let b = s.buffer_of(Role::Stored(node)).ok_or_else(|| {
                 KernelError::Codegen(format!("barrier operand %{node} is not stored"))

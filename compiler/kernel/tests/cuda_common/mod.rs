@@ -6,6 +6,7 @@
 
 use rlc_check::{Checked, SourceLoader};
 use rlc_diagnostics::Files;
+use rlc_kernel::grad::differentiate;
 use rlc_kernel::ir::{Elem, Kernel};
 use rlc_kernel::jit::{Jit, Slice, SliceMut};
 use rlc_kernel::lower::lower_fn;
@@ -19,11 +20,43 @@ impl SourceLoader for NoFiles {
     }
 }
 
-/// std, and the PPO loss as an `update` block computes it (a scalar, so it has a derivative).
+/// std; the PPO loss as an `update` block computes it (a scalar, so it has a derivative);
+/// operations std does not use (those of `runtime/tests/kernels_fused.rs`, and `%` on floats);
+/// min and max where NaN must win.
 pub const ROOT: &str = r#"import std.algo
 
 fn ppo_token_mean(logp: f32[B, T], old: f32[B, T], adv: f32[B, T], m: Mask[B, T]) -> f32 {
   algo.token_mean(algo.ppo_clip(logp, old, adv, eps: 0.2), m)
+}
+
+fn odds_and_ends(x: f32[B, T], m: Mask[B, T], g: i32[B]) -> f32[B, T] {
+  let hi = max(x, over: T, mask: m)
+  let lo = min(x, over: T)
+  let k = f32(g % 3) + f32(i32(where(m, x, 0.0) * 2.0)) + (x * 3.0) % 2.0
+  softmax(x, over: T) + where(m, hi - lo, pow(abs(x), 1.5)) + k + tanh(x) * sigmoid(x) + log(1.0 + x * x) / sqrt(2.0 + x * x)
+}
+
+fn everything_loss(x: f32[B, T], y: f32[B, T], m: Mask[B, T]) -> f32 {
+  let a = exp(clamp(x, -2.0, 2.0)) * sigmoid(y) - tanh(x * y) / (1.5 + abs(y))
+  let b = max(a, x) + min(a, y) + sqrt(1.0 + y * y) + rsqrt(2.0 + x * x) + log(2.0 + y * y)
+  let c = logsumexp(b, over: T) + mean(b * y, over: T, mask: m) + max(b, over: T, mask: m)
+  mean(c) + sum(b, mask: m) / (count(m) + 1.0) + sum(pow(1.5 + x * x, 0.7))
+}
+
+fn row_min(x: f32[B, T], m: Mask[B, T]) -> f32[B] {
+  min(x, over: T) + max(x, over: T, mask: m)
+}
+
+fn row_max(x: f32[B, T], m: Mask[B, T]) -> f32[B] {
+  max(x, over: T) + min(x, over: T, mask: m)
+}
+
+fn clip_max(x: f32[B, T], m: Mask[B, T]) -> f32[B, T] {
+  where(m, x, max(x, 0.0))
+}
+
+fn clip_min(x: f32[B, T], m: Mask[B, T]) -> f32[B, T] {
+  where(m, x, min(x, 1.0))
 }
 "#;
 
@@ -84,6 +117,42 @@ pub fn std_kernels(p: &Checked) -> Vec<Kernel> {
             }
         }
     }
+    out
+}
+
+/// std's kernels and the derivatives of its scalar ones with respect to their float tensors.
+pub fn kernels_with_derivatives() -> Vec<Kernel> {
+    let p = program();
+    let mut out = std_kernels(&p);
+    let mut grads = Vec::new();
+    for k in &out {
+        let wrt: Vec<&str> = k
+            .inputs
+            .iter()
+            .filter(|i| i.elem == Elem::F32 && i.level > 0)
+            .map(|i| i.name.as_str())
+            .collect();
+        if let Ok(g) = differentiate(k, "result", &wrt) {
+            grads.push(g);
+        }
+    }
+    out.extend(grads);
+    out.push(
+        differentiate(&kernel(&p, "ppo_token_mean"), "result", &["logp"])
+            .expect("ppo_token_mean derivative"),
+    );
+    for f in [
+        "odds_and_ends",
+        "row_min",
+        "row_max",
+        "clip_max",
+        "clip_min",
+    ] {
+        out.push(kernel(&p, f));
+    }
+    let e = kernel(&p, "everything_loss");
+    out.push(differentiate(&e, "result", &["x", "y"]).expect("everything_loss derivative"));
+    out.push(e);
     out
 }
 
@@ -186,6 +255,29 @@ pub fn inputs(k: &Kernel, b: usize, t: usize, rng: &mut Rng) -> Vec<Data> {
             }
         })
         .collect()
+}
+
+/// NaN in every `[B, T]` float input where the first `[B, T]` mask is false (padding holds
+/// garbage in practice; masked math must not see it, unmasked math must propagate it).
+pub fn poison(k: &Kernel, ins: &mut [Data]) {
+    let mask = k
+        .inputs
+        .iter()
+        .position(|p| p.elem == Elem::Bool && p.level == 2)
+        .and_then(|i| match &ins[i] {
+            Data::Bool(m) => Some(m.clone()),
+            _ => None,
+        });
+    let Some(mask) = mask else { return };
+    for (p, d) in k.inputs.iter().zip(ins.iter_mut()) {
+        if let (2, Data::F32(v)) = (p.level, d) {
+            for (x, &m) in v.iter_mut().zip(&mask) {
+                if m == 0 {
+                    *x = f32::NAN;
+                }
+            }
+        }
+    }
 }
 
 /// Zeroed outputs of the right types and sizes.
