@@ -105,6 +105,16 @@ fn step_time(plan: &Plan, params: &CostParams) -> Result<f64, String> {
     Ok(simulate::simulate_step(plan, &costs, &|_| false)?.step_seconds)
 }
 
+/// A lane's ranks for the table: long rank lists are cut, with their count.
+fn lane_name(ranks: &rlc_plan::model::RankSet) -> String {
+    let text = ranks.to_string();
+    if text.chars().count() <= 40 {
+        return text;
+    }
+    let cut: String = text.chars().take(32).collect();
+    format!("{cut}… ({} ranks)", ranks.len())
+}
+
 pub fn run(args: &PlanArgs) -> Result<ExitCode, String> {
     let mut report = String::new();
     let (plan, mut params) = match plan_of(&args.path, args, &mut report)? {
@@ -178,21 +188,16 @@ pub fn run(args: &PlanArgs) -> Result<ExitCode, String> {
         seconds_text(timeline.step_seconds)
     );
     if args.simulate {
-        let width = timeline
-            .lanes
+        let names: Vec<String> = timeline.lanes.iter().map(|l| lane_name(&l.ranks)).collect();
+        let width = names
             .iter()
-            .map(|l| l.ranks.to_string().len())
+            .map(|n| n.chars().count())
             .max()
             .unwrap_or(5)
             .max(5);
         let _ = writeln!(out, "  {:width$}  busy", "ranks");
-        for (lane, u) in timeline.lanes.iter().zip(timeline.utilisation()) {
-            let _ = writeln!(
-                out,
-                "  {:width$}  {:>3.0} %",
-                lane.ranks.to_string(),
-                u * 100.0
-            );
+        for (name, u) in names.iter().zip(timeline.utilisation()) {
+            let _ = writeln!(out, "  {name:width$}  {:>3.0} %", u * 100.0);
         }
         let _ = writeln!(
             out,

@@ -39,9 +39,9 @@ fn limit(job: &Job, c: &Candidate) -> String {
     let call = &job.calls[c.eval.longest_call];
     let unit = &job.units[call.unit];
     let (a, b) = c.ranges[call.unit];
+    let role = unit.name.split('.').next().unwrap_or(&unit.name);
     format!(
-        "{} {} on {} devices ({})",
-        unit.name,
+        "{role}.{} on {} devices ({})",
         call.phase.as_str(),
         b - a,
         seconds_text(c.eval.longest_seconds)

@@ -55,7 +55,9 @@ pub fn tick_step(span: f64) -> f64 {
 
 /// Seconds with a unit that suits them.
 pub fn seconds_text(s: f64) -> String {
-    if s >= 3600.0 {
+    if s == 0.0 {
+        "0 s".to_string()
+    } else if s >= 3600.0 {
         format!("{:.2} h", s / 3600.0)
     } else if s >= 1.0 {
         format!("{s:.2} s")
@@ -242,6 +244,7 @@ mod tests {
         assert_eq!(tick_step(700.0), 200.0);
         assert_eq!(seconds_text(0.0123), "12.30 ms");
         assert_eq!(seconds_text(7200.0), "2.00 h");
+        assert_eq!(seconds_text(0.0), "0 s");
     }
 
     #[test]

@@ -1,0 +1,153 @@
+//! `rlc plan` through the binary: a simulation writes its timeline (the same bytes twice), the
+//! planner's report for `place auto`, E0901 with exit 1, and bad inputs refused without a panic.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn rlc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rlc"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rlc-plan-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn simulate_writes_the_same_timeline_twice() {
+    let dir = scratch("simulate");
+    let mut pictures = Vec::new();
+    for run in ["one", "two"] {
+        let out_dir = dir.join(run);
+        let out = rlc(&[
+            "plan",
+            "examples/ppo_70b_split.rl",
+            "--simulate",
+            "--steps",
+            "200",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(stdout.contains("predicted step: "), "{stdout}");
+        assert!(stdout.contains("200 steps: "), "{stdout}");
+        assert!(stdout.contains("device-hours"), "{stdout}");
+        let svg = std::fs::read(out_dir.join("ppo_70b_split.timeline.svg")).unwrap();
+        let png = std::fs::read(out_dir.join("ppo_70b_split.timeline.png")).unwrap();
+        assert!(svg.starts_with(b"<svg"));
+        assert!(png.starts_with(b"\x89PNG"));
+        let report: Vec<String> = stdout
+            .lines()
+            .filter(|l| !l.starts_with("timeline: "))
+            .map(str::to_string)
+            .collect();
+        pictures.push((svg, png, report));
+    }
+    assert!(pictures[0].0 == pictures[1].0, "the SVGs differ");
+    assert!(pictures[0].1 == pictures[1].1, "the PNGs differ");
+    assert_eq!(pictures[0].2, pictures[1].2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn place_auto_reports_the_chosen_placement() {
+    let dir = scratch("auto");
+    let text_in = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/colocated_grpo.rl"),
+    )
+    .unwrap();
+    let auto: String = text_in
+        .lines()
+        .filter(|l| !l.starts_with("place "))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .replace("fn correct", "place auto\n\nfn correct");
+    let path = dir.join("auto.rl");
+    std::fs::write(&path, auto).unwrap();
+    let plan_path = dir.join("auto.plan.json");
+    let out = rlc(&[
+        "plan",
+        path.to_str().unwrap(),
+        "--emit-plan",
+        plan_path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("placement chosen by the planner"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("actor.train"), "{stdout}");
+    assert!(
+        stdout.contains("optimal among node-aligned pools"),
+        "{stdout}"
+    );
+    // The emitted plan is a valid plan file that simulates as it is.
+    let again = rlc(&["plan", plan_path.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", text(&again));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn no_feasible_layout_is_e0901_and_exit_1() {
+    let page = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("compiler/diagnostics/explain/E0901.md"),
+    )
+    .unwrap();
+    let wrong = page
+        .split("## Wrong")
+        .nth(1)
+        .and_then(|s| s.split("```rl\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .unwrap();
+    let dir = scratch("e0901");
+    let path = dir.join("wrong.rl");
+    std::fs::write(&path, wrong).unwrap();
+    let out = rlc(&["plan", path.to_str().unwrap(), "--color", "never"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("E0901"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_inputs_are_refused_without_a_panic() {
+    let dir = scratch("bad");
+    let cost = dir.join("cost.json");
+    std::fs::write(&cost, "{\"compute_efficiency\": -1}").unwrap();
+    let out = rlc(&[
+        "plan",
+        "examples/grpo_digits.rl",
+        "--cost",
+        cost.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let metrics = dir.join("metrics.jsonl");
+    std::fs::write(&metrics, "not json\n").unwrap();
+    let out = rlc(&[
+        "plan",
+        "examples/grpo_digits.rl",
+        "--calibrate",
+        metrics.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("not a run's metrics"), "{}", text(&out));
+    let out = rlc(&["plan", "no/such/file.rl"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(!text(&out).contains("panicked"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
