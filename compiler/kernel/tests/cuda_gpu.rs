@@ -42,6 +42,33 @@ fn no_cuda_is_a_clear_error() {
     }
 }
 
+/// NVRTC alone (no device): every kernel's source compiles, with an entry per pass. Skips
+/// where NVRTC cannot be loaded (set `LD_LIBRARY_PATH` to pip's `nvidia/cuda_nvrtc/lib`).
+#[test]
+fn nvrtc_compiles_every_kernel() {
+    let kernels = kernels_with_derivatives();
+    for (i, k) in kernels.iter().enumerate() {
+        let ptx = match rlc_kernel::cuda::ptx(k, "compute_90") {
+            Ok(p) => p,
+            Err(KernelError::Cuda(e))
+                if i == 0
+                    && e.starts_with("CUDA is not available")
+                    && std::env::var_os("RLC_REQUIRE_GPU").is_none() =>
+            {
+                eprintln!("nvrtc_compiles_every_kernel: skipped ({e})");
+                return;
+            }
+            Err(e) => panic!("{}: {e}", k.name),
+        };
+        let s = schedule(k).expect("schedule");
+        for p in 0..s.passes.len() {
+            let entry = format!(".entry {}(", rlc_kernel::cuda::pass_name(k, p));
+            assert!(ptx.contains(&entry), "{}: no {entry} in the PTX", k.name);
+        }
+    }
+    println!("NVRTC compiled {} kernels for compute_90", kernels.len());
+}
+
 fn run_gpu(k: &GpuKernel, b: usize, t: usize, ins: &[Data]) -> Vec<Data> {
     let kernel = k.kernel();
     let mut outs = outputs(kernel, b, t);

@@ -97,16 +97,8 @@ impl Gpu {
     pub fn compile(&self, kernel: &Kernel) -> Result<GpuKernel> {
         let schedule = schedule(kernel)?;
         let source = emit(kernel, &schedule);
-        guard("NVRTC", || {
-            let opts = cudarc::nvrtc::CompileOptions {
-                // No contraction to fused multiply-adds: the same roundings as the CPU code.
-                fmad: Some(false),
-                options: vec![format!("--gpu-architecture={}", self.arch)],
-                ..Default::default()
-            };
-            let ptx = cudarc::nvrtc::compile_ptx_with_opts(&source, opts).map_err(|e| {
-                KernelError::Cuda(format!("NVRTC could not compile `{}`: {e}", kernel.name))
-            })?;
+        let ptx = nvrtc(&kernel.name, &source, &self.arch)?;
+        guard("loading a module", || {
             let module = self
                 .ctx
                 .load_module(ptx)
@@ -127,6 +119,40 @@ impl Gpu {
             })
         })
     }
+}
+
+/// NVRTC's PTX for `kernel` and the target `arch` (`compute_90`…): no device needed, only
+/// NVRTC, so the emitted source can be checked on machines without a GPU.
+pub fn ptx(kernel: &Kernel, arch: &str) -> Result<String> {
+    let schedule = schedule(kernel)?;
+    let source = emit(kernel, &schedule);
+    Ok(nvrtc(&kernel.name, &source, arch)?.to_src())
+}
+
+fn nvrtc(name: &str, source: &str, arch: &str) -> Result<cudarc::nvrtc::Ptx> {
+    // SAFETY: only tries to open the shared library by its usual names.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(unavailable(
+            "NVRTC (libnvrtc.so) could not be loaded; add its folder to LD_LIBRARY_PATH",
+        ));
+    }
+    guard("NVRTC", || {
+        let opts = cudarc::nvrtc::CompileOptions {
+            // No contraction to fused multiply-adds: the same roundings as the CPU code.
+            fmad: Some(false),
+            options: vec![format!("--gpu-architecture={arch}")],
+            ..Default::default()
+        };
+        cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| {
+            let detail = match e {
+                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                    log.to_string_lossy().into_owned()
+                }
+                other => format!("{other:?}"),
+            };
+            KernelError::Cuda(format!("NVRTC could not compile `{name}`: {detail}"))
+        })
+    })
 }
 
 /// A kernel compiled for the GPU.
