@@ -26,10 +26,12 @@ use cudarc::driver::{
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-/// Threads per block; blocks are capped so that scratch stays bounded for huge batches (the
-/// row loop is grid-stride).
+/// Threads per block; the row loop is grid-stride, so fewer blocks than rows/BLOCK is fine.
 const BLOCK: u32 = 128;
 const MAX_BLOCKS: u32 = 4096;
+/// Scan scratch is `scans · T` floats per thread: at most this many bytes in all (unless one
+/// block needs more).
+const SCRATCH_BYTES: usize = 256 << 20;
 
 fn unavailable(why: impl std::fmt::Display) -> KernelError {
     KernelError::Cuda(format!("CUDA is not available: {why}"))
@@ -165,19 +167,11 @@ pub struct GpuKernel {
 }
 
 /// Host data as bytes in the element's memory layout (one byte per mask element).
-fn input_bytes(s: &Slice) -> (Elem, usize, Vec<u8>) {
+fn input_bytes(s: &Slice) -> Vec<u8> {
     match s {
-        Slice::F32(v) => (
-            Elem::F32,
-            v.len(),
-            v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
-        ),
-        Slice::I32(v) => (
-            Elem::I32,
-            v.len(),
-            v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
-        ),
-        Slice::Bool(v) => (Elem::Bool, v.len(), v.to_vec()),
+        Slice::F32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+        Slice::I32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+        Slice::Bool(v) => v.to_vec(),
     }
 }
 
@@ -235,7 +229,11 @@ impl GpuKernel {
             let n = count(buf.level);
             let (elem, len, name) = match buf.role {
                 Role::Input(j) => {
-                    let (e, l, _) = input_bytes(&inputs[j]);
+                    let (e, l) = match inputs[j] {
+                        Slice::F32(s) => (Elem::F32, s.len()),
+                        Slice::I32(s) => (Elem::I32, s.len()),
+                        Slice::Bool(s) => (Elem::Bool, s.len()),
+                    };
                     (e, l, k.inputs[j].name.as_str())
                 }
                 Role::Output(j) => {
@@ -276,7 +274,7 @@ impl GpuKernel {
             let bytes = count(buf.level) * buf.elem.bytes();
             let dev = match buf.role {
                 Role::Input(i) => {
-                    let mut data = input_bytes(&inputs[i]).2;
+                    let mut data = input_bytes(&inputs[i]);
                     data.resize(bytes.max(4), 0);
                     st.clone_htod(&data)
                 }
@@ -297,7 +295,13 @@ impl GpuKernel {
             .map_err(cuda_err("sizes"))?;
         let rows = sizes.first().copied().unwrap_or(1);
         let cols = sizes.get(1).copied().unwrap_or(1);
-        let blocks = (rows.div_ceil(BLOCK as usize) as u32).clamp(1, MAX_BLOCKS);
+        // Fewer threads (each then takes more rows) where scan scratch would pass its budget.
+        let per_thread = (s.scans.len() * cols * 4).max(1);
+        let max_threads = (SCRATCH_BYTES / per_thread).max(BLOCK as usize);
+        let blocks = rows
+            .min(max_threads)
+            .div_ceil(BLOCK as usize)
+            .clamp(1, MAX_BLOCKS as usize) as u32;
         let threads = blocks as usize * BLOCK as usize;
         let mut scratch = st
             .alloc_zeros::<f32>((threads * s.scans.len() * cols).max(1))
@@ -391,5 +395,18 @@ impl GpuKernel {
                 .map_err(cuda_err("copying a barrier's result"))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_in_the_bindings_is_an_error() {
+        let r: Result<()> = guard("loading", || panic!("no symbol cuFoo"));
+        assert_eq!(r, Err(KernelError::Cuda("loading: no symbol cuFoo".into())));
+        let r: Result<()> = guard("loading", || panic!("{} missing", "libcuda"));
+        assert_eq!(r, Err(KernelError::Cuda("loading: libcuda missing".into())));
     }
 }
