@@ -61,6 +61,15 @@ impl Lib {
     }
 }
 
+/// Removed when the test ends, failed or not.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn compiler() -> Option<&'static str> {
     ["c++", "g++", "clang++"].into_iter().find(|c| {
         Command::new(c)
@@ -229,8 +238,8 @@ fn emitted_source_agrees_with_the_jit_on_the_cpu() {
         eprintln!("skipped: no C++ compiler (c++, g++, clang++) to build the emitted source");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("rlc-cuda-host-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = TempDir(std::env::temp_dir().join(format!("rlc-cuda-host-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
     let kernels = kernels_with_derivatives();
     let grads = kernels.iter().filter(|k| k.outputs.len() > 1).count();
     assert!(
@@ -250,7 +259,7 @@ fn emitted_source_agrees_with_the_jit_on_the_cpu() {
             (k, s)
         })
         .collect();
-    let lib = open(&build(cxx, &dir, &renamed));
+    let lib = open(&build(cxx, &dir.0, &renamed));
     for (k, s) in &renamed {
         let cases = [
             (7, 5, false),
@@ -279,7 +288,6 @@ fn emitted_source_agrees_with_the_jit_on_the_cpu() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "{} kernels agree; the largest relative difference is {:e} ({})",
         kernels.len(),
