@@ -132,3 +132,47 @@ fn no_layout_that_fits_is_e0901() {
         Ok(_) => panic!("expected E0901, got a plan"),
     }
 }
+
+/// Every example, as written and with its `place` items replaced by `place auto`, plans (or
+/// reports E0901) and simulates without a panic.
+#[test]
+fn every_example_plans_and_simulates_as_written_and_under_place_auto() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rl") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let auto: String = text
+            .lines()
+            .map(|l| if l.starts_with("place ") { "" } else { l })
+            .chain(["place auto"])
+            .collect::<Vec<_>>()
+            .join("\n");
+        for program in [text, auto] {
+            let checked = check(&program);
+            let params = CostParams::default();
+            let plan = match rlc_plan::planner::plan_auto(&checked, &params) {
+                Ok(Some(planned)) => planned.plan,
+                Ok(None) => rlc_plan::lower::lower(&checked).expect("lowers"),
+                Err(PlanFailure::Diagnostics(d)) => {
+                    assert_eq!(d[0].code.as_str(), "E0901", "{}", path.display());
+                    continue;
+                }
+                Err(PlanFailure::Messages(m)) => panic!("{}: {m:?}", path.display()),
+            };
+            let costs = rlc_plan::cost::PlanCosts::new(&plan, &params).unwrap();
+            let full = rlc_plan::simulate::simulate_step(&plan, &costs, &|_| true).unwrap();
+            let regular = rlc_plan::simulate::simulate_step(&plan, &costs, &|_| false).unwrap();
+            assert!(regular.step_seconds.is_finite() && regular.step_seconds > 0.0);
+            // 1000 steps lie between 1000 regular steps and 1000 with every periodic op.
+            let forecast = rlc_plan::simulate::forecast(&plan, &costs, 1000).unwrap();
+            assert!(forecast.seconds >= 1000.0 * regular.step_seconds * (1.0 - 1e-9));
+            assert!(forecast.seconds <= 1000.0 * full.step_seconds * (1.0 + 1e-9));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 6, "{seen} programs planned");
+}

@@ -11,7 +11,8 @@ pub struct PlanCosts {
     /// A batch, prompt length or value size the program does not fix was counted as 0: the
     /// durations are lower bounds.
     pub lower_bound: bool,
-    host_bandwidth: f64,
+    /// Bytes/s of the host link, for offload and onload steps.
+    pub host_bandwidth: f64,
 }
 
 /// The tokens of the step's sequences: the first `generate`'s prompt length plus `max_new`.

@@ -308,23 +308,37 @@ pub fn forecast(plan: &Plan, costs: &PlanCosts, steps: u64) -> Result<Forecast, 
     everies.sort_unstable();
     everies.dedup();
     let everies: Vec<u64> = everies.into_iter().filter(|&e| e > 0).collect();
-    // How many steps fire exactly each subset of `everies` (as a bit mask), by inclusion over
-    // the step numbers: steps are few kinds, so count them rather than walk them when long.
-    let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
-    if everies.len() <= 16 && steps <= 10_000_000 {
-        for i in 1..=steps {
-            let mask = everies
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| i % **e == 0)
-                .fold(0u64, |m, (b, _)| m | (1 << b));
-            *counts.entry(mask).or_default() += 1;
+    // How many steps fire exactly each subset of `everies` (a bit mask): the pattern repeats
+    // every lcm(everies) steps, so one period is walked and multiplied.
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
         }
-    } else {
-        return Err(format!(
-            "{steps} steps with {} checkpoint periods are more than the forecast walks",
-            everies.len()
-        ));
+        a
+    };
+    let mut period: u64 = 1;
+    for &e in &everies {
+        period = period / gcd(period, e) * e;
+        if period > 10_000_000 || everies.len() > 16 {
+            return Err(format!(
+                "checkpoint periods {everies:?} repeat only every {period} steps or more: too many kinds of step to simulate"
+            ));
+        }
+    }
+    let mask_of = |i: u64| {
+        everies
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| i.is_multiple_of(**e))
+            .fold(0u64, |m, (b, _)| m | (1 << b))
+    };
+    let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
+    let (whole, rest) = (steps / period, steps % period);
+    for i in 1..=period.min(steps.max(1)) {
+        let n = whole + u64::from(i <= rest);
+        if n > 0 {
+            *counts.entry(mask_of(i)).or_default() += n;
+        }
     }
     let mut seconds = 0.0;
     for (&mask, &n) in &counts {
@@ -341,4 +355,51 @@ pub fn forecast(plan: &Plan, costs: &PlanCosts, steps: u64) -> Result<Forecast, 
         seconds,
         device_hours: seconds * f64::from(plan.world_size) / 3600.0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan of one op that runs every `every` steps, lasting 1 s, and one that always runs,
+    /// lasting 2 s, on one rank.
+    fn plan(every: u64) -> (Plan, PlanCosts) {
+        let text = format!(
+            r#"{{"version":1,"pipeline":"p","steps":null,"world_size":1,
+"clusters":[{{"name":"c","ranks":"0","nodes":1,"devices_per_node":1,"device":"cpu","is_cpu":true,"memory":1,"intra_bandwidth":1.0,"inter_bandwidth":1.0,"flops":1.0,"memory_bandwidth":1.0}}],
+"roles":[],"instances":[],"values":[],
+"ops":[{{"id":0,"label":"log","kind":{{"op":"log","fields":[]}},"instance":null,"ranks":"0","uses":[],"inputs":[],"outputs":[],"deps":[],"level":0,"every":null}},
+{{"id":1,"label":"save","kind":{{"op":"log","fields":[]}},"instance":null,"ranks":"0","uses":[],"inputs":[],"outputs":[],"deps":[0],"level":1,"every":{every}}}],
+"edges":[],
+"programs":[{{"ranks":"0","resident":{{}},"steps":[{{"do":"run","op":0,"bytes":0}},{{"do":"run","op":1,"bytes":0}}],"peak":0,"capacity":1,"lower_bound":false}}]}}"#
+        );
+        let plan: Plan = serde_json::from_str(&text).unwrap();
+        let costs = PlanCosts {
+            op_seconds: vec![2.0, 1.0],
+            lower_bound: false,
+            host_bandwidth: 1.0,
+        };
+        (plan, costs)
+    }
+
+    #[test]
+    fn a_forecast_counts_the_steps_that_run_each_op() {
+        let (plan, costs) = plan(100);
+        let f = forecast(&plan, &costs, 1000).unwrap();
+        // 1000 steps of 2 s, 10 of them with the 1 s op.
+        assert_eq!(f.seconds, 2010.0);
+        assert_eq!(f.device_hours, 2010.0 / 3600.0);
+        let f = forecast(&plan, &costs, 1_000_000_007).unwrap();
+        assert_eq!(f.seconds, 2.0 * 1_000_000_007.0 + 10_000_000.0);
+    }
+
+    #[test]
+    fn a_step_is_the_ops_one_after_another() {
+        let (plan, costs) = plan(1);
+        let t = simulate_step(&plan, &costs, &|_| true).unwrap();
+        assert_eq!(t.step_seconds, 3.0);
+        assert_eq!(t.utilisation(), vec![1.0]);
+        let t = simulate_step(&plan, &costs, &|_| false).unwrap();
+        assert_eq!(t.step_seconds, 2.0);
+    }
 }
