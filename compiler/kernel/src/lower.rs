@@ -880,7 +880,9 @@ impl<'m> Lowerer<'m> {
                 let by = match by {
                     LVal::Node(n) if self.elem(n) == Elem::I32 && self.level_of(n) == 1 => n,
                     _ => {
-                        return Err(self.type_err(frame, "`by:` takes one integer group id per row"));
+                        return Err(
+                            self.type_err(frame, "`by:` takes one integer group id per row")
+                        );
                     }
                 };
                 let op = match b {

@@ -46,7 +46,6 @@ pub struct PassGen<'a, 'b> {
     pub s: &'a Schedule,
     pub b: FunctionBuilder<'b>,
     pub calls: Calls,
-    pub ptr: Type,
     bufs: Value,
     sizes: Value,
     scratch: Value,
@@ -57,10 +56,21 @@ pub struct PassGen<'a, 'b> {
     /// The size of the last axis (1 for kernels of one axis).
     cols: Value,
     memo: [HashMap<NodeId, Value>; 4],
+    /// Every buffer's base pointer, loaded once on entry.
+    ptrs: Vec<Value>,
+    /// In a row: the address of the row's first element in each buffer of level 1 or 2.
+    row_base: HashMap<usize, Value>,
 }
 
 fn flags() -> MemFlags {
     MemFlags::trusted()
+}
+
+/// Loads of memory no pass writes while it runs (buffer pointers, sizes, inputs, values of
+/// earlier passes). Not `can_move`: Cranelift would then sink them, and what depends on
+/// them, into the innermost loop; values are placed by hand where they dominate.
+fn readonly() -> MemFlags {
+    MemFlags::trusted().with_readonly()
 }
 
 impl<'a, 'b> PassGen<'a, 'b> {
@@ -76,13 +86,14 @@ impl<'a, 'b> PassGen<'a, 'b> {
             s,
             b,
             calls,
-            ptr,
             bufs: Value::from_u32(0),
             sizes: Value::from_u32(0),
             phys: 0,
             scratch: Value::from_u32(0),
             cols: Value::from_u32(0),
             memo: Default::default(),
+            ptrs: Vec::new(),
+            row_base: HashMap::new(),
         };
         let entry = g.b.create_block();
         g.b.append_block_params_for_function_params(entry);
@@ -91,8 +102,11 @@ impl<'a, 'b> PassGen<'a, 'b> {
         g.bufs = params[0];
         g.sizes = params[1];
         g.scratch = params[4];
+        g.ptrs = (0..s.buffers.len())
+            .map(|i| g.b.ins().load(ptr, readonly(), params[0], (i * 8) as i32))
+            .collect();
         g.cols = if k.axes.len() >= 2 {
-            g.b.ins().load(types::I64, flags(), params[1], 8)
+            g.b.ins().load(types::I64, readonly(), params[1], 8)
         } else {
             g.b.ins().iconst(types::I64, 1)
         };
@@ -170,6 +184,20 @@ impl<'a, 'b> PassGen<'a, 'b> {
         let row = self.b.use_var(i);
         self.memo[1].clear();
         self.phys = 1;
+        self.row_base.clear();
+        for (bi, buf) in self.s.buffers.iter().enumerate() {
+            if buf.level == 0 {
+                continue;
+            }
+            let elems = if buf.level == 2 {
+                self.b.ins().imul(row, self.cols)
+            } else {
+                row
+            };
+            let off = self.b.ins().imul_imm(elems, buf.elem.bytes() as i64);
+            let base = self.b.ins().iadd(self.ptrs[bi], off);
+            self.row_base.insert(bi, base);
+        }
         for l in &pass.loops {
             self.row_loop(l, row);
         }
@@ -404,29 +432,15 @@ impl<'a, 'b> PassGen<'a, 'b> {
         out
     }
 
-    fn buffer_ptr(&mut self, buffer: usize) -> Value {
-        self.b
-            .ins()
-            .load(self.ptr, flags(), self.bufs, (buffer * 8) as i32)
-    }
-
     /// The address of element (row, pos) of a buffer of `level`.
     fn addr(&mut self, buffer: usize, level: usize, elem: Elem, at: At) -> Value {
-        let base = self.buffer_ptr(buffer);
-        let index = match level {
-            0 => None,
-            1 => at.row,
+        match level {
+            0 => self.ptrs[buffer],
+            1 => self.row_base[&buffer],
             _ => {
-                let (row, pos) = (at.row.expect("row"), at.pos.expect("position"));
-                let r = self.b.ins().imul(row, self.cols);
-                Some(self.b.ins().iadd(r, pos))
-            }
-        };
-        match index {
-            None => base,
-            Some(ix) => {
-                let off = self.b.ins().imul_imm(ix, elem.bytes() as i64);
-                self.b.ins().iadd(base, off)
+                let pos = at.pos.expect("position");
+                let off = self.b.ins().imul_imm(pos, elem.bytes() as i64);
+                self.b.ins().iadd(self.row_base[&buffer], off)
             }
         }
     }
@@ -443,7 +457,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
         let buf = &self.s.buffers[buffer];
         let (level, elem) = (buf.level, buf.elem);
         let addr = self.addr(buffer, level, elem, at);
-        self.b.ins().load(ty(elem), flags(), addr, 0)
+        self.b.ins().load(ty(elem), readonly(), addr, 0)
     }
 
     /// The value of an outer node at `at` (its level must not exceed what `at` fixes).

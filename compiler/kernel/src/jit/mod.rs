@@ -128,7 +128,12 @@ impl Jit {
                 let g = codegen::PassGen::new(kernel, &schedule, b, calls, ptr);
                 g.emit(pass);
             }
+            let dump = std::env::var_os("RLC_JIT_DUMP").is_some();
+            ctx.set_disasm(dump);
             module.define_function(id, &mut ctx).map_err(codegen_err)?;
+            if dump && let Some(code) = ctx.compiled_code() {
+                eprintln!("{}", code.vcode.clone().unwrap_or_default());
+            }
             module.clear_context(&mut ctx);
             ids.push(id);
         }

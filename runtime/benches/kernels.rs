@@ -1,0 +1,244 @@
+//! Fused kernels against tch eager operations at B·T = 512·1024 (issue #7's benchmark):
+//!
+//! - `gae_whitened`: GAE (a reverse scan over T) and masked whitening;
+//! - `grpo_advantage`: group mean/std of the scores, per token under the mask;
+//! - `ppo_loss`: `token_mean(ppo_clip(…))`, forward and the gradient with respect to `logp`.
+//!
+//! Each is run three ways: the fused kernel (Cranelift JIT, rows on 2 threads, the derivative
+//! from the same kernel), the same `std.algo` code on tch eager operations (the reference
+//! evaluator: one tch operation per builtin, autograd for the gradient; libtorch on 2 threads),
+//! and a plain copy moving as many bytes as the kernel reads and writes (half read, half
+//! written; 2 threads) as the bandwidth reference. A table prints the medians, the speed-up over
+//! eager and the fraction of copy bandwidth. Goals: ≥ 5× eager, ≥ 60 % of copy bandwidth.
+//!
+//! `cargo bench -p rlc-runtime --bench kernels`
+
+mod common;
+
+use criterion::{Criterion, black_box};
+use rlc_check::{Checked, SourceLoader};
+use rlc_diagnostics::Files;
+use rlc_runtime::kernels::fused::Fused;
+use rlc_runtime::kernels::reference::{Arg, Evaluator};
+use rlc_runtime::rng::Rng;
+use std::time::{Duration, Instant};
+use tch::{Kind, Tensor};
+
+const B: i64 = 512;
+const T: i64 = 1024;
+const THREADS: usize = 2;
+
+const ROOT: &str = r#"
+import std.algo { gae_whitened, grpo_advantage, ppo_clip, token_mean }
+
+fn ppo_loss(logp: f32[B, T], old: f32[B, T], adv: f32[B, T], m: Mask[B, T]) -> f32 {
+  token_mean(ppo_clip(logp, old, adv, eps: 0.2), m)
+}
+"#;
+
+struct NoFiles;
+
+impl SourceLoader for NoFiles {
+    fn read(&self, path: &str) -> Result<String, String> {
+        Err(format!("{path}: not found"))
+    }
+}
+
+fn program() -> Checked {
+    let mut files = Files::new();
+    let checked = rlc_check::check(&NoFiles, &mut files, "bench.rl", ROOT.to_string());
+    assert!(
+        checked.diagnostics.iter().all(|d| !d.is_error()),
+        "the benchmark program does not check"
+    );
+    checked
+}
+
+struct Inputs {
+    r: Tensor,
+    v: Tensor,
+    logp: Tensor,
+    old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    score: Tensor,
+    group: Tensor,
+}
+
+fn inputs() -> Inputs {
+    let mut rng = Rng::new(1);
+    let mut normal = |n: i64| {
+        let v: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
+        Tensor::from_slice(&v)
+    };
+    let r = normal(B * T).view([B, T]);
+    let v = normal(B * T).view([B, T]);
+    let logp = (normal(B * T).view([B, T]) * 0.1 - 1.0).contiguous();
+    let old = (&logp + normal(B * T).view([B, T]) * 0.05).contiguous();
+    let adv = normal(B * T).view([B, T]);
+    let score = normal(B);
+    // Right-padded responses of lengths between T/4 and T.
+    let lens: Vec<i64> = (0..B).map(|i| T / 4 + (i * 7919) % (3 * T / 4)).collect();
+    let cols = Tensor::arange(T, (Kind::Int64, tch::Device::Cpu)).view([1, T]);
+    let mask = cols.lt_tensor(&Tensor::from_slice(&lens).view([B, 1])).contiguous();
+    let group = Tensor::from_slice(&(0..B).map(|i| (i / 16) as i32).collect::<Vec<_>>());
+    Inputs {
+        r,
+        v,
+        logp,
+        old,
+        adv,
+        mask,
+        score,
+        group,
+    }
+}
+
+/// Median seconds of `f` over calls made for about `budget` (one call when it is zero).
+fn median(budget: Duration, mut f: impl FnMut()) -> f64 {
+    f();
+    let start = Instant::now();
+    let mut times = Vec::new();
+    loop {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64());
+        if budget.is_zero() || (times.len() >= 5 && start.elapsed() >= budget) {
+            break;
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// Copies `src` into `dst` on `THREADS` threads.
+fn copy(src: &[u8], dst: &mut [u8]) {
+    let chunk = src.len().div_ceil(THREADS);
+    std::thread::scope(|s| {
+        for (d, c) in dst.chunks_mut(chunk).zip(src.chunks(chunk)) {
+            s.spawn(move || d.copy_from_slice(c));
+        }
+    });
+}
+
+fn bytes(ts: &[&Tensor]) -> usize {
+    ts.iter().map(|t| t.numel() * t.kind().elt_size_in_bytes()).sum()
+}
+
+fn main() {
+    tch::set_num_threads(THREADS as i32);
+    let mut criterion = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let p = program();
+    let eval = Evaluator::new(&p.modules);
+    let x = inputs();
+    let gae = Fused::new(&p.modules, "gae_whitened", &["r", "v", "m", "gamma", "lam"], &[]).expect("gae compiles");
+    let grpo = Fused::new(&p.modules, "grpo_advantage", &["score", "group", "mask"], &[]).expect("grpo compiles");
+    let ppo = Fused::new(&p.modules, "ppo_loss", &["logp", "old", "adv", "m"], &["logp"]).expect("ppo compiles");
+
+    let gae_args = || -> Vec<(&str, Arg)> {
+        vec![
+            ("r", (&x.r).into()),
+            ("v", (&x.v).into()),
+            ("m", (&x.mask).into()),
+            ("gamma", 1.0.into()),
+            ("lam", 0.95.into()),
+        ]
+    };
+    let grpo_args = || -> Vec<(&str, Arg)> {
+        vec![
+            ("score", (&x.score).into()),
+            ("group", (&x.group).into()),
+            ("mask", (&x.mask).into()),
+        ]
+    };
+    let ppo_args = |logp: &Tensor| -> Vec<(&str, Arg)> {
+        vec![
+            ("logp", logp.into()),
+            ("old", (&x.old).into()),
+            ("adv", (&x.adv).into()),
+            ("m", (&x.mask).into()),
+        ]
+    };
+    let run_fused = |k: &Fused, args: Vec<(&str, Arg)>| k.run(&args, THREADS).expect("runs");
+    let ppo_eager = || {
+        let logp = x.logp.detach().set_requires_grad(true);
+        let loss = eval.call("ppo_loss", &ppo_args(&logp)).expect("evaluates");
+        loss.backward();
+        (loss, logp.grad())
+    };
+
+    // The fused results agree with eager before anything is timed.
+    let check = |what: &str, a: &Tensor, b: &Tensor| {
+        let err = (a - b).abs().max().double_value(&[]);
+        assert!(err < 1e-3, "{what}: fused and eager differ by {err}");
+    };
+    check("gae_whitened", &run_fused(&gae, gae_args())[0], &eval.call("gae_whitened", &gae_args()).expect("eager"));
+    check("grpo_advantage", &run_fused(&grpo, grpo_args())[0], &eval.call("grpo_advantage", &grpo_args()).expect("eager"));
+    let (loss, grad) = ppo_eager();
+    let fused = run_fused(&ppo, ppo_args(&x.logp));
+    check("ppo_loss", &fused[0], &loss.detach());
+    check("ppo_loss gradient", &fused[1], &grad);
+
+    let cases: Vec<(&str, usize)> = vec![
+        ("gae_whitened", bytes(&[&x.r, &x.v, &x.mask]) + bytes(&[&x.r])),
+        ("grpo_advantage", bytes(&[&x.score, &x.group, &x.mask]) + bytes(&[&x.r])),
+        ("ppo_loss_fwd_bwd", bytes(&[&x.logp, &x.old, &x.adv, &x.mask]) + bytes(&[&x.logp])),
+    ];
+    let fused_fn = |name: &str| {
+        let f: Box<dyn Fn()> = match name {
+            "gae_whitened" => Box::new(|| drop(black_box(run_fused(&gae, gae_args())))),
+            "grpo_advantage" => Box::new(|| drop(black_box(run_fused(&grpo, grpo_args())))),
+            _ => Box::new(|| drop(black_box(run_fused(&ppo, ppo_args(&x.logp))))),
+        };
+        f
+    };
+    let eager_fn = |name: &str| {
+        let f: Box<dyn Fn()> = match name {
+            "gae_whitened" => Box::new(|| drop(black_box(eval.call("gae_whitened", &gae_args())))),
+            "grpo_advantage" => Box::new(|| drop(black_box(eval.call("grpo_advantage", &grpo_args())))),
+            _ => Box::new(|| drop(black_box(ppo_eager()))),
+        };
+        f
+    };
+    let mut group = criterion.benchmark_group("kernels");
+    for (name, moved) in &cases {
+        let src = vec![1u8; moved / 2];
+        let mut dst = vec![0u8; moved / 2];
+        let fused = fused_fn(name);
+        let eager = eager_fn(name);
+        group.bench_function(format!("{name}/fused"), |b| b.iter(&fused));
+        group.bench_function(format!("{name}/eager"), |b| b.iter(&eager));
+        group.bench_function(format!("{name}/copy"), |b| b.iter(|| copy(black_box(&src), &mut dst)));
+    }
+    group.finish();
+
+    let (budget, timing) = if common::benchmarking() {
+        (Duration::from_secs(2), "median of ~2 s of calls")
+    } else {
+        (Duration::ZERO, "test mode: one call each, not a measurement")
+    };
+    println!("fused kernels at B·T = {B}·{T}, {THREADS} threads ({timing}):");
+    println!(
+        "{:<18} {:>10} {:>10} {:>10} {:>9} {:>10}",
+        "kernel", "fused ms", "eager ms", "copy ms", "vs eager", "of copy bw"
+    );
+    for (name, moved) in &cases {
+        let src = vec![1u8; moved / 2];
+        let mut dst = vec![0u8; moved / 2];
+        let f = median(budget, fused_fn(name));
+        let e = median(budget, eager_fn(name));
+        let c = median(budget, || copy(black_box(&src), &mut dst));
+        println!(
+            "{name:<18} {:>10.3} {:>10.3} {:>10.3} {:>8.1}× {:>9.0} %",
+            f * 1e3,
+            e * 1e3,
+            c * 1e3,
+            e / f,
+            100.0 * c / f
+        );
+    }
+}
