@@ -1,13 +1,14 @@
-//! From a search result to a plan: the best placement that the checker's rules accept is
-//! written into a copy of the program (`auto` placements get their layout, free units new
-//! placements) and lowered.
+//! From a search result to a plan: each of the best placements that the checker's rules accept
+//! is written into a copy of the program (`auto` placements get their layout, free units new
+//! placements), lowered and simulated; the shortest simulated step is the plan.
 
 use super::options::check_layout;
 use super::search::{self, Candidate, Infeasible, SearchResult, Space};
 use super::units::{self, Job, UnitKind};
-use crate::cost::{CostParams, Hardware};
+use crate::cost::{CostParams, Hardware, PlanCosts};
 use crate::lower;
 use crate::model::Plan;
+use crate::simulate;
 use rlc_check::Checked;
 use rlc_check::checks;
 use rlc_check::checks::memory::format_bytes;
@@ -19,8 +20,10 @@ use rlc_diagnostics::{Code, Diagnostic};
 pub struct Planned {
     pub job: Job,
     pub result: SearchResult,
-    /// The candidate lowered (the first the checker accepts).
+    /// The candidate lowered: of those the checker accepts, the shortest simulated step.
     pub chosen: usize,
+    /// The simulated step of each candidate (`None`: refused by the checker or lowering).
+    pub simulated: Vec<Option<f64>>,
     pub program: Program,
     pub plan: Plan,
 }
@@ -132,6 +135,17 @@ pub fn plan_auto(checked: &Checked, params: &CostParams) -> Result<Option<Planne
         .map_err(|why| PlanFailure::Diagnostics(vec![infeasible(program, &job, &why)]))?;
     let result = search::search(&space);
     let mut problems = Vec::new();
+    let planned_ids: Vec<String> = job
+        .units
+        .iter()
+        .filter(|u| !matches!(u.kind, UnitKind::Manual { .. }))
+        .map(|u| u.name.clone())
+        .collect();
+    // Every runner-up the checker accepts is lowered and simulated; the one with the shortest
+    // simulated step wins (the simulation also counts kernels and transfers, which the search's
+    // objective leaves out).
+    let mut simulated = vec![None; result.candidates.len()];
+    let mut best: Option<(f64, usize, Program, Plan)> = None;
     for (i, c) in result.candidates.iter().enumerate() {
         let chosen = apply(program, &job, c);
         let mut diags = Vec::new();
@@ -142,22 +156,21 @@ pub fn plan_auto(checked: &Checked, params: &CostParams) -> Result<Option<Planne
         }
         match lower::lower_program(checked, &chosen) {
             Ok(mut plan) => {
-                let planned: Vec<String> = job
-                    .units
-                    .iter()
-                    .filter(|u| !matches!(u.kind, UnitKind::Manual { .. }))
-                    .map(|u| u.name.clone())
-                    .collect();
                 for inst in &mut plan.instances {
-                    inst.auto = planned.contains(&inst.id);
+                    inst.auto = planned_ids.contains(&inst.id);
                 }
-                return Ok(Some(Planned {
-                    job: job.clone(),
-                    result: result.clone(),
-                    chosen: i,
-                    program: chosen,
-                    plan,
-                }));
+                let step = PlanCosts::new(&plan, params).and_then(|costs| {
+                    simulate::simulate_step(&plan, &costs, &|_| false).map(|t| t.step_seconds)
+                });
+                match step {
+                    Ok(step) => {
+                        simulated[i] = Some(step);
+                        if best.as_ref().is_none_or(|b| step < b.0) {
+                            best = Some((step, i, chosen, plan));
+                        }
+                    }
+                    Err(e) => problems.push(format!("candidate {}: {e}", i + 1)),
+                }
             }
             Err(errors) => problems.extend(
                 errors
@@ -165,6 +178,16 @@ pub fn plan_auto(checked: &Checked, params: &CostParams) -> Result<Option<Planne
                     .map(|e| format!("candidate {}: {e}", i + 1)),
             ),
         }
+    }
+    if let Some((_, chosen, program, plan)) = best {
+        return Ok(Some(Planned {
+            job: job.clone(),
+            result: result.clone(),
+            chosen,
+            simulated,
+            program,
+            plan,
+        }));
     }
     if result.candidates.is_empty() {
         problems.push("no placement of the `auto` roles fits the cluster".into());

@@ -102,10 +102,17 @@ pub fn describe(planned: &Planned) -> String {
             gib(c.peak_bytes)
         );
     }
+    let simulated = |i: usize| {
+        planned.simulated[i].map_or_else(
+            || "refused by the checker".to_string(),
+            |t| format!("simulated {}", seconds_text(t)),
+        )
+    };
     let _ = writeln!(
         s,
-        "  search objective: {} per step; the longest call: {}",
+        "  search objective: {} per step ({}); the longest call: {}",
         seconds_text(best.eval.seconds),
+        simulated(planned.chosen),
         limit(job, best)
     );
     if r.exact {
@@ -128,22 +135,22 @@ pub fn describe(planned: &Planned) -> String {
             seconds_text(r.bound)
         );
     }
-    let others: Vec<&Candidate> = r
+    let others: Vec<(usize, &Candidate)> = r
         .candidates
         .iter()
         .enumerate()
         .filter(|(i, _)| *i != planned.chosen)
-        .map(|(_, c)| c)
         .collect();
     if !others.is_empty() {
         let _ = writeln!(s, "next best:");
-        for (k, c) in others.iter().enumerate() {
+        for (k, (i, c)) in others.iter().enumerate() {
             let more = (c.eval.seconds / best.eval.seconds - 1.0) * 100.0;
             let _ = writeln!(
                 s,
-                "  {}. {} (+{more:.1} %): {}; limited by {}",
+                "  {}. {} ({more:+.1} %, {}): {}; limited by {}",
                 k + 2,
                 seconds_text(c.eval.seconds),
+                simulated(*i),
                 differences(job, best, c),
                 limit(job, c)
             );
