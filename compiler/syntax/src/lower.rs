@@ -475,11 +475,16 @@ impl Lowerer<'_> {
         debug_assert_eq!(pair.as_rule(), Rule::expr);
         let span = self.span(&pair);
         let (mut binary, mut prefix, mut postfix) = (0, 0, 0);
-        for p in pair.clone().into_inner() {
-            match p.as_rule() {
-                Rule::neg_op | Rule::not_op => prefix += 1,
-                Rule::postfix_expr => postfix = postfix.max(p.into_inner().len()),
-                _ => binary += 1,
+        // Each operator takes at least one character: only a longer text can hold a chain
+        // longer than MAX_CHAIN, so only then are they counted.
+        let text = pair.as_span();
+        if text.end() - text.start() > MAX_CHAIN {
+            for p in pair.clone().into_inner() {
+                match p.as_rule() {
+                    Rule::neg_op | Rule::not_op => prefix += 1,
+                    Rule::postfix_expr => postfix = postfix.max(p.into_inner().len()),
+                    _ => binary += 1,
+                }
             }
         }
         if self.too_long(span, "operators", binary)
@@ -636,9 +641,8 @@ impl Lowerer<'_> {
 
     fn arg(&mut self, pair: P) -> Arg {
         let span = self.span(&pair);
-        let parts: Vec<_> = pair.into_inner().collect();
-        let mut parts = parts.into_iter();
-        if let [_, _] = parts.as_slice() {
+        let mut parts = pair.into_inner();
+        if parts.len() == 2 {
             let name = self.ident(parts.next().unwrap());
             Arg {
                 name: Some(name),
