@@ -11,6 +11,8 @@
 //! Values are memoised per region (before the rows, per row, per position); a value of a
 //! lower level needed inside a loop and not computed before it is computed in place.
 
+mod vector;
+
 use super::math;
 use crate::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un};
 use crate::schedule::{LoopKind, Pass, Schedule, Store, identity};
@@ -295,6 +297,9 @@ impl<'a, 'b> PassGen<'a, 'b> {
             self.b.ins().iconst(types::I64, 0)
         };
         self.b.def_var(t, start);
+        if l.kind == LoopKind::Map && self.vectorizable(l) {
+            self.vector_loop(l, row, t, &accs);
+        }
         let (header, body, exit) = (
             self.b.create_block(),
             self.b.create_block(),
@@ -570,7 +575,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
                     Un::Not => self.b.ins().bxor_imm(x, 1),
                     Un::Abs if elem == Elem::F32 => self.b.ins().fabs(x),
                     Un::Abs => self.b.ins().iabs(x),
-                    Un::Exp => math::exp(&mut self.b, x),
+                    Un::Exp => math::exp(&mut self.b, x, 1),
                     Un::Log => {
                         let call = self.b.ins().call(self.calls.logf, &[x]);
                         self.b.inst_results(call)[0]
@@ -587,7 +592,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
                     }
                     Un::Sigmoid => {
                         let n = self.b.ins().fneg(x);
-                        let e = math::exp(&mut self.b, n);
+                        let e = math::exp(&mut self.b, n, 1);
                         let one = self.b.ins().f32const(1.0);
                         let d = self.b.ins().fadd(one, e);
                         self.b.ins().fdiv(one, d)

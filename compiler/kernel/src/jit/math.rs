@@ -1,14 +1,32 @@
-//! Inline `exp` for the generated code (a call per element would cost more than the
-//! memory traffic): Cody–Waite range reduction `x = n·ln2 + r` and a degree-6 polynomial
-//! for `e^r` (the coefficients of Cephes' `expf`), scaled by `2^n` through the exponent
-//! bits. Relative error about 2 ulp; NaN stays NaN, large arguments give ±inf/0.
+//! Inline `exp` for the generated code, scalar or four lanes (a call per element would cost
+//! more than the memory traffic): Cody–Waite range reduction `x = n·ln2 + r` and a degree-6
+//! polynomial for `e^r` (the coefficients of Cephes' `expf`), scaled by `2^n` through the
+//! exponent bits. Relative error about 2 ulp; NaN stays NaN, large arguments give +inf or 0.
 
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::{InstBuilder, Value, types};
+use cranelift_codegen::ir::{InstBuilder, MemFlags, Value, types};
 use cranelift_frontend::FunctionBuilder;
 
-pub fn exp(b: &mut FunctionBuilder, x: Value) -> Value {
-    let c = |b: &mut FunctionBuilder, v: f32| b.ins().f32const(v);
+/// `e^x` of an `f32` (`lanes == 1`) or an `f32x4` (`lanes == 4`).
+pub fn exp(b: &mut FunctionBuilder, x: Value, lanes: u8) -> Value {
+    let vector = lanes > 1;
+    let c = |b: &mut FunctionBuilder, v: f32| {
+        let s = b.ins().f32const(v);
+        if vector {
+            b.ins().splat(types::F32X4, s)
+        } else {
+            s
+        }
+    };
+    // Lane masks of `fcmp` are integers; `bitselect` wants them as floats.
+    let select = |b: &mut FunctionBuilder, cond: Value, yes: Value, no: Value| {
+        if vector {
+            let m = b.ins().bitcast(types::F32X4, MemFlags::new(), cond);
+            b.ins().bitselect(m, yes, no)
+        } else {
+            b.ins().select(cond, yes, no)
+        }
+    };
     let hi = c(b, 88.376_26);
     let lo = c(b, -87.336_55);
     let xc = b.ins().fmin(x, hi);
@@ -42,18 +60,27 @@ pub fn exp(b: &mut FunctionBuilder, x: Value) -> Value {
     let one = c(b, 1.0);
     let p = b.ins().fadd(p, one);
     // 2^n from the exponent bits (n is in [-126, 127] after the clamp).
-    let ni = b.ins().fcvt_to_sint_sat(types::I32, n);
-    let biased = b.ins().iadd_imm(ni, 127);
+    let (int, float) = if vector {
+        (types::I32X4, types::F32X4)
+    } else {
+        (types::I32, types::F32)
+    };
+    let ni = b.ins().fcvt_to_sint_sat(int, n);
+    let bias = b.ins().iconst(types::I32, 127);
+    let bias = if vector {
+        b.ins().splat(types::I32X4, bias)
+    } else {
+        bias
+    };
+    let biased = b.ins().iadd(ni, bias);
     let bits = b.ins().ishl_imm(biased, 23);
-    let scale = b
-        .ins()
-        .bitcast(types::F32, cranelift_codegen::ir::MemFlags::new(), bits);
+    let scale = b.ins().bitcast(float, MemFlags::new(), bits);
     let y = b.ins().fmul(p, scale);
     // Beyond the clamp: +inf above, 0 below (NaN compares false and stays NaN).
     let inf = c(b, f32::INFINITY);
     let above = b.ins().fcmp(FloatCC::GreaterThan, x, hi);
-    let y = b.ins().select(above, inf, y);
+    let y = select(b, above, inf, y);
     let zero = c(b, 0.0);
     let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
-    b.ins().select(below, zero, y)
+    select(b, below, zero, y)
 }
