@@ -551,12 +551,12 @@ impl Evaluator<'_> {
 }
 
 /// Names of the functions a statement calls.
-pub(super) fn collect_callees(s: &ast::Stmt, out: &mut Vec<String>) {
-    pub(super) fn walk(e: &Expr, out: &mut Vec<String>) {
+pub(super) fn collect_callees<'a>(s: &'a ast::Stmt, out: &mut Vec<&'a str>) {
+    pub(super) fn walk<'a>(e: &'a Expr, out: &mut Vec<&'a str>) {
         match &e.kind {
             ExprKind::Call { callee, args, .. } => {
                 if let ExprKind::Name(n) = &callee.kind {
-                    out.push(n.name.clone());
+                    out.push(&n.name);
                 }
                 walk(callee, out);
                 args.iter().for_each(|a| walk(&a.value, out));

@@ -211,16 +211,21 @@ impl<'m> Evaluator<'m> {
     /// insert per expression cost more); the last type found for a span wins, as it did when
     /// each was inserted.
     pub fn take_types(&mut self) -> TypeTable {
-        let mut entries = std::mem::take(&mut self.types);
-        entries.sort_by_key(|e| e.0);
-        entries.dedup_by(|later, kept| {
-            let same = later.0 == kept.0;
-            if same {
-                std::mem::swap(later, kept);
-            }
-            same
-        });
-        entries.into_iter().collect()
+        let mut texts: Vec<Option<String>> = Vec::with_capacity(self.types.len());
+        let mut order: Vec<((FileId, u32, u32), usize)> = Vec::with_capacity(self.types.len());
+        for (i, (key, text)) in std::mem::take(&mut self.types).into_iter().enumerate() {
+            texts.push(Some(text));
+            order.push((key, i));
+        }
+        // By span, then by when found (small keys sort fast), so the last of a span is last.
+        order.sort_unstable();
+        let last_of_each = order
+            .iter()
+            .enumerate()
+            .filter(|(n, (key, _))| order.get(n + 1).is_none_or(|(next, _)| next != key));
+        last_of_each
+            .map(|(_, (key, i))| (*key, texts[*i].take().unwrap_or_default()))
+            .collect()
     }
 
     pub(crate) fn modules(&self) -> &'m Modules {
