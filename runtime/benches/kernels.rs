@@ -80,7 +80,9 @@ fn inputs() -> Inputs {
     // Right-padded responses of lengths between T/4 and T.
     let lens: Vec<i64> = (0..B).map(|i| T / 4 + (i * 7919) % (3 * T / 4)).collect();
     let cols = Tensor::arange(T, (Kind::Int64, tch::Device::Cpu)).view([1, T]);
-    let mask = cols.lt_tensor(&Tensor::from_slice(&lens).view([B, 1])).contiguous();
+    let mask = cols
+        .lt_tensor(&Tensor::from_slice(&lens).view([B, 1]))
+        .contiguous();
     let group = Tensor::from_slice(&(0..B).map(|i| (i / 16) as i32).collect::<Vec<_>>());
     Inputs {
         r,
@@ -122,7 +124,9 @@ fn copy(src: &[u8], dst: &mut [u8]) {
 }
 
 fn bytes(ts: &[&Tensor]) -> usize {
-    ts.iter().map(|t| t.numel() * t.kind().elt_size_in_bytes()).sum()
+    ts.iter()
+        .map(|t| t.numel() * t.kind().elt_size_in_bytes())
+        .sum()
 }
 
 fn main() {
@@ -135,9 +139,27 @@ fn main() {
     let p = program();
     let eval = Evaluator::new(&p.modules);
     let x = inputs();
-    let gae = Fused::new(&p.modules, "gae_whitened", &["r", "v", "m", "gamma", "lam"], &[]).expect("gae compiles");
-    let grpo = Fused::new(&p.modules, "grpo_advantage", &["score", "group", "mask"], &[]).expect("grpo compiles");
-    let ppo = Fused::new(&p.modules, "ppo_loss", &["logp", "old", "adv", "m"], &["logp"]).expect("ppo compiles");
+    let gae = Fused::new(
+        &p.modules,
+        "gae_whitened",
+        &["r", "v", "m", "gamma", "lam"],
+        &[],
+    )
+    .expect("gae compiles");
+    let grpo = Fused::new(
+        &p.modules,
+        "grpo_advantage",
+        &["score", "group", "mask"],
+        &[],
+    )
+    .expect("grpo compiles");
+    let ppo = Fused::new(
+        &p.modules,
+        "ppo_loss",
+        &["logp", "old", "adv", "m"],
+        &["logp"],
+    )
+    .expect("ppo compiles");
 
     let gae_args = || -> Vec<(&str, Arg)> {
         vec![
@@ -176,17 +198,34 @@ fn main() {
         let err = (a - b).abs().max().double_value(&[]);
         assert!(err < 1e-3, "{what}: fused and eager differ by {err}");
     };
-    check("gae_whitened", &run_fused(&gae, gae_args())[0], &eval.call("gae_whitened", &gae_args()).expect("eager"));
-    check("grpo_advantage", &run_fused(&grpo, grpo_args())[0], &eval.call("grpo_advantage", &grpo_args()).expect("eager"));
+    check(
+        "gae_whitened",
+        &run_fused(&gae, gae_args())[0],
+        &eval.call("gae_whitened", &gae_args()).expect("eager"),
+    );
+    check(
+        "grpo_advantage",
+        &run_fused(&grpo, grpo_args())[0],
+        &eval.call("grpo_advantage", &grpo_args()).expect("eager"),
+    );
     let (loss, grad) = ppo_eager();
     let fused = run_fused(&ppo, ppo_args(&x.logp));
     check("ppo_loss", &fused[0], &loss.detach());
     check("ppo_loss gradient", &fused[1], &grad);
 
     let cases: Vec<(&str, usize)> = vec![
-        ("gae_whitened", bytes(&[&x.r, &x.v, &x.mask]) + bytes(&[&x.r])),
-        ("grpo_advantage", bytes(&[&x.score, &x.group, &x.mask]) + bytes(&[&x.r])),
-        ("ppo_loss_fwd_bwd", bytes(&[&x.logp, &x.old, &x.adv, &x.mask]) + bytes(&[&x.logp])),
+        (
+            "gae_whitened",
+            bytes(&[&x.r, &x.v, &x.mask]) + bytes(&[&x.r]),
+        ),
+        (
+            "grpo_advantage",
+            bytes(&[&x.score, &x.group, &x.mask]) + bytes(&[&x.r]),
+        ),
+        (
+            "ppo_loss_fwd_bwd",
+            bytes(&[&x.logp, &x.old, &x.adv, &x.mask]) + bytes(&[&x.logp]),
+        ),
     ];
     let fused_fn = |name: &str| {
         let f: Box<dyn Fn()> = match name {
@@ -199,7 +238,9 @@ fn main() {
     let eager_fn = |name: &str| {
         let f: Box<dyn Fn()> = match name {
             "gae_whitened" => Box::new(|| drop(black_box(eval.call("gae_whitened", &gae_args())))),
-            "grpo_advantage" => Box::new(|| drop(black_box(eval.call("grpo_advantage", &grpo_args())))),
+            "grpo_advantage" => {
+                Box::new(|| drop(black_box(eval.call("grpo_advantage", &grpo_args()))))
+            }
             _ => Box::new(|| drop(black_box(ppo_eager()))),
         };
         f
@@ -212,14 +253,19 @@ fn main() {
         let eager = eager_fn(name);
         group.bench_function(format!("{name}/fused"), |b| b.iter(&fused));
         group.bench_function(format!("{name}/eager"), |b| b.iter(&eager));
-        group.bench_function(format!("{name}/copy"), |b| b.iter(|| copy(black_box(&src), &mut dst)));
+        group.bench_function(format!("{name}/copy"), |b| {
+            b.iter(|| copy(black_box(&src), &mut dst))
+        });
     }
     group.finish();
 
     let (budget, timing) = if common::benchmarking() {
         (Duration::from_secs(2), "median of ~2 s of calls")
     } else {
-        (Duration::ZERO, "test mode: one call each, not a measurement")
+        (
+            Duration::ZERO,
+            "test mode: one call each, not a measurement",
+        )
     };
     println!("fused kernels at B·T = {B}·{T}, {THREADS} threads ({timing}):");
     println!(

@@ -1,5 +1,6 @@
-//! Kernel ops: a `fn` of the program (or a builtin) on this rank's rows, through the
-//! reference evaluator. A batch reduction (`mean(reward)`) first gathers every data rank's
+//! Kernel ops: a `fn` of the program (or a builtin) on this rank's rows, as a fused kernel
+//! (`kernels::fused`, compiled once per rank) where the fused back end covers it, through the
+//! reference evaluator otherwise. A batch reduction (`mean(reward)`) first gathers every data rank's
 //! rows, so each rank computes the value of the whole batch, as one rank would.
 
 use rlc_plan::model::{Op, OpKind};
@@ -9,7 +10,10 @@ use tch::{Kind, Tensor};
 use super::error::{Result, RunError};
 use super::rank::Rank;
 use crate::data::{self, tokens};
+use crate::kernels::fused::{Fused, FusedError};
 use crate::kernels::reference::{Arg, Bound, Evaluator};
+use rlc_kernel::KernelError;
+use std::rc::Rc;
 
 impl Rank<'_> {
     pub(super) fn kernel(&self, op: &Op, step: u64) -> Result<Tensor> {
@@ -68,11 +72,38 @@ impl Rank<'_> {
                     Bound::Record(_) => unreachable!("kernel inputs are tensors"),
                 })
                 .collect();
-            return eval.call(&format!("{m}.{function}"), &args).map_err(fail);
+            let name = format!("{m}.{function}");
+            if let Some(fused) = self.fused_kernel(&name, &args) {
+                // Ranks are already one thread per core: the kernel's rows stay on this one.
+                match fused.run(&args, 1) {
+                    Ok(mut out) => return Ok(out.remove(0)),
+                    Err(FusedError::Kernel(KernelError::Inputs(_)) | FusedError::Input(_)) => {}
+                    Err(e) => {
+                        return Err(RunError::Unsupported(format!("fused `{name}`: {e}")));
+                    }
+                }
+            }
+            return eval.call(&name, &args).map_err(fail);
         }
         let expr = operator_expr(function)
             .unwrap_or_else(|| call_expr(function, bindings.iter().map(|(n, _)| *n)));
         eval.eval(&expr, &bindings).map_err(fail)
+    }
+
+    /// The fused kernel of `function` on these arguments, compiled on first use; `None` where
+    /// the fused back end does not cover it (the reference evaluator runs it then).
+    fn fused_kernel(&self, function: &str, args: &[(&str, Arg)]) -> Option<Rc<Fused>> {
+        let given: Vec<&str> = args.iter().map(|(n, _)| *n).collect();
+        let key = format!("{function}({})", given.join(","));
+        self.fused
+            .borrow_mut()
+            .entry(key)
+            .or_insert_with(|| {
+                Fused::new(self.job.modules, function, &given, &[])
+                    .ok()
+                    .map(Rc::new)
+            })
+            .clone()
     }
 
     /// `dataset.score(rollout)`: the rule-based reward of std's tasks ([`data::score`]) on each

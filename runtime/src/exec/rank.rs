@@ -46,6 +46,10 @@ pub struct Rank<'j> {
     run_dir: &'j Path,
     /// Checkpoint ops of the current step: (op id, role).
     pending: Vec<(u32, String)>,
+    /// Kernel ops compiled to fused kernels, by function and inputs (`None`: the fused back end
+    /// does not cover it, the reference evaluator runs it).
+    pub(super) fused:
+        std::cell::RefCell<HashMap<String, Option<std::rc::Rc<crate::kernels::fused::Fused>>>>,
 }
 
 impl<'j> Rank<'j> {
@@ -88,6 +92,7 @@ impl<'j> Rank<'j> {
             seed,
             run_dir,
             pending: Vec::new(),
+            fused: Default::default(),
         })
     }
 
