@@ -17,7 +17,8 @@ pub struct PlanArgs {
     /// A program (`.rl`) or a plan file (`.json`).
     #[arg(value_name = "FILE")]
     pub path: PathBuf,
-    /// Simulate a step: timeline per device (`<name>.timeline.svg`), utilisation, step time.
+    /// Simulate a step: a timeline per device (`<name>.timeline.svg` and `.png`), utilisation,
+    /// the longest ops, and time and device-hours for `--steps`.
     #[arg(long)]
     pub simulate: bool,
     /// Steps to forecast (default: the pipeline's `steps`).
