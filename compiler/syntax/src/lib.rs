@@ -78,6 +78,7 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
                 let mut lowerer = Lowerer {
                     file,
                     src,
+                    blanked: text.exact(),
                     offset: pos,
                     diagnostics: &mut diagnostics,
                 };
@@ -153,6 +154,12 @@ impl Blanked {
         }
     }
 
+    /// The text, when its blanks are exactly the comments that a scan of each line finds (no
+    /// string runs on past a line end), as `trivia::previous_token_end` scans.
+    fn exact(&self) -> Option<&str> {
+        (!self.runs_on).then_some(self.text.as_str())
+    }
+
     /// After a syntax error the parser starts again at `pos` as if nothing came before; a scan
     /// for comments that ran through a string which the parser never read must do the same.
     fn restart(&mut self, src: &str, pos: usize) {
@@ -209,6 +216,7 @@ fn complete_item_ending_at(
         let mut lowerer = Lowerer {
             file,
             src,
+            blanked: None,
             offset: pos,
             diagnostics,
         };

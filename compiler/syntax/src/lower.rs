@@ -11,6 +11,9 @@ pub(crate) struct Lowerer<'a> {
     pub file: FileId,
     /// The whole file (spans are trimmed of trailing white space and comments against it).
     pub src: &'a str,
+    /// The source with its comments blanked, where that gives the same token ends as
+    /// `trivia::previous_token_end` (see `Blanked::exact` in lib.rs).
+    pub blanked: Option<&'a str>,
     pub offset: usize,
     pub diagnostics: &'a mut Vec<Diagnostic>,
 }
@@ -35,10 +38,11 @@ impl Lowerer<'_> {
                 .chars()
                 .next_back()
                 .is_some_and(|c| !c.is_whitespace());
-        let end = if ends_with_token {
-            end
-        } else {
-            crate::trivia::previous_token_end(self.src, start, end)
+        let end = match self.blanked {
+            _ if ends_with_token => end,
+            // Comments are blanks there: white space alone separates the last token.
+            Some(text) => start + text[start..end].trim_end().len(),
+            None => crate::trivia::previous_token_end(self.src, start, end),
         };
         Span::new(start, end)
     }
