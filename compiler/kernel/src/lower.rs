@@ -94,15 +94,12 @@ pub fn lower_fn(modules: &Modules, function: &str, given: &[&str]) -> Result<Ker
     Ok(lw.kernel)
 }
 
-fn resolve(modules: &Modules, function: &str) -> Result<(usize, usize)> {
-    let unknown = || KernelError::UnknownFunction(function.to_string());
+/// The `fn` called `function` — a name in the root module's scope (defined or imported), or
+/// `module.fn` with a loaded module's full name (`std.algo.gae`) — as (module, item).
+pub fn resolve_fn(modules: &Modules, function: &str) -> Option<(usize, usize)> {
     let found = match function.rsplit_once('.') {
         Some((module, name)) => {
-            let m = modules
-                .modules
-                .iter()
-                .position(|m| m.name == module)
-                .ok_or_else(unknown)?;
+            let m = modules.modules.iter().position(|m| m.name == module)?;
             modules.get(m).items.get(name).map(|&i| (m, i))
         }
         None => match modules.get(0).lookup(0, function) {
@@ -110,10 +107,11 @@ fn resolve(modules: &Modules, function: &str) -> Result<(usize, usize)> {
             _ => None,
         },
     };
-    match found {
-        Some((m, i)) if matches!(modules.get(m).item(i).kind, ItemKind::Fn(_)) => Ok((m, i)),
-        _ => Err(unknown()),
-    }
+    found.filter(|&(m, i)| matches!(modules.get(m).item(i).kind, ItemKind::Fn(_)))
+}
+
+fn resolve(modules: &Modules, function: &str) -> Result<(usize, usize)> {
+    resolve_fn(modules, function).ok_or_else(|| KernelError::UnknownFunction(function.to_string()))
 }
 
 /// A node of the graph being built: the kernel's (`inner == false`) or the current scan

@@ -382,6 +382,59 @@ fn row_loops(
     loops
 }
 
+/// The nodes of exactly `level` that `n` depends on without passing a node computed in a loop
+/// (a row-local reduction) or read from memory: what a back end computes before a region.
+pub fn needed_at_level(k: &Kernel, s: &Schedule, n: NodeId, level: usize) -> Vec<NodeId> {
+    let mut out = Vec::new();
+    let mut stack = vec![n];
+    let mut seen = BTreeSet::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) {
+            continue;
+        }
+        let node = k.node(x);
+        if node.level == level {
+            out.push(x);
+        }
+        if s.loaded.contains_key(&x) {
+            continue;
+        }
+        match &node.op {
+            Op::Reduce { .. } if node.level >= 1 => {}
+            Op::Scan(scan) => {
+                stack.extend(&scan.inits);
+                stack.extend(crate::ir::outer_uses(scan));
+            }
+            op => stack.extend(operands(op)),
+        }
+    }
+    out
+}
+
+/// The level-0 nodes a pass reads, in node order: computed once, before its rows.
+pub fn pass_scalars(k: &Kernel, s: &Schedule, pass: &Pass) -> Vec<NodeId> {
+    let mut roots: Vec<NodeId> = pass
+        .scalar_stores
+        .iter()
+        .chain(&pass.row_stores)
+        .map(|st| st.node)
+        .collect();
+    for l in &pass.loops {
+        roots.extend(l.stores.iter().map(|st| st.node));
+        roots.extend(&l.reductions);
+        if let LoopKind::Scan(n) = l.kind {
+            roots.push(n);
+        }
+    }
+    let mut level0: Vec<NodeId> = roots
+        .into_iter()
+        .flat_map(|r| needed_at_level(k, s, r, 0))
+        .collect();
+    level0.sort_unstable();
+    level0.dedup();
+    level0
+}
+
 /// The reduction's identity (an empty selection gives 0 after the loop).
 pub fn identity(op: Red) -> f32 {
     match op {

@@ -14,9 +14,9 @@
 //! a position; C scopes give the same visibility as the JIT's dominance. Each thread's scan
 //! scratch is `scans.len() · T` floats at `scratch + tid · scans.len() · T`.
 
-use crate::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un, outer_uses};
+use crate::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un};
 use crate::schedule::{Loop, LoopKind, Pass, Role, Schedule, Store, identity};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 
 /// Helpers the passes call: CUDA's `fminf`/`fmaxf` return the other operand for a NaN, the
@@ -187,23 +187,7 @@ impl<'a> PassEmitter<'a> {
 
     fn pass(mut self, p: usize, pass: &Pass) -> String {
         // Level-0 values first: every thread computes them, before any branch.
-        let mut level0: Vec<NodeId> = Vec::new();
-        for st in pass.scalar_stores.iter().chain(&pass.row_stores) {
-            level0.extend(self.needed_at_level(st.node, 0));
-        }
-        for l in &pass.loops {
-            for st in &l.stores {
-                level0.extend(self.needed_at_level(st.node, 0));
-            }
-            for &r in &l.reductions {
-                level0.extend(self.needed_at_level(r, 0));
-            }
-            if let LoopKind::Scan(n) = l.kind {
-                level0.extend(self.needed_at_level(n, 0));
-            }
-        }
-        level0.sort_unstable();
-        level0.dedup();
+        let level0 = crate::schedule::pass_scalars(self.k, self.s, pass);
         for n in level0 {
             self.value(n, TOP);
         }
@@ -450,30 +434,7 @@ impl<'a> PassEmitter<'a> {
     /// Nodes of exactly `level` that `n` depends on without passing a node computed in a
     /// loop or read from memory (the JIT's rule, so both compute the same values where).
     fn needed_at_level(&self, n: NodeId, level: usize) -> Vec<NodeId> {
-        let mut out = Vec::new();
-        let mut stack = vec![n];
-        let mut seen = HashSet::new();
-        while let Some(x) = stack.pop() {
-            if !seen.insert(x) {
-                continue;
-            }
-            let node = self.k.node(x);
-            if node.level == level {
-                out.push(x);
-            }
-            if self.s.loaded.contains_key(&x) {
-                continue;
-            }
-            match &node.op {
-                Op::Reduce { .. } if node.level >= 1 => {}
-                Op::Scan(s) => {
-                    stack.extend(&s.inits);
-                    stack.extend(outer_uses(s));
-                }
-                op => stack.extend(crate::ir::operands(op)),
-            }
-        }
-        out
+        crate::schedule::needed_at_level(self.k, self.s, n, level)
     }
 
     /// The element of a buffer of `level` at `at`.

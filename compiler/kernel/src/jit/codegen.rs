@@ -17,7 +17,7 @@ use super::math;
 use crate::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un};
 use crate::schedule::{LoopKind, Pass, Schedule, Store, identity};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{FuncRef, InstBuilder, MemFlags, Type, Value, types};
+use cranelift_codegen::ir::{Block, FuncRef, InstBuilder, MemFlags, Type, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
 use std::collections::HashMap;
 
@@ -125,23 +125,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
             pos: None,
         };
         // Level-0 values first: they dominate everything after.
-        let mut level0: Vec<NodeId> = Vec::new();
-        for st in pass.scalar_stores.iter().chain(&pass.row_stores) {
-            level0.extend(self.needed_at_level(st.node, 0));
-        }
-        for l in &pass.loops {
-            for st in &l.stores {
-                level0.extend(self.needed_at_level(st.node, 0));
-            }
-            for &r in &l.reductions {
-                level0.extend(self.needed_at_level(r, 0));
-            }
-            if let LoopKind::Scan(n) = l.kind {
-                level0.extend(self.needed_at_level(n, 0));
-            }
-        }
-        level0.sort_unstable();
-        level0.dedup();
+        let level0 = crate::schedule::pass_scalars(self.k, self.s, pass);
         for n in level0 {
             self.value(n, top);
         }
@@ -172,17 +156,8 @@ impl<'a, 'b> PassGen<'a, 'b> {
     fn rows(&mut self, pass: &Pass, begin: Value, end: Value) {
         let i = self.b.declare_var(types::I64);
         self.b.def_var(i, begin);
-        let (header, body, exit) = (
-            self.b.create_block(),
-            self.b.create_block(),
-            self.b.create_block(),
-        );
-        self.b.ins().jump(header, &[]);
-        self.b.switch_to_block(header);
-        let iv = self.b.use_var(i);
-        let more = self.b.ins().icmp(IntCC::SignedLessThan, iv, end);
-        self.b.ins().brif(more, body, &[], exit, &[]);
-        self.b.switch_to_block(body);
+        let (header, exit) =
+            self.open_loop(i, |b, iv| b.ins().icmp(IntCC::SignedLessThan, iv, end));
         let row = self.b.use_var(i);
         self.memo[1].clear();
         self.phys = 1;
@@ -213,8 +188,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
         }
         let next = self.b.ins().iadd_imm(row, 1);
         self.b.def_var(i, next);
-        self.b.ins().jump(header, &[]);
-        self.b.switch_to_block(exit);
+        self.close_loop(header, exit);
         self.memo[1].clear();
         self.phys = 0;
     }
@@ -300,21 +274,14 @@ impl<'a, 'b> PassGen<'a, 'b> {
         if l.kind == LoopKind::Map && self.vectorizable(l) {
             self.vector_loop(l, row, t, &accs);
         }
-        let (header, body, exit) = (
-            self.b.create_block(),
-            self.b.create_block(),
-            self.b.create_block(),
-        );
-        self.b.ins().jump(header, &[]);
-        self.b.switch_to_block(header);
-        let tv = self.b.use_var(t);
-        let more = if reverse {
-            self.b.ins().icmp_imm(IntCC::SignedGreaterThan, tv, 0)
-        } else {
-            self.b.ins().icmp(IntCC::SignedLessThan, tv, self.cols)
-        };
-        self.b.ins().brif(more, body, &[], exit, &[]);
-        self.b.switch_to_block(body);
+        let cols = self.cols;
+        let (header, exit) = self.open_loop(t, |b, tv| {
+            if reverse {
+                b.ins().icmp_imm(IntCC::SignedGreaterThan, tv, 0)
+            } else {
+                b.ins().icmp(IntCC::SignedLessThan, tv, cols)
+            }
+        });
         let tv = self.b.use_var(t);
         let pos = if reverse {
             self.b.ins().iadd_imm(tv, -1)
@@ -388,8 +355,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
             let next = self.b.ins().iadd_imm(pos, 1);
             self.b.def_var(t, next);
         }
-        self.b.ins().jump(header, &[]);
-        self.b.switch_to_block(exit);
+        self.close_loop(header, exit);
         self.memo[2].clear();
         self.phys = 1;
         for (r, acc, any) in accs {
@@ -399,6 +365,33 @@ impl<'a, 'b> PassGen<'a, 'b> {
             let v = self.b.ins().select(an, a, zero);
             self.memo[1].insert(r, v);
         }
+    }
+
+    /// Opens `while cond(var) { … }`: a header testing `cond` on the variable, the builder
+    /// left in the body. Returns the header and the exit block, for [`PassGen::close_loop`].
+    fn open_loop(
+        &mut self,
+        var: Variable,
+        cond: impl FnOnce(&mut FunctionBuilder<'b>, Value) -> Value,
+    ) -> (Block, Block) {
+        let (header, body, exit) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().jump(header, &[]);
+        self.b.switch_to_block(header);
+        let v = self.b.use_var(var);
+        let more = cond(&mut self.b, v);
+        self.b.ins().brif(more, body, &[], exit, &[]);
+        self.b.switch_to_block(body);
+        (header, exit)
+    }
+
+    /// Ends the body of a loop opened by [`PassGen::open_loop`]; the builder continues after it.
+    fn close_loop(&mut self, header: Block, exit: Block) {
+        self.b.ins().jump(header, &[]);
+        self.b.switch_to_block(exit);
     }
 
     fn reduce_operands(&self, r: NodeId) -> Vec<NodeId> {
@@ -411,30 +404,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
     /// Nodes of exactly `level` that `n` depends on without passing a node computed in a loop
     /// or read from memory.
     fn needed_at_level(&self, n: NodeId, level: usize) -> Vec<NodeId> {
-        let mut out = Vec::new();
-        let mut stack = vec![n];
-        let mut seen = std::collections::HashSet::new();
-        while let Some(x) = stack.pop() {
-            if !seen.insert(x) {
-                continue;
-            }
-            let node = self.k.node(x);
-            if node.level == level {
-                out.push(x);
-            }
-            if self.s.loaded.contains_key(&x) {
-                continue;
-            }
-            match &node.op {
-                Op::Reduce { .. } if node.level >= 1 => {}
-                Op::Scan(s) => {
-                    stack.extend(&s.inits);
-                    stack.extend(crate::ir::outer_uses(s));
-                }
-                op => stack.extend(crate::ir::operands(op)),
-            }
-        }
-        out
+        crate::schedule::needed_at_level(self.k, self.s, n, level)
     }
 
     /// The address of element (row, pos) of a buffer of `level`.

@@ -49,8 +49,8 @@ pub use value::Named;
 use error::Result;
 use frame::Frame;
 use interp::Interp;
-use rlc_check::modules::{Binding, Modules};
-use rlc_syntax::ast::{Block, Expr, ItemKind};
+use rlc_check::modules::Modules;
+use rlc_syntax::ast::{Block, Expr};
 use tch::{Device, Kind, Tensor};
 use value::{Numeric, Value};
 
@@ -238,27 +238,7 @@ impl<'m> Evaluator<'m> {
     }
 
     fn resolve(&self, function: &str) -> Result<(usize, usize)> {
-        let unknown = || EvalError::UnknownFunction(function.to_string());
-        let found = match function.rsplit_once('.') {
-            Some((module, name)) => {
-                let m = self
-                    .modules
-                    .modules
-                    .iter()
-                    .position(|m| m.name == module)
-                    .ok_or_else(unknown)?;
-                self.modules.get(m).items.get(name).map(|&i| (m, i))
-            }
-            None => match self.modules.get(0).lookup(0, function) {
-                Some(Binding::Item { module, index }) => Some((module, index)),
-                _ => None,
-            },
-        };
-        match found {
-            Some((m, i)) if matches!(self.modules.get(m).item(i).kind, ItemKind::Fn(_)) => {
-                Ok((m, i))
-            }
-            _ => Err(unknown()),
-        }
+        rlc_kernel::lower::resolve_fn(self.modules, function)
+            .ok_or_else(|| EvalError::UnknownFunction(function.to_string()))
     }
 }

@@ -108,21 +108,11 @@ impl PassGen<'_, '_> {
             self.b.def_var(any, zero);
             vaccs.push((r, acc, any));
         }
-        let (header, body, exit) = (
-            self.b.create_block(),
-            self.b.create_block(),
-            self.b.create_block(),
-        );
-        self.b.ins().jump(header, &[]);
-        self.b.switch_to_block(header);
-        let tv = self.b.use_var(t);
-        let end = self.b.ins().iadd_imm(tv, 4);
-        let fits = self
-            .b
-            .ins()
-            .icmp(IntCC::SignedLessThanOrEqual, end, self.cols);
-        self.b.ins().brif(fits, body, &[], exit, &[]);
-        self.b.switch_to_block(body);
+        let cols = self.cols;
+        let (header, exit) = self.open_loop(t, |b, tv| {
+            let end = b.ins().iadd_imm(tv, 4);
+            b.ins().icmp(IntCC::SignedLessThanOrEqual, end, cols)
+        });
         let pos = self.b.use_var(t);
         let at = At {
             row: Some(row),
@@ -163,8 +153,7 @@ impl PassGen<'_, '_> {
         }
         let next = self.b.ins().iadd_imm(pos, 4);
         self.b.def_var(t, next);
-        self.b.ins().jump(header, &[]);
-        self.b.switch_to_block(exit);
+        self.close_loop(header, exit);
         self.memo[2].clear();
         self.phys = 1;
         // Fold the lanes into the scalar accumulators the remainder loop continues.
