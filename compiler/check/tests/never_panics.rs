@@ -163,6 +163,11 @@ fn pathological_inputs_do_not_panic() {
         "\"unterminated",
         "fn f() -> f32 { scan reverse over T { t -> emit 1.0 } }",
         "let a = b\nlet b = a",
+        // A word right after a multi-byte character (found by a mutation run).
+        "fn f(x: f32[B]) -> f32[B] //~\u{e9}E01",
+        "fn f(x: f32[B]) -> f32[B] \u{e9}E01",
+        "let \u{e9}if = 1",
+        "let a = \u{e9}1.2.3",
     ] {
         check(src);
     }

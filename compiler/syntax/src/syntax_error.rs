@@ -335,9 +335,12 @@ pub fn closest<'a>(
 /// The word that ends right before `at` (skipping white space), e.g. `if` in `if a > b`.
 fn previous_word(src: &str, at: usize) -> Option<(&str, Span)> {
     let before = src[..at].trim_end_matches([' ', '\t']);
+    // The character before the word may take several bytes.
     let start = before
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let word = &before[start..];
     (!word.is_empty() && !word.starts_with(|c: char| c.is_ascii_digit()))
         .then(|| (word, Span::new(start, before.len())))
@@ -553,8 +556,10 @@ pub(crate) fn diagnose(
                 && src[..at - 1].ends_with(|c: char| c.is_ascii_digit()) =>
         {
             let start = src[..at - 1]
-                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '_'))
-                .map_or(0, |i| i + 1);
+                .char_indices()
+                .rev()
+                .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '.' || c == '_'))
+                .map_or(0, |(i, c)| i + c.len_utf8());
             let span = Span::new(start, found.span.end as usize);
             return d(
                 Code::InvalidNumber,
