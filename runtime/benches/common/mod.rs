@@ -1,4 +1,6 @@
 //! What the runtime benchmarks share: the main example's model and criterion's run-mode rule.
+//! Each bench uses the part it needs.
+#![allow(dead_code)]
 
 use rlc_runtime::model::{Heads, ModelConfig, Transformer};
 use tch::{Device, nn};
