@@ -243,32 +243,50 @@ impl Jit {
         let cols = if sizes.len() >= 2 { sizes[1] } else { 1 };
         let threads = threads.max(1).min(rows.max(1) as usize);
         let scratch_len = self.schedule.scans.len() * cols;
-        for (p, f) in self.passes.iter().enumerate() {
-            let chunk = (rows + threads as i64 - 1) / threads as i64;
-            let shared = SendPtrs(ptrs.as_ptr(), sizes_i64.as_ptr());
-            if threads == 1 || rows <= 1 {
-                let mut scratch = vec![0f32; scratch_len.max(1)];
+        let chunk = (rows + threads as i64 - 1) / threads as i64;
+        let shared = SendPtrs(ptrs.as_ptr(), sizes_i64.as_ptr());
+        let passes = &self.passes;
+        if threads == 1 || rows <= 1 {
+            let mut scratch = vec![0f32; scratch_len.max(1)];
+            for (p, f) in passes.iter().enumerate() {
                 // SAFETY: the buffers hold `count(level)` elements of the right type (checked
                 // above); the pass reads and writes only rows in [0, rows).
                 unsafe { f(shared.0, shared.1, 0, rows, scratch.as_mut_ptr()) };
-            } else {
-                std::thread::scope(|s| {
-                    for t in 0..threads as i64 {
-                        let (begin, end) = (t * chunk, ((t + 1) * chunk).min(rows));
-                        if begin >= end && t > 0 {
-                            continue;
-                        }
-                        s.spawn(move || {
-                            // The whole struct is captured (it is Send), not its fields.
-                            let shared = shared;
-                            let mut scratch = vec![0f32; scratch_len.max(1)];
-                            // SAFETY: as above; threads write disjoint rows.
-                            unsafe { f(shared.0, shared.1, begin, end, scratch.as_mut_ptr()) };
-                        });
-                    }
-                });
+                self.finish_barriers(p, &ptrs, rows as usize);
             }
-            self.finish_barriers(p, &ptrs, rows as usize);
+        } else {
+            // One set of threads for every pass: each runs its rows, all meet, this thread
+            // finishes the pass's barriers while the others wait for the next pass.
+            let meet = std::sync::Barrier::new(threads);
+            let rows_of = |t: i64| (t * chunk, ((t + 1) * chunk).min(rows));
+            std::thread::scope(|s| {
+                for t in 1..threads as i64 {
+                    let meet = &meet;
+                    s.spawn(move || {
+                        // The whole struct is captured (it is Send), not its fields.
+                        let shared = shared;
+                        let (begin, end) = rows_of(t);
+                        let mut scratch = vec![0f32; scratch_len.max(1)];
+                        for f in passes {
+                            if begin < end {
+                                // SAFETY: as above; threads write disjoint rows.
+                                unsafe { f(shared.0, shared.1, begin, end, scratch.as_mut_ptr()) };
+                            }
+                            meet.wait();
+                            meet.wait();
+                        }
+                    });
+                }
+                let (begin, end) = rows_of(0);
+                let mut scratch = vec![0f32; scratch_len.max(1)];
+                for (p, f) in passes.iter().enumerate() {
+                    // SAFETY: as above; row 0's chunk also writes the scalar stores.
+                    unsafe { f(shared.0, shared.1, begin, end, scratch.as_mut_ptr()) };
+                    meet.wait();
+                    self.finish_barriers(p, &ptrs, rows as usize);
+                    meet.wait();
+                }
+            });
         }
         Ok(())
     }
