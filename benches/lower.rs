@@ -7,16 +7,7 @@
 mod common;
 
 use criterion::{Criterion, black_box};
-use rlc_diagnostics::Files;
 use std::time::Instant;
-
-struct NoImports;
-
-impl rlc_check::SourceLoader for NoImports {
-    fn read(&self, path: &str) -> Result<String, String> {
-        Err(format!("no module `{path}` in the benchmark"))
-    }
-}
 
 /// PPO on `nodes` nodes of 8 H100s: training on the first half of the devices, generation on the
 /// next quarter, reference and reward model on a sixteenth each, the critic on the last eighth.
@@ -39,29 +30,13 @@ place critic.values   on big[{score_end}..{w}] with dp({critic_dp}), tp(8), micr
     common::ppo_70b(nodes, placement.trim_end())
 }
 
-fn check(text: &str) -> rlc_check::Checked {
-    let mut files = Files::new();
-    let checked = rlc_check::check(&NoImports, &mut files, "bench.rl", text.to_string());
-    let errors: Vec<String> = checked
-        .diagnostics
-        .iter()
-        .filter(|d| d.is_error())
-        .map(|d| d.message.clone())
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "the generated program has errors: {errors:#?}"
-    );
-    checked
-}
-
 fn main() {
     let mut criterion = Criterion::default().sample_size(10).configure_from_args();
     println!("lowering figures (one run each, after a warm-up):");
     for (gpus, nodes) in [(128u64, 16u64), (1024, 128)] {
         let text = program(nodes);
         let t = Instant::now();
-        let checked = check(&text);
+        let checked = common::check(&text);
         let check_time = t.elapsed();
         let _ = rlc_plan::lower::lower(&checked).expect("lowers");
         let t = Instant::now();

@@ -9,37 +9,12 @@
 mod common;
 
 use criterion::{Criterion, black_box};
-use rlc_diagnostics::Files;
 use rlc_plan::cost::{CostParams, PlanCosts};
 use std::time::Instant;
-
-struct NoImports;
-
-impl rlc_check::SourceLoader for NoImports {
-    fn read(&self, path: &str) -> Result<String, String> {
-        Err(format!("no module `{path}` in the benchmark"))
-    }
-}
 
 /// PPO on `nodes` nodes of 8 H100s, every role left to the planner.
 fn program(nodes: u64) -> String {
     common::ppo_70b(nodes, "place auto on big")
-}
-
-fn check(text: &str) -> rlc_check::Checked {
-    let mut files = Files::new();
-    let checked = rlc_check::check(&NoImports, &mut files, "bench.rl", text.to_string());
-    let errors: Vec<String> = checked
-        .diagnostics
-        .iter()
-        .filter(|d| d.is_error())
-        .map(|d| d.message.clone())
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "the generated program has errors: {errors:#?}"
-    );
-    checked
 }
 
 /// Search, lower, simulate: the predicted step time.
@@ -60,7 +35,7 @@ fn main() {
     let params = CostParams::default();
     println!("planning figures (one run each, after a warm-up):");
     for (gpus, nodes) in [(128u64, 16u64), (1024, 128)] {
-        let checked = check(&program(nodes));
+        let checked = common::check(&program(nodes));
         let _ = plan(&checked, &params);
         let t = Instant::now();
         let (step, evaluated) = plan(&checked, &params);

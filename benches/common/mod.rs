@@ -1,5 +1,32 @@
 //! What the benchmarks of the compiler share: the PPO job with a 70B-class policy, critic,
-//! reference and reward model, at any number of 8-GPU nodes.
+//! reference and reward model, at any number of 8-GPU nodes, and checking it.
+
+use rlc_diagnostics::Files;
+
+struct NoImports;
+
+impl rlc_check::SourceLoader for NoImports {
+    fn read(&self, path: &str) -> Result<String, String> {
+        Err(format!("no module `{path}` in the benchmark"))
+    }
+}
+
+/// The checked program of `text`; panics with the errors if it has any.
+pub fn check(text: &str) -> rlc_check::Checked {
+    let mut files = Files::new();
+    let checked = rlc_check::check(&NoImports, &mut files, "bench.rl", text.to_string());
+    let errors: Vec<String> = checked
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.message.clone())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "the generated program has errors: {errors:#?}"
+    );
+    checked
+}
 
 /// PPO on `nodes` nodes of 8 H100s with the given `place` lines.
 pub fn ppo_70b(nodes: u64, placement: &str) -> String {
