@@ -6,24 +6,11 @@
 
 #![cfg(feature = "runtime")]
 
+mod common;
+
+use common::{rlc, text};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn rlc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rlc"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use std::process::Output;
 
 fn scratch() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rlc-plan-calibrate-{}", std::process::id()));

@@ -1,24 +1,10 @@
 //! `rlc plan` through the binary: a simulation writes its timeline (the same bytes twice), the
 //! planner's report for `place auto`, E0901 with exit 1, and bad inputs refused without a panic.
 
+mod common;
+
+use common::{rlc, text};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn rlc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rlc"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rlc-plan-cli-{}-{name}", std::process::id()));
