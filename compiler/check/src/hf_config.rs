@@ -1,24 +1,31 @@
 //! The architecture of a model whose `init = hf("dir")` gives none: read from `dir/config.json`
 //! (through the `SourceLoader`, as modules are), so the placement and memory checks see the
-//! real heads, layers and vocabulary. The families the runtime loads are Llama and Qwen2.
+//! real heads, layers and vocabulary. The families the runtime loads are Llama and Qwen2; the
+//! file is read as the runtime's loader reads it (`runtime/src/hf/config.rs`): the class from
+//! `architectures`, else `model_type`, and 2048 positions when `max_position_embeddings` is absent.
 
 use crate::program::Arch;
 
-/// Model classes whose weights the runtime can load.
-pub const SUPPORTED: &[&str] = &["LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"];
+/// Model classes whose weights the runtime can load, and the `model_type` of each.
+pub const SUPPORTED: &[(&str, &str)] =
+    &[("LlamaForCausalLM", "llama"), ("Qwen2ForCausalLM", "qwen2")];
+
+/// What the runtime assumes when `max_position_embeddings` is absent.
+const DEFAULT_MAX_LEN: u64 = 2048;
 
 /// The architecture `text` (a `config.json`) describes, or what is wrong with it.
 pub fn arch_of(text: &str) -> Result<Arch, String> {
     let json: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("it is not valid JSON ({e})"))?;
-    let classes: Vec<&str> = json["architectures"]
+    let class = json["architectures"]
         .as_array()
-        .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
-        .unwrap_or_default();
-    match classes.first() {
-        Some(class) if SUPPORTED.contains(class) => {}
+        .and_then(|a| a.first())
+        .and_then(|c| c.as_str())
+        .or_else(|| json["model_type"].as_str());
+    match class {
+        Some(class) if SUPPORTED.iter().any(|&(c, t)| class == c || class == t) => {}
         Some(class) => return Err(format!("its architecture `{class}` is not supported")),
-        None => return Err("it names no `architectures`".into()),
+        None => return Err("it names no `architectures` or `model_type`".into()),
     }
     let number = |key: &str| -> Result<u64, String> {
         json[key]
@@ -35,9 +42,29 @@ pub fn arch_of(text: &str) -> Result<Arch, String> {
         kv_heads: json["num_key_value_heads"].as_u64().unwrap_or(heads),
         ffn: number("intermediate_size")?,
         vocab: number("vocab_size")?,
-        max_len: number("max_position_embeddings")?,
+        max_len: match json.get("max_position_embeddings") {
+            None | Some(serde_json::Value::Null) => DEFAULT_MAX_LEN,
+            Some(_) => number("max_position_embeddings")?,
+        },
         tie_embeddings: json["tie_word_embeddings"].as_bool().unwrap_or(false),
     })
+}
+
+/// The sizes in which an `arch` written in the program differs from the one `config.json` gives:
+/// `(what, written, config)`. The runtime builds an `hf(…)` model from its config.json, so the
+/// checks must see that one.
+pub fn differences(written: &Arch, config: &Arch) -> Vec<(&'static str, u64, u64)> {
+    [
+        ("layers", written.layers, config.layers),
+        ("hidden", written.hidden, config.hidden),
+        ("heads", written.heads, config.heads),
+        ("kv_heads", written.kv_heads, config.kv_heads),
+        ("ffn", written.ffn, config.ffn),
+        ("vocab", written.vocab, config.vocab),
+    ]
+    .into_iter()
+    .filter(|(_, a, b)| a != b)
+    .collect()
 }
 
 #[cfg(test)]
@@ -78,6 +105,44 @@ mod tests {
             arch_of(r#"{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 8}"#)
                 .unwrap_err()
                 .contains("`num_attention_heads`")
+        );
+        // The runtime refuses Mistral, so the checker does too.
+        assert!(
+            arch_of(r#"{"architectures": ["MistralForCausalLM"]}"#)
+                .unwrap_err()
+                .contains("`MistralForCausalLM` is not supported")
+        );
+        assert!(arch_of("{}").unwrap_err().contains("no `architectures`"));
+    }
+
+    #[test]
+    fn the_class_may_come_from_model_type_and_max_len_has_a_default() {
+        let arch = arch_of(
+            r#"{"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64,
+                "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}"#,
+        )
+        .unwrap();
+        assert_eq!((arch.kv_heads, arch.max_len), (4, 2048));
+    }
+
+    #[test]
+    fn differences_name_each_size() {
+        let config = arch_of(
+            r#"{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
+                "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "intermediate_size": 128, "vocab_size": 100}"#,
+        )
+        .unwrap();
+        assert!(differences(&config, &config).is_empty());
+        let written = Arch {
+            layers: 3,
+            vocab: 16,
+            max_len: 64,
+            ..config.clone()
+        };
+        assert_eq!(
+            differences(&written, &config),
+            [("layers", 3, 2), ("vocab", 16, 100)]
         );
     }
 }

@@ -89,6 +89,7 @@ codes! {
     UnknownRoleKind = "E0404", Error, "unknown model kind";
     MissingSetting = "E0405", Error, "a required setting is missing";
     HfConfig = "E0406", Error, "a Hugging Face model folder without a usable config.json";
+    HfArchMismatch = "E0407", Error, "the arch disagrees with the Hugging Face config.json";
     // Placement.
     DevicesOutOfRange = "E0501", Error, "device range outside the cluster";
     LayoutProduct = "E0502", Error, "layout does not match the number of devices";

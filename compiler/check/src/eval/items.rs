@@ -505,8 +505,9 @@ impl Evaluator<'_> {
                             Diagnostic::new(
                                 Code::HfConfig,
                                 format!(
-                                    "model `{}` has no `arch`, and `{path}/config.json` cannot give it: {problem}",
-                                    md.name.name
+                                    "model `{}` has no `arch`, and `{path}/config.json` cannot give it: {}",
+                                    md.name.name,
+                                    problem.message()
                                 ),
                                 frame.file,
                                 span,
@@ -516,6 +517,70 @@ impl Evaluator<'_> {
                                 "point `hf(…)` at a folder with a Llama or Qwen2 config.json, \
                                  or set `arch`",
                             ),
+                        ),
+                    }
+                } else if let (Some(arch), Some(Init::HuggingFace { path }), Some(span)) =
+                    (&model.arch, &model.init, init_span)
+                {
+                    // An `arch` beside `hf(…)`: the runtime builds the model from the folder's
+                    // config.json, so when the folder is here to read, the checks must be about
+                    // that model. A folder that is not (it may be on the cluster) is no error.
+                    let arch_origin = model.arch_origin;
+                    match self.hf_arch(&frame, path) {
+                        Ok(config) => {
+                            let differences = crate::hf_config::differences(arch, &config);
+                            if !differences.is_empty() {
+                                let listed = differences
+                                    .iter()
+                                    .map(|(what, written, read)| {
+                                        format!("{what} {written} vs {read}")
+                                    })
+                                    .collect::<Vec<_>>()
+                                    .join(", ");
+                                self.diags.push(
+                                    Diagnostic::new(
+                                        Code::HfArchMismatch,
+                                        format!(
+                                            "the `arch` of `{}` disagrees with `{path}/config.json`: {listed}",
+                                            md.name.name
+                                        ),
+                                        arch_origin.file,
+                                        arch_origin.span,
+                                    )
+                                    .primary_label("the architecture the checks would assume")
+                                    .label(
+                                        frame.file,
+                                        span,
+                                        format!(
+                                            "config.json: {} layers, hidden {}, {} heads, {} key/value heads, ffn {}, vocab {}",
+                                            config.layers,
+                                            config.hidden,
+                                            config.heads,
+                                            config.kv_heads,
+                                            config.ffn,
+                                            config.vocab
+                                        ),
+                                    )
+                                    .help(
+                                        "remove `arch` to take the architecture from config.json, \
+                                         or point `hf(…)` at the model `arch` describes",
+                                    ),
+                                );
+                            }
+                        }
+                        Err(HfProblem::Unreadable(_)) => {}
+                        Err(HfProblem::Unusable(problem)) => self.diags.push(
+                            Diagnostic::new(
+                                Code::HfConfig,
+                                format!(
+                                    "the runtime cannot load `{path}` for model `{}`: `{path}/config.json`: {problem}",
+                                    md.name.name
+                                ),
+                                frame.file,
+                                span,
+                            )
+                            .primary_label("the weights come from here")
+                            .help("point `hf(…)` at a folder with a Llama or Qwen2 config.json"),
                         ),
                     }
                 } else if model.arch.is_none()

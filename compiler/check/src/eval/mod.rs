@@ -156,6 +156,22 @@ impl Hasher for NameHasher {
     }
 }
 
+/// Why an `hf(…)` folder's `config.json` gives no architecture.
+enum HfProblem {
+    /// There is no such file here (it may be on the machine the job runs on).
+    Unreadable(String),
+    /// The file is there but not a config the runtime loads.
+    Unusable(String),
+}
+
+impl HfProblem {
+    fn message(&self) -> &str {
+        match self {
+            HfProblem::Unreadable(message) | HfProblem::Unusable(message) => message,
+        }
+    }
+}
+
 /// Types of expressions, by file and span, for tools (hover in the LSP).
 pub type TypeTable = BTreeMap<(FileId, u32, u32), String>;
 
@@ -279,14 +295,16 @@ impl<'m> Evaluator<'m> {
     }
 
     /// The architecture in `dir/config.json`, `dir` relative to the module's file.
-    fn hf_arch(&self, frame: &Frame, dir: &str) -> Result<program::Arch, String> {
+    /// The architecture `dir/config.json` gives (`dir` relative to the module's file). The error
+    /// says whether the file could be read at all (`HfProblem::Unreadable`).
+    fn hf_arch(&self, frame: &Frame, dir: &str) -> Result<program::Arch, HfProblem> {
         let module = &self.modules.get(frame.module).name;
         let path = crate::modules::join_relative(module, &format!("{dir}/config.json"));
         let text = self
             .loader
             .read(&path)
-            .map_err(|e| format!("it cannot be read ({e})"))?;
-        crate::hf_config::arch_of(&text)
+            .map_err(|e| HfProblem::Unreadable(format!("it cannot be read ({e})")))?;
+        crate::hf_config::arch_of(&text).map_err(HfProblem::Unusable)
     }
 
     fn origin(&self, frame: &Frame, span: Span) -> Origin {
