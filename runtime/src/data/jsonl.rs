@@ -1,12 +1,13 @@
 //! `jsonl(path, field)`: a fixed set of prompts, one JSON object per line, written as text in the
-//! task alphabet (see `tokens`).
+//! task alphabet (see `tokens`), or in any text a Hugging Face model's `tokenizer.json` encodes.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::tokens::{BOS, EOS, encode};
+use super::tokens::{self, BOS, EOS};
 use super::{DataError, Sample};
+use crate::hf::HfTokenizer;
 
 /// The field that, when a line has it, holds the reference answer.
 const TARGET_FIELD: &str = "target";
@@ -16,12 +17,38 @@ const TARGET_FIELD: &str = "target";
 pub struct JsonlPrompts {
     path: PathBuf,
     samples: Vec<Sample>,
+    /// Token ids are below this: the task vocabulary's, or the tokenizer's.
+    vocab: i64,
+}
+
+/// How a line's text becomes tokens.
+#[derive(Clone, Copy)]
+enum Encoder<'t> {
+    /// The task alphabet: BOS before the prompt, EOS after the target.
+    Task,
+    /// A model's tokenizer: the prompt as `tokenizer(text)` gives it (special tokens are the
+    /// tokenizer's post-processor's business), the target's plain tokens and then the EOS.
+    Hf(&'t HfTokenizer),
 }
 
 impl JsonlPrompts {
     /// Reads `path`, taking each line's prompt from `field`. Blank lines are skipped (a trailing
     /// newline is common) but still counted, so line numbers in errors match an editor's.
     pub fn load(path: &Path, field: &str) -> Result<JsonlPrompts, DataError> {
+        JsonlPrompts::load_with(path, field, Encoder::Task)
+    }
+
+    /// Like [`load`](Self::load), encoding the text with a Hugging Face `tokenizer`: any text it
+    /// encodes is a prompt, and a target ends in the tokenizer's EOS when it has one.
+    pub fn load_with_tokenizer(
+        path: &Path,
+        field: &str,
+        tokenizer: &HfTokenizer,
+    ) -> Result<JsonlPrompts, DataError> {
+        JsonlPrompts::load_with(path, field, Encoder::Hf(tokenizer))
+    }
+
+    fn load_with(path: &Path, field: &str, encoder: Encoder) -> Result<JsonlPrompts, DataError> {
         let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
             path: path.to_path_buf(),
             source,
@@ -31,7 +58,7 @@ impl JsonlPrompts {
             .enumerate()
             .filter(|(_, line)| !line.trim().is_empty())
             .map(|(i, line)| {
-                parse_line(line, field).map_err(|problem| DataError::Line {
+                parse_line(line, field, encoder).map_err(|problem| DataError::Line {
                     path: path.to_path_buf(),
                     line: i + 1,
                     problem,
@@ -43,9 +70,14 @@ impl JsonlPrompts {
                 path: path.to_path_buf(),
             });
         }
+        let vocab = match encoder {
+            Encoder::Task => tokens::VOCAB,
+            Encoder::Hf(tokenizer) => tokenizer.vocab_size(),
+        };
         Ok(JsonlPrompts {
             path: path.to_path_buf(),
             samples,
+            vocab,
         })
     }
 
@@ -58,6 +90,10 @@ impl JsonlPrompts {
         &self.samples
     }
 
+    pub fn vocab(&self) -> i64 {
+        self.vocab
+    }
+
     pub fn prompt_len(&self) -> i64 {
         self.samples
             .iter()
@@ -68,35 +104,52 @@ impl JsonlPrompts {
 }
 
 /// One line → a sample, or what is wrong with it (the caller adds file and line).
-fn parse_line(line: &str, field: &str) -> Result<Sample, String> {
+fn parse_line(line: &str, field: &str, encoder: Encoder) -> Result<Sample, String> {
     let value: Value = serde_json::from_str(line).map_err(|e| format!("invalid JSON: {e}"))?;
     let object = value
         .as_object()
         .ok_or_else(|| format!("expected a JSON object, found {}", describe(&value)))?;
-    let text = |name: &str| -> Result<Option<Vec<i64>>, String> {
+    let text = |name: &str, is_prompt: bool| -> Result<Option<Vec<i64>>, String> {
         let Some(value) = object.get(name) else {
             return Ok(None);
         };
         let text = value
             .as_str()
             .ok_or_else(|| format!("field `{name}` is {}, not a string", describe(value)))?;
-        encode(text)
+        let encoded = match encoder {
+            Encoder::Task => tokens::encode(text).map_err(|e| e.to_string()),
+            Encoder::Hf(tokenizer) if is_prompt => {
+                tokenizer.encode(text).map_err(|e| e.to_string())
+            }
+            Encoder::Hf(tokenizer) => tokenizer.encode_plain(text).map_err(|e| e.to_string()),
+        };
+        encoded
             .map(Some)
             .map_err(|e| format!("field `{name}`: {e}"))
     };
 
-    let mut prompt = text(field)?.ok_or_else(|| format!("no field `{field}`"))?;
-    // Task prompts start with BOS; prompts written without it get one, so both read alike.
-    if prompt.first() != Some(&BOS) {
-        prompt.insert(0, BOS);
+    let mut prompt = text(field, true)?.ok_or_else(|| format!("no field `{field}`"))?;
+    let eos = match encoder {
+        Encoder::Task => {
+            // Task prompts start with BOS; prompts written without it get one, so both read
+            // alike.
+            if prompt.first() != Some(&BOS) {
+                prompt.insert(0, BOS);
+            }
+            Some(EOS)
+        }
+        Encoder::Hf(tokenizer) => tokenizer.eos_id(),
+    };
+    if prompt.is_empty() {
+        return Err(format!("field `{field}` encodes to no tokens"));
     }
     // Without a reference answer the target stays empty; with one it ends in EOS like a task's.
-    // (A target already written with its `$` keeps just that one.)
-    let target = match text(TARGET_FIELD)? {
+    // (A target already written with its EOS keeps just that one.)
+    let target = match text(TARGET_FIELD, false)? {
         None => Vec::new(),
         Some(mut target) => {
-            if target.last() != Some(&EOS) {
-                target.push(EOS);
+            if let Some(eos) = eos.filter(|eos| target.last() != Some(eos)) {
+                target.push(eos);
             }
             target
         }

@@ -46,9 +46,11 @@ pub enum DataError {
 /// One prompt and its reference answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sample {
-    /// Starts with BOS; task prompts end with `=`.
+    /// In the task vocabulary it starts with BOS (task prompts end with `=`); through a Hugging
+    /// Face tokenizer it is what the tokenizer makes of the text.
     pub prompt: Vec<i64>,
-    /// The answer tokens followed by EOS; empty when the source has no reference answer.
+    /// The answer tokens followed by EOS (where the tokenizer has one); empty when the source has
+    /// no reference answer.
     pub target: Vec<i64>,
 }
 
@@ -71,9 +73,21 @@ impl Source {
         JsonlPrompts::load(path, field).map(Source::Jsonl)
     }
 
-    /// Both kinds speak the task vocabulary.
+    /// `jsonl(path, field)` in the text of a Hugging Face model, encoded with its tokenizer.
+    pub fn jsonl_with_tokenizer(
+        path: &Path,
+        field: &str,
+        tokenizer: &crate::hf::HfTokenizer,
+    ) -> Result<Source, DataError> {
+        JsonlPrompts::load_with_tokenizer(path, field, tokenizer).map(Source::Jsonl)
+    }
+
+    /// The vocabulary the prompts are written in: the task's, or the tokenizer's.
     pub fn vocab(&self) -> i64 {
-        tokens::VOCAB
+        match self {
+            Source::Task(_) => tokens::VOCAB,
+            Source::Jsonl(prompts) => prompts.vocab(),
+        }
     }
 
     /// The longest prompt (task prompts all have the same length).

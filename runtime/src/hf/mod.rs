@@ -1,11 +1,16 @@
-//! Loading Hugging Face Llama / Qwen2 checkpoints: `config.json` plus safetensors weights, one
-//! file or sharded with `model.safetensors.index.json`. Parameter names are the same on both sides,
-//! so loading is a name-for-name copy.
+//! Hugging Face Llama / Qwen2 checkpoints: `config.json` plus safetensors weights, one file or
+//! sharded with `model.safetensors.index.json`, loaded (`load_model`) and saved in the same layout
+//! (`save::save_model`); `tokenizer.json` through the `tokenizers` crate (`HfTokenizer`).
+//! Parameter names are the same on both sides, so loading and saving are name-for-name copies.
 
 mod config;
+pub mod save;
+mod tokenizer;
 mod weights;
 
 pub use config::{Architecture, load_config, parse_config};
+pub use save::{SaveOptions, Saved, config_json, save_model};
+pub use tokenizer::{HfTokenizer, TOKENIZER_FILE, TOKENIZER_MODELS};
 pub use weights::load_weights;
 
 use std::path::{Path, PathBuf};
@@ -49,6 +54,22 @@ pub enum HfError {
     },
     #[error("{path}: tensor `{name}` has no place in this model (wrong config or architecture?)")]
     UnexpectedTensor { path: PathBuf, name: String },
+    #[error(
+        "{path}: unknown tokenizer model `{name}` (the tokenizers crate reads BPE, WordPiece, \
+         WordLevel and Unigram)"
+    )]
+    UnknownTokenizerModel { path: PathBuf, name: String },
+    #[error("{path}: {message}")]
+    Tokenizer { path: PathBuf, message: String },
+    #[error("{path}: token id {id} is not in the vocabulary ({vocab} tokens)")]
+    TokenOutOfRange { path: PathBuf, id: i64, vocab: i64 },
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: cannot save: {message}")]
+    Unsavable { path: PathBuf, message: String },
 }
 
 /// Reads `dir/config.json` and the weights in `dir` into a new model on `device`. Heads that a

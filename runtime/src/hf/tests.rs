@@ -249,3 +249,376 @@ fn a_shard_without_its_indexed_tensor_is_named() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The texts `reference.safetensors`' `input_ids` were made from (see the fixtures' README).
+const REFERENCE_TEXTS: [&str; 2] = [
+    "12+34=46 and 7+8=15, then 50+9=59",
+    "reverse 90125 -> 52109 and sort ",
+];
+
+fn ids(tensor: &Tensor) -> Vec<Vec<i64>> {
+    Vec::<Vec<i64>>::try_from(tensor).unwrap()
+}
+
+#[test]
+fn the_tokenizer_encodes_as_transformers_did() {
+    for name in ["qwen2-tiny", "llama-tiny"] {
+        let dir = fixture(name);
+        let expected = reference(&dir);
+        let tokenizer = HfTokenizer::load(&dir).unwrap();
+        assert_eq!(tokenizer.vocab_size(), 320);
+        assert_eq!(
+            (tokenizer.eos_id(), tokenizer.pad_id()),
+            (Some(0), Some(1)),
+            "{name}: special tokens from tokenizer_config.json"
+        );
+        assert_eq!(tokenizer.token_id("<|endoftext|>"), Some(0));
+
+        let prompt = &ids(&expected["prompt_ids"])[0];
+        assert_eq!(&tokenizer.encode("7+8=").unwrap(), prompt, "{name}");
+        assert_eq!(tokenizer.decode(prompt, false).unwrap(), "7+8=");
+
+        for (row, text) in ids(&expected["input_ids"]).iter().zip(REFERENCE_TEXTS) {
+            assert_eq!(tokenizer.decode(row, false).unwrap(), text);
+            assert_eq!(&tokenizer.encode(text).unwrap(), row, "{name}: {text:?}");
+        }
+        // Special tokens are kept or skipped on request.
+        assert_eq!(
+            tokenizer.decode(&[24, 12, 25, 30, 0], false).unwrap(),
+            "7+8=<|endoftext|>"
+        );
+        assert_eq!(
+            tokenizer.decode(&[24, 12, 25, 30, 0], true).unwrap(),
+            "7+8="
+        );
+    }
+}
+
+#[test]
+fn a_fixture_runs_from_text_to_text() {
+    // Text in, the reference's greedy continuation out: tokenizer, model and generation together.
+    let dir = fixture("qwen2-tiny");
+    let expected = reference(&dir);
+    let tokenizer = HfTokenizer::load(&dir).unwrap();
+    let (_, model) = load_model(&dir, Heads::POLICY, Device::Cpu).unwrap();
+    let prompt = tokenizer.encode("7+8=").unwrap();
+    let prompt = Tensor::from_slice(&prompt).view([1, -1]);
+    let config = GenerateConfig {
+        max_new: 12,
+        eos_token_id: None,
+        ..GenerateConfig::default()
+    };
+    let rollout = generate(&model, &prompt, &prompt.ones_like(), &config).unwrap();
+    let greedy = &ids(&expected["greedy_ids"])[0];
+    assert_eq!(ids(&rollout.response_ids)[0], greedy[4..]);
+    assert_eq!(
+        tokenizer
+            .decode(&ids(&rollout.response_ids)[0], false)
+            .unwrap(),
+        tokenizer.decode(&greedy[4..], false).unwrap()
+    );
+}
+
+#[test]
+fn an_unknown_tokenizer_model_names_the_file() {
+    let dir = scratch_copy("qwen2-tiny", "tokenizer-model");
+    let path = dir.join("tokenizer.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    json["model"]["type"] = "SentencePieceChar".into();
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, json.to_string()).unwrap();
+    let err = HfTokenizer::load(&dir).unwrap_err();
+    assert!(
+        matches!(&err, HfError::UnknownTokenizerModel { path: p, name } if *p == path && name == "SentencePieceChar"),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: unknown tokenizer model `SentencePieceChar` (the tokenizers crate reads BPE, \
+             WordPiece, WordLevel and Unigram)",
+            path.display()
+        )
+    );
+
+    // A known type with fields that do not fit it: the crate's reason, under the file's name.
+    json["model"]["type"] = "WordPiece".into();
+    json["model"]["vocab"] = 3.into();
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, json.to_string()).unwrap();
+    let err = HfTokenizer::load(&dir).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("{}: cannot read the tokenizer", path.display())),
+        "{err}"
+    );
+
+    // Not a tokenizer at all, and no file.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, "{\"version\": \"1.0\"}").unwrap();
+    let err = HfTokenizer::load(&dir).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.json: no `model`"), "{err}");
+    std::fs::remove_file(&path).unwrap();
+    let err = HfTokenizer::load(&dir).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.json: cannot read"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn tokenizer_special_tokens_and_ids_are_checked() {
+    let dir = scratch_copy("llama-tiny", "tokenizer-special");
+    let tokenizer = HfTokenizer::load(&dir).unwrap();
+    let err = tokenizer.decode(&[5, 320], false).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: token id 320 is not in the vocabulary (320 tokens)",
+            dir.join("tokenizer.json").display()
+        )
+    );
+    assert!(tokenizer.decode(&[-1], false).is_err());
+
+    let config = dir.join("tokenizer_config.json");
+    std::fs::remove_file(&config).unwrap();
+    std::fs::write(&config, r#"{"eos_token": {"content": "<|end|>"}}"#).unwrap();
+    let err = HfTokenizer::load(&dir).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "tokenizer_config.json: `eos_token` is `<|end|>`, which is not in the vocabulary"
+        ),
+        "{err}"
+    );
+    // Without tokenizer_config.json the ids come from config.json.
+    std::fs::remove_file(&config).unwrap();
+    let tokenizer = HfTokenizer::load(&dir).unwrap();
+    assert_eq!(
+        (tokenizer.bos_id(), tokenizer.eos_id(), tokenizer.pad_id()),
+        (Some(0), Some(0), None)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn jsonl_prompts_can_be_encoded_with_the_model_tokenizer() {
+    use crate::data::Source;
+    let dir = fixture("qwen2-tiny");
+    let tokenizer = HfTokenizer::load(&dir).unwrap();
+    let scratch = std::env::temp_dir().join(format!("rlc-runtime-{}-jsonl", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let file = scratch.join("prompts.jsonl");
+    std::fs::write(
+        &file,
+        "{\"prompt\": \"7+8=\", \"target\": \"15\"}\n{\"prompt\": \"reverse 90125 -> \"}\n",
+    )
+    .unwrap();
+    let source = Source::jsonl_with_tokenizer(&file, "prompt", &tokenizer).unwrap();
+    assert_eq!(source.vocab(), 320);
+    let Source::Jsonl(prompts) = &source else {
+        unreachable!()
+    };
+    let samples = prompts.samples();
+    // The reference's prompt ids, no BOS added (this tokenizer's post-processor adds none).
+    assert_eq!(samples[0].prompt, ids(&reference(&dir)["prompt_ids"])[0]);
+    let mut target = tokenizer.encode_plain("15").unwrap();
+    target.push(0); // <|endoftext|>
+    assert_eq!(samples[0].target, target);
+    assert_eq!(
+        tokenizer.decode(&samples[1].prompt, false).unwrap(),
+        "reverse 90125 -> "
+    );
+    assert!(samples[1].target.is_empty());
+
+    // Text outside the task alphabet is fine here; an empty prompt is not.
+    std::fs::write(&file, "{\"prompt\": \"\"}\n").unwrap();
+    let err = Source::jsonl_with_tokenizer(&file, "prompt", &tokenizer)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("prompts.jsonl: line 1: field `prompt` encodes to no tokens"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&scratch).unwrap();
+}
+
+/// Every variable of two stores, equal bit for bit.
+fn assert_same_weights(a: &tch::nn::VarStore, b: &tch::nn::VarStore) {
+    let (a, b) = (a.variables(), b.variables());
+    let mut names: Vec<&String> = a.keys().collect();
+    names.sort();
+    assert_eq!(names.len(), b.len());
+    for name in names {
+        assert!(a[name].equal(&b[name]), "`{name}` changed");
+    }
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Load → save → load gives the same config, bit-identical tensors and the reference outputs.
+/// Returns how many weight files the save wrote.
+fn round_trips(name: &str, max_shard_bytes: u64) -> usize {
+    let from = fixture(name);
+    let original = read_json(&from.join("config.json"));
+    let (vs, model) = load_model(&from, Heads::POLICY, Device::Cpu).unwrap();
+    let to = std::env::temp_dir().join(format!("rlc-runtime-{}-save-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&to);
+    let options = SaveOptions {
+        max_shard_bytes,
+        base_config: Some(&original),
+    };
+    let saved = save_model(&to, &model, &vs, &options).unwrap();
+    assert_eq!(saved.index.is_some(), saved.shards.len() > 1, "{name}");
+
+    // The architecture reads back the same, and the keys the runtime does not use are kept.
+    assert_eq!(load_config(&to).unwrap(), load_config(&from).unwrap());
+    let config = read_json(&to.join("config.json"));
+    for key in [
+        "architectures",
+        "model_type",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "tie_word_embeddings",
+        "rope_parameters",
+        "bos_token_id",
+        "eos_token_id",
+        "transformers_version",
+        "dtype",
+    ] {
+        assert_eq!(config[key], original[key], "{name}: `{key}`");
+    }
+
+    let (again_vs, again) = load_model(&to, Heads::POLICY, Device::Cpu).unwrap();
+    assert_same_weights(&vs, &again_vs);
+    let expected = reference(&from);
+    let ids = &expected["input_ids"];
+    let logits = tch::no_grad(|| again.logits(ids, &ids.ones_like()));
+    assert!(logits.equal(&tch::no_grad(|| model.logits(ids, &ids.ones_like()))));
+    let err = (logits - &expected["logits"]).abs().max().double_value(&[]);
+    assert!(err <= 1e-4, "{name}: {err}");
+
+    // Each file is safetensors with the metadata transformers checks, and the index (if any)
+    // maps every tensor to the shard that holds it and sums their sizes.
+    let mut total = 0u64;
+    let mut held = Vec::new();
+    for shard in &saved.shards {
+        let bytes = std::fs::read(shard).unwrap();
+        let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+        assert_eq!(header["__metadata__"]["format"], "pt");
+        for (tensor, info) in header.as_object().unwrap() {
+            if tensor != "__metadata__" {
+                let [start, end] = [0, 1].map(|i| info["data_offsets"][i].as_u64().unwrap());
+                total += end - start;
+                held.push((tensor.clone(), shard.file_name().unwrap().to_owned()));
+            }
+        }
+    }
+    assert_eq!(held.len(), vs.variables().len());
+    if let Some(index) = &saved.index {
+        let index = read_json(index);
+        assert_eq!(index["metadata"]["total_size"], total);
+        let map = index["weight_map"].as_object().unwrap();
+        assert_eq!(map.len(), held.len());
+        for (tensor, file) in &held {
+            assert_eq!(map[tensor.as_str()], file.to_str().unwrap(), "{tensor}");
+        }
+        // No shard goes past the limit unless it holds a single larger tensor.
+        for shard in &saved.shards {
+            let in_shard = held
+                .iter()
+                .filter(|(_, f)| f == shard.file_name().unwrap())
+                .count();
+            let size = std::fs::metadata(shard).unwrap().len();
+            assert!(
+                in_shard == 1 || size <= max_shard_bytes + 4096,
+                "{}",
+                shard.display()
+            );
+        }
+    }
+    std::fs::remove_dir_all(&to).unwrap();
+    saved.shards.len()
+}
+
+#[test]
+fn a_single_file_model_round_trips_through_save() {
+    assert_eq!(round_trips("qwen2-tiny", save::DEFAULT_MAX_SHARD_BYTES), 1);
+}
+
+#[test]
+fn a_sharded_tied_model_round_trips_through_save() {
+    // 40 kB shards: the 80 kB embedding and each 41 kB MLP matrix go alone, the rest fill shards.
+    assert!(round_trips("llama-tiny", 40_000) > 10);
+}
+
+#[test]
+fn saving_again_replaces_the_earlier_layout() {
+    let from = fixture("llama-tiny");
+    let (vs, model) = load_model(&from, Heads::POLICY, Device::Cpu).unwrap();
+    let to = std::env::temp_dir().join(format!("rlc-runtime-{}-resave", std::process::id()));
+    let _ = std::fs::remove_dir_all(&to);
+    let sharded = SaveOptions {
+        max_shard_bytes: 20_000,
+        ..SaveOptions::default()
+    };
+    let first = save_model(&to, &model, &vs, &sharded).unwrap();
+    assert!(first.index.is_some() && first.shards.len() > 3);
+    // Sharded again more coarsely, then into one file: nothing of the earlier saves is left for
+    // the loader to pick up instead.
+    let coarser = SaveOptions {
+        max_shard_bytes: 100_000,
+        ..SaveOptions::default()
+    };
+    let second = save_model(&to, &model, &vs, &coarser).unwrap();
+    assert!(second.shards.len() < first.shards.len());
+    let third = save_model(&to, &model, &vs, &SaveOptions::default()).unwrap();
+    assert_eq!(third.shards, [to.join("model.safetensors")]);
+    let mut files: Vec<String> = std::fs::read_dir(&to)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["config.json", "model.safetensors"]);
+    let (again, _) = load_model(&to, Heads::POLICY, Device::Cpu).unwrap();
+    assert_same_weights(&vs, &again);
+    std::fs::remove_dir_all(&to).unwrap();
+}
+
+#[test]
+fn a_random_model_saves_as_a_config_the_loader_reads() {
+    // Llama without q/k/v biases, Qwen2 with them: the family follows from the model's shape.
+    for qkv_bias in [false, true] {
+        let config = crate::model::ModelConfig {
+            qkv_bias,
+            ..crate::model::ModelConfig::tiny()
+        };
+        let vs = tch::nn::VarStore::new(Device::Cpu);
+        let model = crate::model::Transformer::new(&vs.root(), &config, Heads::CRITIC, 3).unwrap();
+        let to = std::env::temp_dir().join(format!(
+            "rlc-runtime-{}-random-{qkv_bias}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&to);
+        save_model(&to, &model, &vs, &SaveOptions::default()).unwrap();
+        let (read, architecture) = load_config(&to).unwrap();
+        assert_eq!(read, config);
+        let expected = if qkv_bias {
+            Architecture::Qwen2
+        } else {
+            Architecture::Llama
+        };
+        assert_eq!(architecture, expected);
+        assert_eq!(read_json(&to.join("config.json"))["torch_dtype"], "float32");
+        // The critic's value head is saved and loaded back with the trunk.
+        let (again, _) = load_model(&to, Heads::CRITIC, Device::Cpu).unwrap();
+        assert_same_weights(&vs, &again);
+        std::fs::remove_dir_all(&to).unwrap();
+    }
+}
