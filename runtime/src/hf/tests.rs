@@ -206,6 +206,80 @@ fn shape_mismatch_names_the_shard_and_the_tensor() {
         (expected[0].max(expected[1]), found[0].max(found[1])),
         (96, 160)
     );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: tensor `{name}` has shape {found:?}, the model expects {expected:?}",
+            path.display()
+        )
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_vocabulary_that_does_not_match_config_json_names_the_tensor() {
+    let dir = scratch_copy("qwen2-tiny", "vocab");
+    edit_config(&dir, |json| json["vocab_size"] = 300.into());
+    let err = load_model(&dir, Heads::POLICY, Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    // Tensors are checked in name order: the LM head comes before the embedding.
+    assert_eq!(
+        err,
+        format!(
+            "{}: tensor `lm_head.weight` has shape [320, 64], the model expects [300, 64]",
+            dir.join("model.safetensors").display()
+        )
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_tensor_config_json_has_no_place_for_is_named() {
+    // One layer fewer in config.json: the checkpoint's last layer is left over.
+    let dir = scratch_copy("llama-tiny", "extra");
+    edit_config(&dir, |json| json["num_hidden_layers"] = 2.into());
+    let err = load_model(&dir, Heads::POLICY, Device::Cpu).unwrap_err();
+    let HfError::UnexpectedTensor { path, name } = &err else {
+        panic!("expected an unexpected tensor, got {err}");
+    };
+    assert!(name.starts_with("model.layers.2."), "{name}");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: tensor `model.layers.2.", path.display()))
+    );
+    assert!(
+        err.to_string()
+            .ends_with("has no place in this model (wrong config or architecture?)")
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn missing_and_unreadable_weight_files_are_named() {
+    let dir = scratch_copy("qwen2-tiny", "weights");
+    let file = dir.join("model.safetensors");
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+    let err = load_model(&dir, Heads::POLICY, Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!("{}: cannot read safetensors", file.display())),
+        "{err}"
+    );
+    std::fs::remove_file(&file).unwrap();
+    let err = load_model(&dir, Heads::POLICY, Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{}: no model.safetensors or model.safetensors.index.json",
+            dir.display()
+        )
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
