@@ -2,8 +2,9 @@
 
 use std::path::Path;
 
+use super::error::{Corruption, corrupt};
 use super::io::context;
-use super::{Checkpoint, CheckpointError, OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE};
+use super::{CONFIG_FILE, Checkpoint, CheckpointError, OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE};
 use super::{manifest, state, tensors};
 
 /// Loads the checkpoint folder `dir`, after checking that its manifest is present and of a known
@@ -18,10 +19,26 @@ pub fn load(dir: &Path) -> Result<Checkpoint, CheckpointError> {
     let state_path = dir.join(STATE_FILE);
     let bytes = std::fs::read(&state_path).map_err(context(dir, "read", &state_path))?;
     let (step, state) = state::decode(dir, &bytes)?;
+    let config = match manifest.entry(CONFIG_FILE) {
+        None => None,
+        Some(_) => {
+            let path = dir.join(CONFIG_FILE);
+            let bytes = std::fs::read(&path).map_err(context(dir, "read", &path))?;
+            let config = serde_json::from_slice(&bytes).map_err(|error| {
+                corrupt(
+                    dir,
+                    CONFIG_FILE,
+                    Corruption::Invalid(format!("is not valid JSON ({error})")),
+                )
+            })?;
+            Some(config)
+        }
+    };
     Ok(Checkpoint {
         step,
         weights,
         optimizer,
         state,
+        config,
     })
 }

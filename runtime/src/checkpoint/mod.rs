@@ -3,7 +3,9 @@
 //! A checkpoint is one folder per role and step (`step-000050`) holding
 //!
 //! * `model.safetensors`: the weights, under the names given (Hugging Face names stay loadable
-//!   by other tools);
+//!   by other tools), with the `{"format": "pt"}` metadata `transformers` checks;
+//! * `config.json`, when the caller gives one: with it the folder is also a Hugging Face model
+//!   folder (`hf("…/step-000050")`, `from_pretrained`);
 //! * `optimizer.safetensors`: the optimiser's state tensors;
 //! * `state.json`: the step and the caller's JSON state;
 //! * `manifest.json`, written last: the format version and each file's size and SHA-256.
@@ -32,6 +34,7 @@ pub const WEIGHTS_FILE: &str = "model.safetensors";
 pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 pub const STATE_FILE: &str = "state.json";
 pub const MANIFEST_FILE: &str = "manifest.json";
+pub const CONFIG_FILE: &str = "config.json";
 
 /// Everything a resumed run needs, for one role (model) of one job.
 #[derive(Debug)]
@@ -45,6 +48,8 @@ pub struct Checkpoint {
     /// Optimiser step count, RNG states, data cursor, …. Round-trips exactly: integers (u64
     /// included) as JSON numbers, and floats bit for bit.
     pub state: serde_json::Value,
+    /// The model's Hugging Face `config.json` (`crate::hf::config_json`), if it is to be written.
+    pub config: Option<serde_json::Value>,
 }
 
 /// The folder for `step` under `root`: `root/step-000050`.

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 
 use super::io::{self, context};
 use super::manifest::{FORMAT_VERSION, FileEntry, Manifest};
-use super::{Checkpoint, CheckpointError, MANIFEST_FILE, OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE};
+use super::{
+    CONFIG_FILE, Checkpoint, CheckpointError, MANIFEST_FILE, OPTIMIZER_FILE, STATE_FILE,
+    WEIGHTS_FILE,
+};
 use super::{state, tensors};
 
 /// Saves `checkpoint` as the folder `dir`, replacing any folder already there.
@@ -55,14 +58,23 @@ fn write_contents(
     let state = state::encode(dir, checkpoint.step, &checkpoint.state)?;
     io::write_synced(dir, &temporary.join(STATE_FILE), &state)?;
 
+    if let Some(config) = &checkpoint.config {
+        let text = serde_json::to_vec_pretty(config).expect("a JSON value always serialises");
+        io::write_synced(dir, &temporary.join(CONFIG_FILE), &text)?;
+    }
+
     // Digests are taken from the files on disk, so they cover exactly what `load` will read.
+    let mut files = vec![
+        FileEntry::of(dir, temporary, WEIGHTS_FILE, Some(weight_names))?,
+        FileEntry::of(dir, temporary, OPTIMIZER_FILE, Some(optimizer_names))?,
+        FileEntry::of(dir, temporary, STATE_FILE, None)?,
+    ];
+    if checkpoint.config.is_some() {
+        files.push(FileEntry::of(dir, temporary, CONFIG_FILE, None)?);
+    }
     let manifest = Manifest {
         format_version: FORMAT_VERSION,
-        files: vec![
-            FileEntry::of(dir, temporary, WEIGHTS_FILE, Some(weight_names))?,
-            FileEntry::of(dir, temporary, OPTIMIZER_FILE, Some(optimizer_names))?,
-            FileEntry::of(dir, temporary, STATE_FILE, None)?,
-        ],
+        files,
     };
     let manifest = serde_json::to_vec_pretty(&manifest).expect("a manifest always serialises");
     io::write_synced(dir, &temporary.join(MANIFEST_FILE), &manifest)?;

@@ -36,7 +36,20 @@ pub(super) fn write(
         .collect::<Result<Vec<_>, TchError>>()
         .map_err(tensor_error)?;
     let path = dir.join(file);
-    Tensor::write_safetensors(&prepared, &path).map_err(tensor_error)?;
+    // With the `format` metadata `transformers` checks, so the weights load there too.
+    let named = prepared.iter().map(|(name, tensor)| (*name, tensor));
+    crate::hf::save::write_safetensors(&path, named).map_err(|error| match error {
+        crate::hf::HfError::Write { source, .. } => CheckpointError::Io {
+            dir: checkpoint.to_path_buf(),
+            action: "write",
+            path: path.clone(),
+            source,
+        },
+        other => CheckpointError::Unsavable {
+            dir: checkpoint.to_path_buf(),
+            reason: format!("{file}: {other}"),
+        },
+    })?;
     io::sync_file(checkpoint, &path)?;
     Ok(tensors.iter().map(|(name, _)| name.clone()).collect())
 }

@@ -73,6 +73,7 @@ fn sample(step: u64) -> Checkpoint {
         weights,
         optimizer,
         state,
+        config: None,
     }
 }
 
@@ -142,6 +143,7 @@ fn float_bit_patterns_survive() {
         ],
         optimizer: Vec::new(),
         state: json!({ "lr": -0.0, "tiny": 5e-324, "third": 1.0 / 3.0, "a/b~c": floats }),
+        config: None,
     };
     let dir = step_dir(&root.0, 1);
     save(&dir, &checkpoint).unwrap();
@@ -366,4 +368,52 @@ fn step_dirs_are_zero_padded() {
     assert_eq!(parse_step("step-000050"), Some(50));
     assert_eq!(parse_step("step-+5"), None);
     assert_eq!(parse_step(".step-000150.tmp-1"), None);
+}
+
+#[test]
+fn a_checkpoint_with_a_config_is_a_hugging_face_folder() {
+    use crate::model::{Heads, ModelConfig, Transformer};
+    let root = TempRoot::new("hf");
+    let config = ModelConfig::tiny();
+    let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+    let model = Transformer::new(&vs.root(), &config, Heads::POLICY, 11).unwrap();
+    let mut weights: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    weights.sort_by(|a, b| a.0.cmp(&b.0));
+    let checkpoint = Checkpoint {
+        config: Some(crate::hf::config_json(model.config(), None)),
+        weights,
+        ..sample(4)
+    };
+    let dir = step_dir(&root.0, 4);
+    save(&dir, &checkpoint).unwrap();
+
+    let loaded = load(&dir).unwrap();
+    assert_eq!(loaded.config, checkpoint.config);
+    assert_same_tensors(&loaded.weights, &checkpoint.weights);
+    // The same folder loads as a Hugging Face model, with the same weights.
+    let (hf_vs, _) = crate::hf::load_model(&dir, Heads::POLICY, tch::Device::Cpu).unwrap();
+    for (name, tensor) in &checkpoint.weights {
+        assert!(hf_vs.variables()[name].equal(tensor), "{name}");
+    }
+    // The weights carry the metadata transformers checks.
+    let bytes = fs::read(dir.join(WEIGHTS_FILE)).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    assert_eq!(header["__metadata__"]["format"], "pt");
+
+    // config.json is covered by the manifest like every other file.
+    let path = dir.join(CONFIG_FILE);
+    let mut text = fs::read(&path).unwrap();
+    let at = text.len() / 2;
+    text[at] ^= 0x01;
+    fs::write(&path, &text).unwrap();
+    let message = load_error(&dir);
+    assert!(
+        message.contains("is corrupt: config.json has SHA-256"),
+        "{message}"
+    );
+    // Without a config the folder has no config.json, as before.
+    let plain = saved(&root, 5);
+    assert!(!plain.join(CONFIG_FILE).exists());
+    assert!(load(&plain).unwrap().config.is_none());
 }

@@ -42,6 +42,9 @@ impl Rank<'_> {
                 "seed": self.seed(),
                 "data_cursors": cursors,
             }),
+            // The folder is then a Hugging Face model folder too: a later stage (or another tool)
+            // can start from it with `hf("…/step-000050")`.
+            config: Some(crate::hf::config_json(state.model.config(), None)),
         };
         let dir = checkpoint::step_dir(&role_root(self.run_dir(), role), step + 1);
         checkpoint::save(&dir, &saved)?;

@@ -220,7 +220,7 @@ pub fn save_weights(
 }
 
 /// Writes named tensors to one safetensors file with the `{"format": "pt"}` metadata that
-/// `transformers` checks for. Names must be distinct.
+/// `transformers` checks for (a file without tensors has none). Names must be distinct.
 pub fn write_safetensors<'t>(
     path: &Path,
     tensors: impl IntoIterator<Item = (&'t str, &'t Tensor)>,
@@ -242,7 +242,9 @@ pub fn write_safetensors<'t>(
             Bytes::of(tensor).map_err(|e| unsavable(format!("`{name}`: {e}")))?,
         ));
     }
-    let metadata = Some(HashMap::from([("format".to_string(), "pt".to_string())]));
+    // safetensors 0.3 cannot read back a header that holds the metadata and no tensor.
+    let metadata =
+        (!views.is_empty()).then(|| HashMap::from([("format".to_string(), "pt".to_string())]));
     safetensors::tensor::serialize_to_file(views, &metadata, path).map_err(|e| match e {
         safetensors::SafeTensorError::IoError(source) => HfError::Write {
             path: path.to_path_buf(),
