@@ -47,12 +47,15 @@ fn prompts(batch: i64, vocab: i64) -> (Tensor, Tensor) {
                 .collect()
         })
         .collect();
-    left_pad(&rows, 0)
+    let (ids, mask) = left_pad(&rows, 0);
+    let device = common::device();
+    (ids.to_device(device), mask.to_device(device))
 }
 
 fn rollout(model: &Transformer, ids: &Tensor, mask: &Tensor, config: &GenerateConfig) -> Tensor {
     let out = generate(model, ids, mask, config).expect("generates");
     assert_eq!(out.response_ids.size(), [ids.size()[0], MAX_NEW]);
+    common::sync(ids.device());
     out.response_ids
 }
 
@@ -117,7 +120,13 @@ fn main() {
         )
     };
     println!(
-        "rollout figures (prompt {PROMPT}, {MAX_NEW} new tokens per row, 1 libtorch thread, {timing}):"
+        "rollout figures ({} model, {:?}, prompt {PROMPT}, {MAX_NEW} new tokens per row, 1 libtorch thread, {timing}):",
+        if config.layers > 2 {
+            "medium"
+        } else {
+            "example"
+        },
+        common::device(),
     );
     for (batch, ids, mask) in &inputs {
         let tokens = (batch * MAX_NEW) as f64;

@@ -18,7 +18,7 @@ use rlc_runtime::model::Transformer;
 use rlc_runtime::optim::{AdamW, AdamWConfig, clip_grad_norm};
 use rlc_runtime::rng::Rng;
 use std::time::{Duration, Instant};
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 const ROWS: i64 = 128;
 const PROMPT: i64 = 6;
@@ -44,11 +44,14 @@ impl Batch {
         let ids: Vec<i64> = (0..ROWS * width)
             .map(|_| (rng.next_u64() % vocab as u64) as i64)
             .collect();
-        let ids = Tensor::from_slice(&ids).view([ROWS, width]);
+        let device = common::device();
+        let ids = Tensor::from_slice(&ids)
+            .view([ROWS, width])
+            .to_device(device);
         let mask = ids.ones_like();
         let old_logp = tch::no_grad(|| response_logprobs(model, &ids, &mask));
-        let adv = rng.normal_tensor(&[ROWS, RESPONSE], 1.0);
-        let response_mask = Tensor::ones([ROWS, RESPONSE], (Kind::Float, Device::Cpu));
+        let adv = rng.normal_tensor(&[ROWS, RESPONSE], 1.0).to_device(device);
+        let response_mask = Tensor::ones([ROWS, RESPONSE], (Kind::Float, device));
         Self {
             ids,
             mask,
@@ -91,6 +94,7 @@ fn train_step(model: &Transformer, optimizer: &mut AdamW, batch: &Batch) -> f64 
     let params = optimizer.params();
     clip_grad_norm(&params, 1.0);
     optimizer.step(LR);
+    common::sync(logp.device());
     value
 }
 
@@ -134,7 +138,13 @@ fn main() {
     times.sort_by(f64::total_cmp);
     let step = times[times.len() / 2];
     println!(
-        "train step ({ROWS} rows x ({PROMPT} prompt + {RESPONSE} response) tokens, 1 libtorch thread, {}): {:.1} ms/step, {:.0} tokens/s trained",
+        "train step ({ROWS} rows x ({PROMPT} prompt + {RESPONSE} response) tokens, {} model, {:?}, 1 libtorch thread, {}): {:.1} ms/step, {:.0} tokens/s trained",
+        if config.layers > 2 {
+            "medium"
+        } else {
+            "example"
+        },
+        common::device(),
         if budget.is_zero() {
             "test mode: one step, not a measurement".to_string()
         } else {

@@ -7,6 +7,7 @@ pub use tch;
 pub mod checkpoint;
 pub mod collectives;
 pub mod data;
+pub mod device;
 pub mod exec;
 pub mod generate;
 pub mod hf;

@@ -5,6 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use rlc_runtime::device::DeviceRequest;
 use rlc_runtime::exec::{self, RunError, RunOptions};
 use tch::Tensor;
 
@@ -61,6 +62,16 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn run(source: &str, dir: &Path, resume: bool, stop_after: Option<u64>) -> Result<(), RunError> {
+    run_on(source, dir, resume, stop_after, DeviceRequest::Auto)
+}
+
+fn run_on(
+    source: &str,
+    dir: &Path,
+    resume: bool,
+    stop_after: Option<u64>,
+    device: DeviceRequest,
+) -> Result<(), RunError> {
     let checked = common::checked("job.rl", source);
     let plan = rlc_plan::lower::lower(&checked).expect("the test program lowers");
     let options = RunOptions {
@@ -71,6 +82,7 @@ fn run(source: &str, dir: &Path, resume: bool, stop_after: Option<u64>) -> Resul
         progress: false,
         stop_after,
         threads: Some(2),
+        device,
     };
     exec::run(&plan, &checked.modules, &options).map(|_| ())
 }
@@ -134,6 +146,28 @@ fn training_moves_the_weights_and_a_seed_fixes_the_metrics() {
     assert_eq!(metrics(&a), metrics(&b));
     let moved = max_difference(&weights(&a, 2), &weights(&a, 4));
     assert!(moved > 1e-4, "the policy did not train ({moved})");
+}
+
+/// `--device cuda`: on CUDA devices where libtorch sees them (the policy trains and its
+/// weights stay finite); without CUDA, the CPU run, byte for byte.
+#[test]
+fn cuda_requested_runs_on_cuda_or_falls_back_to_the_cpu() {
+    let (cpu, cuda) = (scratch("dev-cpu"), scratch("dev-cuda"));
+    let source = program("0..2", "dp(2)", 2, 2);
+    run_on(&source, &cpu, false, None, DeviceRequest::Cpu).unwrap();
+    run_on(&source, &cuda, false, None, DeviceRequest::Cuda).unwrap();
+    match rlc_runtime::device::cuda_devices() {
+        Err(_) => assert_eq!(metrics(&cpu), metrics(&cuda)),
+        Ok(_) => {
+            // The first rollout samples from the same weights with the same random numbers.
+            let first = |dir: &Path| -> serde_json::Value {
+                serde_json::from_str(&metrics(dir)[0]).unwrap()
+            };
+            assert_eq!(first(&cpu)["reward"], first(&cuda)["reward"]);
+            let diff = max_difference(&weights(&cpu, 2), &weights(&cuda, 2));
+            assert!(diff < 1e-3, "CUDA and CPU weights differ by {diff}");
+        }
+    }
 }
 
 #[test]

@@ -263,27 +263,34 @@ fn defaults_apply_when_parameters_are_left_out() {
     assert_close("ppo_clip with default eps", &got[0], &want, None);
 }
 
+/// The `f32[B, T]` parameters of a scalar `fn` (its derivatives' inputs); none for the others.
+fn differentiable(def: &FnDef) -> Vec<&str> {
+    let scalar = def
+        .ret
+        .as_ref()
+        .is_some_and(|r| r.name.name == "f32" && r.dims.as_ref().is_none_or(Vec::is_empty));
+    if !scalar {
+        return Vec::new();
+    }
+    def.params
+        .iter()
+        .filter(|x| {
+            x.ty.as_ref().is_some_and(|t| {
+                t.name.name == "f32" && t.dims.as_ref().is_some_and(|d| d.len() == 2)
+            })
+        })
+        .map(|x| x.name.name.as_str())
+        .collect()
+}
+
 #[test]
 fn derivatives_match_autograd() {
     let p = program();
     let mut rng = Rng::new(5);
     let mut checked_grads = 0;
     for (name, def) in functions(&p) {
-        let scalar = def
-            .ret
-            .as_ref()
-            .is_some_and(|r| r.name.name == "f32" && r.dims.as_ref().is_none_or(Vec::is_empty));
-        let wrt: Vec<&str> = def
-            .params
-            .iter()
-            .filter(|x| {
-                x.ty.as_ref().is_some_and(|t| {
-                    t.name.name == "f32" && t.dims.as_ref().is_some_and(|d| d.len() == 2)
-                })
-            })
-            .map(|x| x.name.name.as_str())
-            .collect();
-        if !scalar || wrt.is_empty() {
+        let wrt = differentiable(&def);
+        if wrt.is_empty() {
             continue;
         }
         let given: Vec<&str> = def.params.iter().map(|x| x.name.name.as_str()).collect();
@@ -353,4 +360,63 @@ fn scan_loss(r: f32[B, T], v: f32[B, T], m: Mask[B, T]) -> f32 {
         Err(e) => panic!("unexpected error: {e}"),
         Ok(_) => panic!("a derivative through a scan was accepted"),
     }
+}
+
+/// On a machine with CUDA: every std `fn` (and the scalar ones' derivatives) as CUDA C on
+/// libtorch's CUDA tensors equals the CPU JIT. Skips, saying so, without CUDA — unless
+/// `RLC_REQUIRE_GPU` is set (`scripts/gpu-check.sh`), where that is a failure.
+#[test]
+fn cuda_tensors_match_the_cpu_jit() {
+    use rlc_runtime::kernels::fused_cuda::FusedCuda;
+    if let Err(why) = rlc_runtime::device::cuda_devices() {
+        assert!(
+            std::env::var_os("RLC_REQUIRE_GPU").is_none(),
+            "RLC_REQUIRE_GPU is set and CUDA is not available: {why}"
+        );
+        eprintln!("cuda_tensors_match_the_cpu_jit: skipped (CUDA is not available: {why})");
+        return;
+    }
+    let p = program();
+    let mut rng = Rng::new(12);
+    let mut compared = 0;
+    for (name, def) in functions(&p) {
+        let given: Vec<&str> = def.params.iter().map(|x| x.name.name.as_str()).collect();
+        // With derivatives where the fused back end has them (not through scans).
+        let wrt = differentiable(&def);
+        let wrt = if Fused::new(&p.modules, &name, &given, &wrt).is_ok() {
+            wrt
+        } else {
+            Vec::new()
+        };
+        let (Ok(cpu), gpu) = (
+            Fused::new(&p.modules, &name, &given, &wrt),
+            FusedCuda::new(&p.modules, &name, &given, &wrt, 0),
+        ) else {
+            continue;
+        };
+        let gpu = gpu.unwrap_or_else(|e| panic!("{name} on CUDA: {e}"));
+        for case in cases() {
+            let args = arguments(&def, &case, &mut rng, true);
+            let on_gpu: Vec<(String, Tensor)> = args
+                .iter()
+                .map(|(n, t)| (n.clone(), t.to_device(tch::Device::Cuda(0))))
+                .collect();
+            let want = cpu.run(&scalar_inputs(&args), 2).unwrap();
+            let got = gpu
+                .run(&scalar_inputs(&on_gpu))
+                .unwrap_or_else(|e| panic!("{name} on CUDA: {e}"));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.device(), tch::Device::Cuda(0), "{name}: output {i}");
+                assert_close(
+                    &format!("{name} output {i} on CUDA ({}×{})", case.b, case.t),
+                    &g.to_device(tch::Device::Cpu),
+                    w,
+                    None,
+                );
+            }
+            compared += 1;
+        }
+    }
+    println!("compared {compared} CUDA runs with the CPU JIT");
+    assert!(compared > 40 * 7, "only {compared} comparisons");
 }

@@ -30,6 +30,12 @@ pub struct RunArgs {
     /// CPU threads libtorch may use in all (default: every core), shared by the ranks.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Where the ranks' models and tensors live: `auto` (CUDA for a GPU cluster, else the
+    /// CPU), `cpu`, or `cuda` (the visible CUDA devices, shared round-robin; the CPU with a
+    /// note when CUDA is not available).
+    #[arg(long, value_name = "DEVICE", default_value = "auto",
+          value_parser = ["auto", "cpu", "cuda"])]
+    pub device: String,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -83,6 +89,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         progress: std::io::stderr().is_terminal(),
         stop_after: args.stop_after,
         threads: args.threads,
+        device: args.device.parse()?,
     };
     eprintln!(
         "running `{}` ({} steps, {} ranks) into {}",

@@ -5,12 +5,13 @@
 
 use rlc_plan::model::{Op, OpKind};
 use rlc_syntax::ast::{self, BinaryOp, Expr, ExprKind, Ident, Span, UnaryOp};
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::error::{Result, RunError};
 use super::rank::Rank;
 use crate::data::{self, tokens};
 use crate::kernels::fused::{Fused, FusedError};
+use crate::kernels::fused_cuda::FusedCuda;
 use crate::kernels::reference::{Arg, Bound, Evaluator};
 use rlc_kernel::KernelError;
 use std::rc::Rc;
@@ -53,7 +54,7 @@ impl Rank<'_> {
             step,
             source,
         };
-        let eval = Evaluator::new(self.job.modules);
+        let eval = Evaluator::new(self.job.modules).with_device(self.device);
         // A `fn` of a loaded module by its full name; otherwise the name as the root module
         // sees it (its own `fn`s, imported ones and the builtins).
         let loaded = module.as_deref().is_some_and(|m| {
@@ -73,14 +74,21 @@ impl Rank<'_> {
                 })
                 .collect();
             let name = format!("{m}.{function}");
-            if let Some(fused) = self.fused_kernel(&name, &args) {
+            let ran = match self.device {
+                Device::Cuda(ordinal) => self
+                    .fused_cuda_kernel(&name, &args, ordinal)
+                    .map(|fused| fused.run(&args)),
                 // Ranks are already one thread per core: the kernel's rows stay on this one.
-                match fused.run(&args, 1) {
-                    Ok(mut out) => return Ok(out.remove(0)),
-                    Err(FusedError::Kernel(KernelError::Inputs(_)) | FusedError::Input(_)) => {}
-                    Err(e) => {
-                        return Err(RunError::Unsupported(format!("fused `{name}`: {e}")));
-                    }
+                _ => self
+                    .fused_kernel(&name, &args)
+                    .map(|fused| fused.run(&args, 1)),
+            };
+            match ran {
+                Some(Ok(mut out)) => return Ok(out.remove(0)),
+                None
+                | Some(Err(FusedError::Kernel(KernelError::Inputs(_)) | FusedError::Input(_))) => {}
+                Some(Err(e)) => {
+                    return Err(RunError::Unsupported(format!("fused `{name}`: {e}")));
                 }
             }
             return eval.call(&name, &args).map_err(fail);
@@ -100,6 +108,26 @@ impl Rank<'_> {
             .entry(key)
             .or_insert_with(|| {
                 Fused::new(self.job.modules, function, &given, &[])
+                    .ok()
+                    .map(Rc::new)
+            })
+            .clone()
+    }
+
+    /// As [`Self::fused_kernel`], compiled by NVRTC for CUDA device `ordinal`.
+    fn fused_cuda_kernel(
+        &self,
+        function: &str,
+        args: &[(&str, Arg)],
+        ordinal: usize,
+    ) -> Option<Rc<FusedCuda>> {
+        let given: Vec<&str> = args.iter().map(|(n, _)| *n).collect();
+        let key = format!("{function}({})", given.join(","));
+        self.fused_cuda
+            .borrow_mut()
+            .entry(key)
+            .or_insert_with(|| {
+                FusedCuda::new(self.job.modules, function, &given, &[], ordinal)
                     .ok()
                     .map(Rc::new)
             })
@@ -133,7 +161,7 @@ impl Rank<'_> {
             };
             scores.push(data::score(response, &sample) as f32);
         }
-        Ok(Tensor::from_slice(&scores))
+        Ok(Tensor::from_slice(&scores).to_device(self.device))
     }
 }
 

@@ -5,8 +5,12 @@
 //! What runs: data-parallel layouts (`dp`) of every role, colocated instances of a role
 //! sharing one model per rank, sampling from std's tasks and JSONL files, generation,
 //! log-probs / values / scores, kernels (the reference evaluator), `update` with its loss
-//! closure, `log` and `checkpoint`. Tensor, pipeline and sharded layouts, transfers between
-//! layouts and GPU clusters are refused with [`RunError::Unsupported`].
+//! closure, `log` and `checkpoint`. Tensor, pipeline and sharded layouts and transfers between
+//! layouts are refused with [`RunError::Unsupported`].
+//!
+//! Devices: ranks of a GPU cluster (or of any cluster with `--device cuda`) hold their models
+//! and tensors on the CUDA devices libtorch sees, round-robin; without CUDA they run on the
+//! CPU after saying why ([`crate::device`]).
 
 mod ckpt;
 mod error;
@@ -30,6 +34,7 @@ use rlc_plan::model::{Axis, OpKind};
 
 use crate::collectives::Group;
 use crate::report::{Report, ReportOptions, StepRecord};
+use crate::device::{DeviceRequest, rank_device};
 use error::Result;
 use job::Job;
 use rank::{Comms, Rank};
@@ -51,6 +56,8 @@ pub struct RunOptions {
     /// Threads libtorch may use in all; split between the ranks.
     pub threads: Option<usize>,
 }
+    /// Where the ranks' models and tensors live.
+    pub device: DeviceRequest,
 
 #[derive(Debug)]
 pub struct RunOutcome {
@@ -72,6 +79,7 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
         .unwrap_or(1);
     tch::set_num_threads((threads / world as usize).max(1) as i32);
     let resume = if options.resume {
+    let devices = rank_devices(plan, options.device);
         resume_point(plan, &options.run_dir)?
     } else {
         None
@@ -106,10 +114,12 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
                 let job = &job;
                 let resume = &resume;
                 scope.spawn(move || -> Result<()> {
+                let device = devices[rank as usize];
                     let mut r = Rank::new(
                         job,
                         rank,
                         comms,
+                        device,
                         options.seed,
                         &options.source_dir,
                         &options.run_dir,
@@ -179,15 +189,24 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
 }
 
 /// Refuses what this runtime does not execute, before any work.
+/// Each rank's device. Where CUDA was asked for (`--device cuda`, or a GPU cluster) but is
+/// not there, says why on stderr and runs on the CPU.
+fn rank_devices(plan: &Plan, request: DeviceRequest) -> Vec<tch::Device> {
+    let gpu_cluster = plan.clusters.iter().any(|c| !c.is_cpu);
+    let mut said = false;
+    (0..plan.world_size)
+        .map(|rank| {
+            rank_device(request, gpu_cluster, rank).unwrap_or_else(|(cpu, why)| {
+                if !std::mem::replace(&mut said, true) {
+                    eprintln!("note: CUDA is not available ({why}); running on the CPU");
+                }
+                cpu
+            })
+        })
+        .collect()
+}
+
 fn supported(plan: &Plan) -> Result<()> {
-    for cluster in &plan.clusters {
-        if !cluster.is_cpu {
-            return Err(RunError::Unsupported(format!(
-                "cluster `{}` has {} devices: this build runs CPU clusters",
-                cluster.name, cluster.device
-            )));
-        }
-    }
     for instance in &plan.instances {
         let l = &instance.layout;
         if l.tp > 1 || l.pp > 1 || l.fsdp > 1 || l.sp > 1 {

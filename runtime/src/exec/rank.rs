@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use rlc_plan::model::{Input, Op, OpKind, RankProgram, Step};
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::error::{Result, RunError};
 use super::job::Job;
@@ -36,6 +36,8 @@ pub struct Comms {
 pub struct Rank<'j> {
     pub job: &'j Job<'j>,
     pub rank: u32,
+    /// Where this rank's models and tensors live.
+    pub device: Device,
     program: &'j RankProgram,
     /// The data-parallel communicator of each instance this rank belongs to.
     comms: Comms,
@@ -50,12 +52,17 @@ pub struct Rank<'j> {
     /// does not cover it, the reference evaluator runs it).
     pub(super) fused:
         std::cell::RefCell<HashMap<String, Option<std::rc::Rc<crate::kernels::fused::Fused>>>>,
+    /// The same on a CUDA rank: compiled by NVRTC for its device.
+    pub(super) fused_cuda: std::cell::RefCell<
+        HashMap<String, Option<std::rc::Rc<crate::kernels::fused_cuda::FusedCuda>>>,
+    >,
 }
 
 impl<'j> Rank<'j> {
     pub fn new(
         job: &'j Job<'j>,
         rank: u32,
+        device: Device,
         comms: Comms,
         seed: u64,
         source_dir: &Path,
@@ -73,7 +80,7 @@ impl<'j> Rank<'j> {
                 continue;
             }
             let optimizer_steps = job.steps * optimizer_steps_per_step(job, &instance.role);
-            let state = RoleState::new(plan, &instance.role, optimizer_steps, source_dir)?;
+            let state = RoleState::new(plan, &instance.role, optimizer_steps, source_dir, device)?;
             roles.insert(instance.role.clone(), state);
         }
         let samplers = job
@@ -84,6 +91,7 @@ impl<'j> Rank<'j> {
         Ok(Rank {
             job,
             rank,
+            device,
             program,
             comms,
             roles,
@@ -93,6 +101,7 @@ impl<'j> Rank<'j> {
             run_dir,
             pending: Vec::new(),
             fused: Default::default(),
+            fused_cuda: Default::default(),
         })
     }
 
@@ -162,7 +171,7 @@ impl<'j> Rank<'j> {
                 };
                 let total = samples.len() as i64 * parts as i64;
                 let model = &self.role(role)?.model;
-                let rollout = rollout::rollout(model, samples, first, total, &how)?;
+                let rollout = rollout::rollout(model, samples, first, total, &how, self.device)?;
                 let local = rollout
                     .field("mask")
                     .map_or(0.0, |m| m.sum(Kind::Double).double_value(&[]));

@@ -28,12 +28,18 @@ pub struct Training {
 impl RoleState {
     /// Builds role `name` with its initial weights. `optimizer_steps`: optimizer steps the whole
     /// run takes (the schedule's length).
-    pub fn new(plan: &Plan, name: &str, optimizer_steps: u64, source_dir: &Path) -> Result<Self> {
+    pub fn new(
+        plan: &Plan,
+        name: &str,
+        optimizer_steps: u64,
+        source_dir: &Path,
+        device: Device,
+    ) -> Result<Self> {
         let role = plan
             .role(name)
             .ok_or_else(|| RunError::Plan(format!("no role `{name}`")))?;
         let heads = heads_of(role)?;
-        let (mut vs, model) = initial_weights(plan, role, heads, source_dir, 0)?;
+        let (mut vs, model) = initial_weights(plan, role, heads, source_dir, device, 0)?;
         let training = match (&role.optimizer, role.frozen) {
             (Some(opt), false) => {
                 if opt.name != "adamw" {
@@ -121,6 +127,7 @@ fn initial_weights(
     role: &Role,
     heads: Heads,
     source_dir: &Path,
+    device: Device,
     depth: usize,
 ) -> Result<(nn::VarStore, Transformer)> {
     match &role.init {
@@ -142,7 +149,7 @@ fn initial_weights(
                 tie_embeddings: arch.tie_embeddings,
                 qkv_bias: false,
             };
-            let vs = nn::VarStore::new(Device::Cpu);
+            let vs = nn::VarStore::new(device);
             let model = Transformer::new(&vs.root(), &config, heads, *seed)
                 .map_err(|e| RunError::Plan(format!("`{}`: {e}", role.name)))?;
             Ok((vs, model))
@@ -151,16 +158,13 @@ fn initial_weights(
             let source = plan
                 .role(source)
                 .ok_or_else(|| RunError::Plan(format!("no role `{source}`")))?;
-            initial_weights(plan, source, heads, source_dir, depth + 1)
+            initial_weights(plan, source, heads, source_dir, device, depth + 1)
         }
-        Init::HuggingFace { path } => {
-            crate::hf::load_model(&source_dir.join(path), heads, Device::Cpu).map_err(|e| {
-                RunError::Weights {
-                    role: role.name.clone(),
-                    message: e.to_string(),
-                }
-            })
-        }
+        Init::HuggingFace { path } => crate::hf::load_model(&source_dir.join(path), heads, device)
+            .map_err(|e| RunError::Weights {
+                role: role.name.clone(),
+                message: e.to_string(),
+            }),
         other => Err(RunError::Unsupported(format!(
             "initialising `{}` from {other:?}",
             role.name

@@ -1,6 +1,6 @@
 //! `generate` on a rank's prompts, and the model calls that read a rollout.
 
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::error::Result;
 use super::values::Rollout;
@@ -24,9 +24,11 @@ pub fn rollout(
     first: i64,
     total: i64,
     how: &Sampling,
+    device: Device,
 ) -> Result<Rollout> {
     let prompts: Vec<Vec<i64>> = samples.iter().map(|s| s.prompt.clone()).collect();
     let (prompt_ids, prompt_mask) = left_pad(&prompts, tokens::PAD);
+    let (prompt_ids, prompt_mask) = (prompt_ids.to_device(device), prompt_mask.to_device(device));
     let config = GenerateConfig {
         max_new: how.max_new,
         samples_per_prompt: how.n,
@@ -46,7 +48,7 @@ pub fn rollout(
     let response = out
         .response_ids
         .constant_pad_nd([0, pad])
-        .masked_fill(&pad_columns(rows, width, how.max_new), tokens::PAD);
+        .masked_fill(&pad_columns(rows, width, how.max_new, device), tokens::PAD);
     let mask = out
         .response_mask
         .constant_pad_nd([0, pad])
@@ -62,7 +64,9 @@ pub fn rollout(
             row
         })
         .collect();
-    let target = Tensor::from_slice(&targets.concat()).view([rows, how.max_new]);
+    let target = Tensor::from_slice(&targets.concat())
+        .view([rows, how.max_new])
+        .to_device(device);
     let group = &out.group_ids + first;
     let prompt_len = out.prompt_ids.size()[1];
     let ids = Tensor::cat(&[&out.prompt_ids, &response], 1);
@@ -84,8 +88,8 @@ pub fn rollout(
 }
 
 /// `[rows, max_new]`: true in the columns added after the generated `width`.
-fn pad_columns(rows: i64, width: i64, max_new: i64) -> Tensor {
-    Tensor::arange(max_new, (Kind::Int64, tch::Device::Cpu))
+fn pad_columns(rows: i64, width: i64, max_new: i64, device: Device) -> Tensor {
+    Tensor::arange(max_new, (Kind::Int64, device))
         .ge(width)
         .unsqueeze(0)
         .expand([rows, max_new], false)

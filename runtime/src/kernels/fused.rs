@@ -10,7 +10,7 @@
 use super::reference::Arg;
 use rlc_check::modules::Modules;
 use rlc_kernel::KernelError;
-use rlc_kernel::ir::Elem;
+use rlc_kernel::ir::{Elem, Kernel};
 use rlc_kernel::jit::{Jit, Slice, SliceMut};
 use tch::{Device, Kind, Tensor};
 
@@ -29,7 +29,57 @@ pub enum FusedError {
     Torch(#[from] tch::TchError),
 }
 
-fn kind_of(elem: Elem) -> Kind {
+/// The axis sizes `args` give kernel `k`, and its inputs in order as contiguous tensors of
+/// their element kinds on `device` (numbers as 0-d tensors); a missing argument or a shape
+/// that disagrees is an error.
+pub(super) fn kernel_inputs(
+    k: &Kernel,
+    args: &[(&str, Arg)],
+    device: Device,
+) -> Result<(Vec<usize>, Vec<Tensor>), FusedError> {
+    let mut sizes: Vec<Option<i64>> = vec![None; k.axes.len()];
+    let mut inputs: Vec<Tensor> = Vec::with_capacity(k.inputs.len());
+    for p in &k.inputs {
+        let arg = args
+            .iter()
+            .find(|(n, _)| *n == p.name)
+            .map(|(_, a)| a)
+            .ok_or_else(|| FusedError::Input(format!("missing `{}`", p.name)))?;
+        let t = match arg {
+            Arg::Tensor(t) => t.shallow_clone(),
+            Arg::Number(x) => Tensor::f_scalar_tensor(*x, (Kind::Float, device))?,
+        };
+        let shape = t.size();
+        if shape.len() != p.level {
+            return Err(FusedError::Input(format!(
+                "`{}` has {} dimensions, the kernel needs {}",
+                p.name,
+                shape.len(),
+                p.level
+            )));
+        }
+        for (i, &n) in shape.iter().enumerate() {
+            match sizes[i] {
+                Some(s) if s != n => {
+                    return Err(FusedError::Input(format!(
+                        "`{}` has {n} along `{}`, another input {s}",
+                        p.name, k.axes[i]
+                    )));
+                }
+                _ => sizes[i] = Some(n),
+            }
+        }
+        let t = t
+            .f_to_device(device)?
+            .f_to_kind(kind_of(p.elem))?
+            .f_contiguous()?;
+        inputs.push(t);
+    }
+    let sizes = sizes.into_iter().map(|s| s.unwrap_or(1) as usize).collect();
+    Ok((sizes, inputs))
+}
+
+pub(super) fn kind_of(elem: Elem) -> Kind {
     match elem {
         Elem::F32 => Kind::Float,
         Elem::I32 => Kind::Int,
@@ -64,45 +114,7 @@ impl Fused {
     /// derivatives), `f32` except for masks and integers.
     pub fn run(&self, args: &[(&str, Arg)], threads: usize) -> Result<Vec<Tensor>, FusedError> {
         let k = self.jit.kernel();
-        let mut sizes: Vec<Option<i64>> = vec![None; k.axes.len()];
-        let mut inputs: Vec<Tensor> = Vec::with_capacity(k.inputs.len());
-        for p in &k.inputs {
-            let arg = args
-                .iter()
-                .find(|(n, _)| *n == p.name)
-                .map(|(_, a)| a)
-                .ok_or_else(|| FusedError::Input(format!("missing `{}`", p.name)))?;
-            let t = match arg {
-                Arg::Tensor(t) => t.shallow_clone(),
-                Arg::Number(x) => Tensor::f_scalar_tensor(*x, (Kind::Float, Device::Cpu))?,
-            };
-            let shape = t.size();
-            if shape.len() != p.level {
-                return Err(FusedError::Input(format!(
-                    "`{}` has {} dimensions, the kernel needs {}",
-                    p.name,
-                    shape.len(),
-                    p.level
-                )));
-            }
-            for (i, &n) in shape.iter().enumerate() {
-                match sizes[i] {
-                    Some(s) if s != n => {
-                        return Err(FusedError::Input(format!(
-                            "`{}` has {n} along `{}`, another input {s}",
-                            p.name, k.axes[i]
-                        )));
-                    }
-                    _ => sizes[i] = Some(n),
-                }
-            }
-            let t = t
-                .f_to_device(Device::Cpu)?
-                .f_to_kind(kind_of(p.elem))?
-                .f_contiguous()?;
-            inputs.push(t);
-        }
-        let sizes: Vec<usize> = sizes.into_iter().map(|s| s.unwrap_or(1) as usize).collect();
+        let (sizes, inputs) = kernel_inputs(k, args, Device::Cpu)?;
         let outputs: Vec<Tensor> = k
             .outputs
             .iter()

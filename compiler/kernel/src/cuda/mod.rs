@@ -66,6 +66,14 @@ impl Gpu {
     /// Opens device 0. An error (never a panic) when the driver library, NVRTC or a device
     /// is missing: "CUDA is not available: …".
     pub fn new() -> Result<Gpu> {
+        Gpu::on(0)
+    }
+
+    /// Opens device `ordinal` (its primary context: the one libtorch's CUDA tensors live in,
+    /// so their device pointers are valid here). Kernels run on the context's legacy default
+    /// stream, which is also libtorch's default stream: they are ordered after the tensor
+    /// work queued before them.
+    pub fn on(ordinal: usize) -> Result<Gpu> {
         // SAFETY: these only try to open the shared libraries by their usual names.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(unavailable(
@@ -78,7 +86,7 @@ impl Gpu {
             ));
         }
         guard("CUDA is not available", || {
-            let ctx = CudaContext::new(0).map_err(unavailable)?;
+            let ctx = CudaContext::new(ordinal).map_err(unavailable)?;
             let (major, minor) = ctx.compute_capability().map_err(unavailable)?;
             let stream = ctx.default_stream();
             Ok(Gpu {
@@ -164,6 +172,40 @@ pub struct GpuKernel {
     source: String,
     passes: Vec<CudaFunction>,
     stream: Arc<CudaStream>,
+}
+
+/// A buffer of a run: the kernel's own device memory, or the caller's.
+enum Buf {
+    Owned(CudaSlice<u8>),
+    Caller(u64),
+}
+
+impl Buf {
+    fn ptr(&self, st: &Arc<CudaStream>) -> u64 {
+        match self {
+            Buf::Owned(b) => b.device_ptr(st).0,
+            Buf::Caller(p) => *p,
+        }
+    }
+
+    /// Stored values and barriers are always the kernel's own.
+    fn owned(&mut self) -> Result<&mut CudaSlice<u8>> {
+        match self {
+            Buf::Owned(b) => Ok(b),
+            Buf::Caller(_) => Err(KernelError::Codegen(
+                "a barrier buffer is the caller's memory".into(),
+            )),
+        }
+    }
+
+    fn owned_ref(&self) -> Result<&CudaSlice<u8>> {
+        match self {
+            Buf::Owned(b) => Ok(b),
+            Buf::Caller(_) => Err(KernelError::Codegen(
+                "a stored buffer is the caller's memory".into(),
+            )),
+        }
+    }
 }
 
 /// Host data as bytes in the element's memory layout (one byte per mask element).
@@ -259,6 +301,53 @@ impl GpuKernel {
         })
     }
 
+    /// Runs the kernel on device memory the caller owns, on this kernel's device: `inputs` and
+    /// `outputs` are device pointers in the kernel's order, each to a row-major buffer of its
+    /// element type and `count(level)` elements; the outputs must be zeroed. Returns when the
+    /// passes are done. The kernel's own buffers (stored values, barriers) are allocated here.
+    ///
+    /// # Safety
+    /// Every pointer must be valid device memory of this kernel's context, of the size above,
+    /// not written by anything else until this returns.
+    pub unsafe fn run_on_device(
+        &self,
+        sizes: &[usize],
+        inputs: &[u64],
+        outputs: &[u64],
+    ) -> Result<()> {
+        let k = &self.kernel;
+        if sizes.len() != k.axes.len()
+            || inputs.len() != k.inputs.len()
+            || outputs.len() != k.outputs.len()
+        {
+            return Err(KernelError::Inputs(format!(
+                "{} axis sizes, {} inputs and {} outputs given, the kernel has {}, {} and {}",
+                sizes.len(),
+                inputs.len(),
+                outputs.len(),
+                k.axes.len(),
+                k.inputs.len(),
+                k.outputs.len()
+            )));
+        }
+        guard("running a CUDA kernel", || {
+            let count = |level: usize| sizes[..level].iter().product::<usize>();
+            let mut bufs = Vec::with_capacity(self.schedule.buffers.len());
+            for buf in &self.schedule.buffers {
+                bufs.push(match buf.role {
+                    Role::Input(i) => Buf::Caller(inputs[i]),
+                    Role::Output(i) => Buf::Caller(outputs[i]),
+                    _ => Buf::Owned(
+                        self.stream
+                            .alloc_zeros::<u8>((count(buf.level) * buf.elem.bytes()).max(4))
+                            .map_err(cuda_err("allocating on the device"))?,
+                    ),
+                });
+            }
+            self.launch(sizes, &mut bufs)
+        })
+    }
+
     fn run_checked(
         &self,
         sizes: &[usize],
@@ -269,7 +358,7 @@ impl GpuKernel {
         let st = &self.stream;
         let count = |level: usize| sizes[..level].iter().product::<usize>();
         // Every buffer on the device (at least 4 bytes: no empty allocations).
-        let mut bufs: Vec<CudaSlice<u8>> = Vec::with_capacity(s.buffers.len());
+        let mut bufs: Vec<Buf> = Vec::with_capacity(s.buffers.len());
         for buf in &s.buffers {
             let bytes = count(buf.level) * buf.elem.bytes();
             let dev = match buf.role {
@@ -281,9 +370,40 @@ impl GpuKernel {
                 _ => st.alloc_zeros::<u8>(bytes.max(4)),
             }
             .map_err(cuda_err("copying to the device"))?;
-            bufs.push(dev);
+            bufs.push(Buf::Owned(dev));
         }
-        let ptrs: Vec<u64> = bufs.iter().map(|b| b.device_ptr(st).0).collect();
+        self.launch(sizes, &mut bufs)?;
+        for (i, out) in outputs.iter_mut().enumerate() {
+            let Some(b) = s.buffer_of(Role::Output(i)) else {
+                continue;
+            };
+            let bytes = st
+                .clone_dtoh(bufs[b].owned()?)
+                .map_err(cuda_err("copying outputs back"))?;
+            match out {
+                SliceMut::F32(o) => {
+                    let n = o.len();
+                    o.copy_from_slice(&f32s(&bytes)[..n]);
+                }
+                SliceMut::I32(o) => {
+                    let n = o.len();
+                    o.copy_from_slice(&i32s(&bytes)[..n]);
+                }
+                SliceMut::Bool(o) => {
+                    let n = o.len();
+                    o.copy_from_slice(&bytes[..n]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs every pass on the kernel's stream, the host's barrier steps between them; returns
+    /// when they are done.
+    fn launch(&self, sizes: &[usize], bufs: &mut [Buf]) -> Result<()> {
+        let s = &self.schedule;
+        let st = &self.stream;
+        let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr(st)).collect();
         let ptrs_dev = st.clone_htod(&ptrs).map_err(cuda_err("buffer table"))?;
         let sizes_i64: Vec<i64> = sizes.iter().map(|&x| x as i64).collect();
         let sizes_dev = st
@@ -322,36 +442,14 @@ impl GpuKernel {
             // as written by `emit`; every buffer holds `count(level)` elements of its type and
             // scratch `scans · cols` floats per thread of the grid.
             unsafe { launch.launch(cfg) }.map_err(cuda_err("launching a pass"))?;
-            self.finish_barriers(p, &mut bufs, rows)?;
+            self.finish_barriers(p, bufs, rows)?;
         }
-        st.synchronize().map_err(cuda_err("running the passes"))?;
-        for (i, out) in outputs.iter_mut().enumerate() {
-            let Some(b) = s.buffer_of(Role::Output(i)) else {
-                continue;
-            };
-            let bytes = st
-                .clone_dtoh(&bufs[b])
-                .map_err(cuda_err("copying outputs back"))?;
-            match out {
-                SliceMut::F32(o) => {
-                    let n = o.len();
-                    o.copy_from_slice(&f32s(&bytes)[..n]);
-                }
-                SliceMut::I32(o) => {
-                    let n = o.len();
-                    o.copy_from_slice(&i32s(&bytes)[..n]);
-                }
-                SliceMut::Bool(o) => {
-                    let n = o.len();
-                    o.copy_from_slice(&bytes[..n]);
-                }
-            }
-        }
-        Ok(())
+        // Before the buffer table, sizes and scratch are dropped.
+        st.synchronize().map_err(cuda_err("running the passes"))
     }
 
     /// The host's part after pass `p`: each barrier from its stored operands (B values).
-    fn finish_barriers(&self, p: usize, bufs: &mut [CudaSlice<u8>], rows: usize) -> Result<()> {
+    fn finish_barriers(&self, p: usize, bufs: &mut [Buf], rows: usize) -> Result<()> {
         let s = &self.schedule;
         let st = &self.stream;
         if s.passes[p].host.is_empty() {
@@ -359,11 +457,11 @@ impl GpuKernel {
         }
         // The pass must be done before its operands are read (and errors show up here).
         st.synchronize().map_err(cuda_err("running a pass"))?;
-        let read = |node: usize, bufs: &[CudaSlice<u8>]| -> Result<Vec<u8>> {
+        let read = |node: usize, bufs: &[Buf]| -> Result<Vec<u8>> {
             let b = s.buffer_of(Role::Stored(node)).ok_or_else(|| {
                 KernelError::Codegen(format!("barrier operand %{node} is not stored"))
             })?;
-            st.clone_dtoh(&bufs[b])
+            st.clone_dtoh(bufs[b].owned_ref()?)
                 .map_err(cuda_err("copying a barrier's operands"))
         };
         for &b in &s.passes[p].host {
@@ -389,9 +487,10 @@ impl GpuKernel {
                 }
                 _ => continue,
             };
+            let dst = bufs[out].owned()?;
             let mut bytes: Vec<u8> = result.iter().flat_map(|x| x.to_ne_bytes()).collect();
-            bytes.resize(bufs[out].len(), 0);
-            st.memcpy_htod(&bytes, &mut bufs[out])
+            bytes.resize(dst.len(), 0);
+            st.memcpy_htod(&bytes, dst)
                 .map_err(cuda_err("copying a barrier's result"))?;
         }
         Ok(())
