@@ -14,6 +14,8 @@ use crate::kernels::fused::{Fused, FusedError};
 use crate::kernels::fused_cuda::FusedCuda;
 use crate::kernels::reference::{Arg, Bound, Evaluator};
 use rlc_kernel::KernelError;
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 impl Rank<'_> {
@@ -101,17 +103,9 @@ impl Rank<'_> {
     /// The fused kernel of `function` on these arguments, compiled on first use; `None` where
     /// the fused back end does not cover it (the reference evaluator runs it then).
     fn fused_kernel(&self, function: &str, args: &[(&str, Arg)]) -> Option<Rc<Fused>> {
-        let given: Vec<&str> = args.iter().map(|(n, _)| *n).collect();
-        let key = format!("{function}({})", given.join(","));
-        self.fused
-            .borrow_mut()
-            .entry(key)
-            .or_insert_with(|| {
-                Fused::new(self.job.modules, function, &given, &[])
-                    .ok()
-                    .map(Rc::new)
-            })
-            .clone()
+        compiled_once(&self.fused, function, args, |given| {
+            Fused::new(self.job.modules, function, given, &[]).ok()
+        })
     }
 
     /// As [`Self::fused_kernel`], compiled by NVRTC for CUDA device `ordinal`.
@@ -121,17 +115,9 @@ impl Rank<'_> {
         args: &[(&str, Arg)],
         ordinal: usize,
     ) -> Option<Rc<FusedCuda>> {
-        let given: Vec<&str> = args.iter().map(|(n, _)| *n).collect();
-        let key = format!("{function}({})", given.join(","));
-        self.fused_cuda
-            .borrow_mut()
-            .entry(key)
-            .or_insert_with(|| {
-                FusedCuda::new(self.job.modules, function, &given, &[], ordinal)
-                    .ok()
-                    .map(Rc::new)
-            })
-            .clone()
+        compiled_once(&self.fused_cuda, function, args, |given| {
+            FusedCuda::new(self.job.modules, function, given, &[], ordinal).ok()
+        })
     }
 
     /// `dataset.score(rollout)`: the rule-based reward of std's tasks ([`data::score`]) on each
@@ -163,6 +149,23 @@ impl Rank<'_> {
         }
         Ok(Tensor::from_slice(&scores).to_device(self.device))
     }
+}
+
+/// The entry of `cache` for `function` on arguments of these names, made by `compile` (from the
+/// names) on first use.
+fn compiled_once<T>(
+    cache: &RefCell<HashMap<String, Option<Rc<T>>>>,
+    function: &str,
+    args: &[(&str, Arg)],
+    compile: impl FnOnce(&[&str]) -> Option<T>,
+) -> Option<Rc<T>> {
+    let given: Vec<&str> = args.iter().map(|(n, _)| *n).collect();
+    let key = format!("{function}({})", given.join(","));
+    cache
+        .borrow_mut()
+        .entry(key)
+        .or_insert_with(|| compile(&given).map(Rc::new))
+        .clone()
 }
 
 /// The expression of an operator kernel (`sub` is `lhs - rhs`, `neg` is `-x`), as lowering
