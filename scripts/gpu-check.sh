@@ -18,6 +18,7 @@
 #      (the CPU example: models, rollouts, kernels and updates on the GPU), the same steps on
 #      the CPU, and runtime/tests/exec.rs's CUDA-vs-CPU run;
 #   3. benchmarks: the training step and generation (runtime/benches/train_step.rs, rollout.rs)
+#      and the fused kernels against libtorch's CUDA kernels (runtime/benches/kernels.rs)
 #      on CUDA for the example's model and a GPT-2-small-sized one (`cargo bench` gives the CPU's).
 #
 # Libraries: `rlc` links libtorch_cpu.so and opens libtorch_cuda.so from the same folder when
@@ -46,11 +47,13 @@ build() {
   out="$(cargo test -p rlc-runtime --release --locked --test kernels_fused --test exec --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
   cp "$(echo "$out" | executable tests/kernels_fused.rs)" "$dir/kernels_fused"
   cp "$(echo "$out" | executable tests/exec.rs)" "$dir/exec"
-  out="$(cargo bench -p rlc-runtime --locked --bench train_step --bench rollout --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
-  cp "$(echo "$out" | executable benches/train_step.rs)" "$dir/train_step"
-  cp "$(echo "$out" | executable benches/rollout.rs)" "$dir/rollout"
-  # Without symbols they travel in about 50 MB.
+  out="$(cargo bench -p rlc-runtime --locked --bench train_step --bench rollout --bench kernels --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
+  for bench in train_step rollout kernels; do
+    cp "$(echo "$out" | executable "benches/$bench.rs")" "$dir/$bench"
+  done
+  # Without symbols and compressed they travel in about 25 MB.
   strip "$dir"/*
+  gzip -9 -f "$dir"/*
   echo "$dir"
 }
 
@@ -88,8 +91,12 @@ section() { echo; echo "======== $* ========"; }
 
 run() {
   local dir="${1:-.gpu}" shim
-  [[ -x "$dir/rlc" ]] || { echo "no binaries in $dir (run '$0 build' where cargo is)" >&2; exit 1; }
-  dir="$(cd "$dir" && pwd)"
+  [[ -f "$dir/rlc.gz" ]] || { echo "no binaries in $dir (run '$0 build' where cargo is)" >&2; exit 1; }
+  local bin
+  bin="$(mktemp -d)"
+  for f in "$dir"/*.gz; do gunzip -c "$f" >"$bin/$(basename "$f" .gz)"; done
+  chmod +x "$bin"/*
+  dir="$bin"
   LD_LIBRARY_PATH="$(library_dirs | paste -sd: -)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   shim="$(nvrtc_shim)"
   [[ -z "$shim" ]] || LD_LIBRARY_PATH="$shim:$LD_LIBRARY_PATH"
@@ -112,6 +119,8 @@ run() {
     RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model "$dir/train_step" --bench || status=1
     RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model "$dir/rollout" --bench || status=1
   done
+  section "3. benchmarks: fused kernels on CUDA (CUDA C) vs libtorch's CUDA kernels vs a device copy"
+  RLC_BENCH_DEVICE=cuda "$dir/kernels" --bench || status=1
   section "done: $([[ $status == 0 ]] && echo 'all passed' || echo 'SOME FAILED')"
   return $status
 }

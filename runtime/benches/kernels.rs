@@ -12,17 +12,22 @@
 //! eager and the fraction of copy bandwidth. Goals: ≥ 5× eager, ≥ 60 % of copy bandwidth.
 //!
 //! `cargo bench -p rlc-runtime --bench kernels`
+//!
+//! With `RLC_BENCH_DEVICE=cuda` (`scripts/gpu-check.sh`) all three run on CUDA device 0: the
+//! fused kernel as CUDA C (NVRTC) on libtorch's tensors, eager on libtorch's CUDA kernels, the
+//! copy a device-to-device `copy_`; every timed call waits for the device.
 
 mod common;
 
 use criterion::{Criterion, black_box};
 use rlc_check::{Checked, SourceLoader};
 use rlc_diagnostics::Files;
-use rlc_runtime::kernels::fused::Fused;
+use rlc_runtime::kernels::fused::{Fused, FusedError};
+use rlc_runtime::kernels::fused_cuda::FusedCuda;
 use rlc_runtime::kernels::reference::{Arg, Evaluator};
 use rlc_runtime::rng::Rng;
 use std::time::{Duration, Instant};
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 const B: i64 = 512;
 const T: i64 = 1024;
@@ -65,7 +70,33 @@ struct Inputs {
     group: Tensor,
 }
 
-fn inputs() -> Inputs {
+/// A fused kernel on the bench's device.
+enum Kernel {
+    Cpu(Fused),
+    Cuda(FusedCuda),
+}
+
+impl Kernel {
+    fn new(p: &Checked, function: &str, given: &[&str], wrt: &[&str], device: Device) -> Self {
+        let made = match device {
+            Device::Cuda(i) => {
+                FusedCuda::new(&p.modules, function, given, wrt, i).map(Kernel::Cuda)
+            }
+            _ => Fused::new(&p.modules, function, given, wrt).map(Kernel::Cpu),
+        };
+        made.unwrap_or_else(|e: FusedError| panic!("{function} compiles: {e}"))
+    }
+
+    fn run(&self, args: &[(&str, Arg)]) -> Vec<Tensor> {
+        let out = match self {
+            Kernel::Cpu(k) => k.run(args, THREADS),
+            Kernel::Cuda(k) => k.run(args),
+        };
+        out.expect("runs")
+    }
+}
+
+fn inputs(device: Device) -> Inputs {
     let mut rng = Rng::new(1);
     let mut normal = |n: i64| {
         let v: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
@@ -84,15 +115,16 @@ fn inputs() -> Inputs {
         .lt_tensor(&Tensor::from_slice(&lens).view([B, 1]))
         .contiguous();
     let group = Tensor::from_slice(&(0..B).map(|i| (i / 16) as i32).collect::<Vec<_>>());
+    let on = |t: Tensor| t.to_device(device);
     Inputs {
-        r,
-        v,
-        logp,
-        old,
-        adv,
-        mask,
-        score,
-        group,
+        r: on(r),
+        v: on(v),
+        logp: on(logp),
+        old: on(old),
+        adv: on(adv),
+        mask: on(mask),
+        score: on(score),
+        group: on(group),
     }
 }
 
@@ -123,6 +155,25 @@ fn copy(src: &[u8], dst: &mut [u8]) {
     });
 }
 
+/// The bandwidth reference: copying `moved / 2` bytes (read once, written once) on the device.
+fn copier(moved: usize, device: Device) -> Box<dyn FnMut()> {
+    match device {
+        Device::Cuda(_) => {
+            let src = Tensor::ones([(moved / 2) as i64], (Kind::Uint8, device));
+            let mut dst = src.zeros_like();
+            Box::new(move || {
+                let _ = black_box(dst.copy_(&src));
+                common::sync(device);
+            })
+        }
+        _ => {
+            let src = vec![1u8; moved / 2];
+            let mut dst = vec![0u8; moved / 2];
+            Box::new(move || copy(black_box(&src), &mut dst))
+        }
+    }
+}
+
 fn bytes(ts: &[&Tensor]) -> usize {
     ts.iter()
         .map(|t| t.numel() * t.kind().elt_size_in_bytes())
@@ -137,29 +188,30 @@ fn main() {
         .measurement_time(Duration::from_secs(2))
         .configure_from_args();
     let p = program();
-    let eval = Evaluator::new(&p.modules);
-    let x = inputs();
-    let gae = Fused::new(
-        &p.modules,
+    let device = common::device();
+    let eval = Evaluator::new(&p.modules).with_device(device);
+    let x = inputs(device);
+    let gae = Kernel::new(
+        &p,
         "gae_whitened",
         &["r", "v", "m", "gamma", "lam"],
         &[],
-    )
-    .expect("gae compiles");
-    let grpo = Fused::new(
-        &p.modules,
+        device,
+    );
+    let grpo = Kernel::new(
+        &p,
         "grpo_advantage",
         &["score", "group", "mask"],
         &[],
-    )
-    .expect("grpo compiles");
-    let ppo = Fused::new(
-        &p.modules,
+        device,
+    );
+    let ppo = Kernel::new(
+        &p,
         "ppo_loss",
         &["logp", "old", "adv", "m"],
         &["logp"],
-    )
-    .expect("ppo compiles");
+        device,
+    );
 
     let gae_args = || -> Vec<(&str, Arg)> {
         vec![
@@ -185,11 +237,21 @@ fn main() {
             ("m", (&x.mask).into()),
         ]
     };
-    let run_fused = |k: &Fused, args: Vec<(&str, Arg)>| k.run(&args, THREADS).expect("runs");
+    let run_fused = |k: &Kernel, args: Vec<(&str, Arg)>| {
+        let out = k.run(&args);
+        common::sync(device);
+        out
+    };
+    let call = |name: &str, args: Vec<(&str, Arg)>| {
+        let out = eval.call(name, &args).expect("evaluates");
+        common::sync(device);
+        out
+    };
     let ppo_eager = || {
         let logp = x.logp.detach().set_requires_grad(true);
         let loss = eval.call("ppo_loss", &ppo_args(&logp)).expect("evaluates");
         loss.backward();
+        common::sync(device);
         (loss, logp.grad())
     };
 
@@ -201,12 +263,12 @@ fn main() {
     check(
         "gae_whitened",
         &run_fused(&gae, gae_args())[0],
-        &eval.call("gae_whitened", &gae_args()).expect("eager"),
+        &call("gae_whitened", gae_args()),
     );
     check(
         "grpo_advantage",
         &run_fused(&grpo, grpo_args())[0],
-        &eval.call("grpo_advantage", &grpo_args()).expect("eager"),
+        &call("grpo_advantage", grpo_args()),
     );
     let (loss, grad) = ppo_eager();
     let fused = run_fused(&ppo, ppo_args(&x.logp));
@@ -237,25 +299,20 @@ fn main() {
     };
     let eager_fn = |name: &str| {
         let f: Box<dyn Fn()> = match name {
-            "gae_whitened" => Box::new(|| drop(black_box(eval.call("gae_whitened", &gae_args())))),
-            "grpo_advantage" => {
-                Box::new(|| drop(black_box(eval.call("grpo_advantage", &grpo_args()))))
-            }
+            "gae_whitened" => Box::new(|| drop(black_box(call("gae_whitened", gae_args())))),
+            "grpo_advantage" => Box::new(|| drop(black_box(call("grpo_advantage", grpo_args())))),
             _ => Box::new(|| drop(black_box(ppo_eager()))),
         };
         f
     };
     let mut group = criterion.benchmark_group("kernels");
     for (name, moved) in &cases {
-        let src = vec![1u8; moved / 2];
-        let mut dst = vec![0u8; moved / 2];
         let fused = fused_fn(name);
         let eager = eager_fn(name);
+        let mut copy = copier(*moved, device);
         group.bench_function(format!("{name}/fused"), |b| b.iter(&fused));
         group.bench_function(format!("{name}/eager"), |b| b.iter(&eager));
-        group.bench_function(format!("{name}/copy"), |b| {
-            b.iter(|| copy(black_box(&src), &mut dst))
-        });
+        group.bench_function(format!("{name}/copy"), |b| b.iter(&mut copy));
     }
     group.finish();
 
@@ -267,17 +324,19 @@ fn main() {
             "test mode: one call each, not a measurement",
         )
     };
-    println!("fused kernels at B·T = {B}·{T}, {THREADS} threads ({timing}):");
+    let on = match device {
+        Device::Cuda(_) => "CUDA device 0".to_string(),
+        _ => format!("{THREADS} threads"),
+    };
+    println!("fused kernels at B·T = {B}·{T}, {on} ({timing}):");
     println!(
         "{:<18} {:>10} {:>10} {:>10} {:>9} {:>10}",
         "kernel", "fused ms", "eager ms", "copy ms", "vs eager", "of copy bw"
     );
     for (name, moved) in &cases {
-        let src = vec![1u8; moved / 2];
-        let mut dst = vec![0u8; moved / 2];
         let f = median(budget, fused_fn(name));
         let e = median(budget, eager_fn(name));
-        let c = median(budget, || copy(black_box(&src), &mut dst));
+        let c = median(budget, copier(*moved, device));
         println!(
             "{name:<18} {:>10.3} {:>10.3} {:>10.3} {:>8.1}× {:>9.0} %",
             f * 1e3,
