@@ -37,18 +37,7 @@ pub fn lower_fn(modules: &Modules, function: &str, given: &[&str]) -> Result<Ker
             .into());
         }
     }
-    let mut lw = Lowerer {
-        modules,
-        kernel: Kernel {
-            name: def.name.name.clone(),
-            axes: Vec::new(),
-            inputs: Vec::new(),
-            nodes: Vec::new(),
-            outputs: Vec::new(),
-        },
-        body: None,
-        shared: HashMap::new(),
-    };
+    let mut lw = Lowerer::new(modules, &def.name.name);
     let mut frame = Frame::new(module, &def.name.name);
     // Axes first: every given tensor's dimension names, by position.
     for param in def
@@ -94,6 +83,72 @@ pub fn lower_fn(modules: &Modules, function: &str, given: &[&str]) -> Result<Ker
     Ok(lw.kernel)
 }
 
+/// A value a pipeline expression reads: a tensor, by its element type and number of
+/// dimensions, or a record of such tensors, read as `name.field`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scoped {
+    Tensor { elem: Elem, level: usize },
+    Record(Vec<(String, Elem, usize)>),
+}
+
+/// Lowers a block of the root module — the body of an `update` loss closure — with `scope`
+/// bound, as the reference evaluator's pipeline scope binds it: axes named by position (`_0`
+/// rows, `_1` tokens…), a reduction without `over:` reducing every axis. The kernel's inputs
+/// are the scope's tensors, in order, then each record field the block reads, as the input
+/// `name.field` in order of first use (a record's other fields are not read, so they need not
+/// share the kernel's axes). Its one output, `result`, is the block's value.
+pub fn lower_block(
+    modules: &Modules,
+    name: &str,
+    block: &Block,
+    scope: &[(&str, Scoped)],
+) -> Result<Kernel> {
+    let mut lw = Lowerer::new(modules, name);
+    let mut frame = Frame::new(0, name);
+    let levels = scope.iter().flat_map(|(_, s)| match s {
+        Scoped::Tensor { level, .. } => vec![*level],
+        Scoped::Record(fields) => fields.iter().map(|f| f.2).collect(),
+    });
+    for i in 0..levels.max().unwrap_or(0) {
+        frame.dims.insert(format!("_{i}"), i);
+    }
+    for (var, scoped) in scope {
+        let value = match scoped {
+            Scoped::Tensor { elem, level } => LVal::Node(lw.input(var.to_string(), *elem, *level)),
+            Scoped::Record(fields) => {
+                lw.records.push(Record {
+                    name: var.to_string(),
+                    fields: fields
+                        .iter()
+                        .map(|(f, e, l)| (f.clone(), *e, *l, None))
+                        .collect(),
+                });
+                LVal::Record(lw.records.len() - 1)
+            }
+        };
+        frame.bind(var, value);
+    }
+    let value = lw.block(&mut frame, block, 0)?;
+    let node = lw.node_of(&frame, value, Elem::F32)?;
+    let level = lw.kernel.nodes[node.id].level;
+    lw.kernel.outputs.push(Output {
+        name: "result".into(),
+        node: node.id,
+        level,
+    });
+    // The axes the inputs and values span (a scan adds its axis to its operands').
+    let axes = lw
+        .kernel
+        .inputs
+        .iter()
+        .map(|p| p.level)
+        .chain(lw.kernel.nodes.iter().map(|n| n.level))
+        .max()
+        .unwrap_or(0);
+    lw.kernel.axes = (0..axes).map(|i| format!("_{i}")).collect();
+    Ok(lw.kernel)
+}
+
 /// The `fn` called `function` — a name in the root module's scope (defined or imported), or
 /// `module.fn` with a loaded module's full name (`std.algo.gae`) — as (module, item).
 pub fn resolve_fn(modules: &Modules, function: &str) -> Option<(usize, usize)> {
@@ -134,6 +189,8 @@ enum LVal {
     Module(usize),
     /// The position of the scan over this axis.
     Position(usize),
+    /// A record of the block's scope ([`lower_block`]), by index in `Lowerer::records`.
+    Record(usize),
 }
 
 struct Frame {
@@ -189,6 +246,15 @@ struct Lowerer<'m> {
     body: Option<Body>,
     /// Structural keys of the kernel's nodes, so equal nodes are built once.
     shared: HashMap<String, NodeId>,
+    /// The records a block's scope binds ([`lower_block`]).
+    records: Vec<Record>,
+}
+
+/// A record of a block's scope: each field's element type, level and, once read, its input
+/// node.
+struct Record {
+    name: String,
+    fields: Vec<(String, Elem, usize, Option<NodeId>)>,
 }
 
 fn param_type<'a>(frame: &Frame, param: &'a ast::Param) -> Result<&'a TypeExpr> {
@@ -211,6 +277,52 @@ fn elem_of(frame: &Frame, ty: &TypeExpr) -> Result<Elem> {
 }
 
 impl<'m> Lowerer<'m> {
+    fn new(modules: &'m Modules, name: &str) -> Self {
+        Lowerer {
+            modules,
+            kernel: Kernel {
+                name: name.to_string(),
+                axes: Vec::new(),
+                inputs: Vec::new(),
+                nodes: Vec::new(),
+                outputs: Vec::new(),
+            },
+            body: None,
+            shared: HashMap::new(),
+            records: Vec::new(),
+        }
+    }
+
+    /// A new input of the kernel and its node, in the kernel's graph even while a scan body
+    /// is being built (the body reaches it through `Outer`/`Column`).
+    fn input(&mut self, name: String, elem: Elem, level: usize) -> Val {
+        self.kernel.inputs.push(Param { name, elem, level });
+        let i = self.kernel.inputs.len() - 1;
+        let body = self.body.take();
+        let v = self.push(Op::Input(i), elem, level);
+        self.body = body;
+        v
+    }
+
+    /// `record.field` of a block's scope: the field's input, made on first use.
+    fn field(&mut self, frame: &Frame, r: usize, field: &str) -> Result<LVal> {
+        let record = &self.records[r];
+        let Some(i) = record.fields.iter().position(|f| f.0 == field) else {
+            return Err(KernelError::UnknownName {
+                function: frame.function.clone(),
+                name: format!("{}.{field}", record.name),
+            });
+        };
+        let (_, elem, level, node) = record.fields[i];
+        if let Some(id) = node {
+            return Ok(LVal::Node(Val { id, inner: false }));
+        }
+        let name = format!("{}.{field}", record.name);
+        let v = self.input(name, elem, level);
+        self.records[r].fields[i].3 = Some(v.id);
+        Ok(LVal::Node(v))
+    }
+
     fn unsupported(&self, frame: &Frame, what: impl Into<String>) -> KernelError {
         KernelError::Unsupported {
             function: frame.function.clone(),
@@ -406,6 +518,7 @@ impl<'m> Lowerer<'m> {
                         name: name.name.clone(),
                     }),
                 },
+                LVal::Record(r) => self.field(frame, r, &name.name),
                 _ => Err(self.unsupported(frame, format!("the member `.{}`", name.name))),
             },
             ExprKind::Unary { op, operand, .. } => {

@@ -1,6 +1,8 @@
 //! `role.update(batch, epochs, minibatch) { logp -> loss }`: the loss closure evaluated on
-//! micro-batches with autograd, gradients averaged over micro-batches and data ranks, clipped,
-//! and one optimizer step per minibatch.
+//! micro-batches — a fused kernel giving the loss and its gradient w.r.t. `logp`, which seeds
+//! the model's backward pass, or the reference evaluator with autograd where the fused back end
+//! does not cover the closure or its tensors are off the CPU — gradients averaged over
+//! micro-batches and data ranks, clipped, and one optimizer step per minibatch.
 //!
 //! Rows of a minibatch: minibatch `k` of `M` is every row `g` of the step's batch with
 //! `g mod M = k`, so each data rank holds its share of every minibatch. The rows of a
@@ -16,8 +18,12 @@ use super::rank::Rank;
 use super::rollout;
 use super::values::{Rollout, Val};
 use crate::collectives::ReduceOp;
+use crate::kernels::fused::{Fused, FusedError, scope_key, seed_backward};
 use crate::kernels::reference::{Bound, Evaluator};
 use crate::optim::clip_grad_norm;
+use rlc_kernel::KernelError;
+use rlc_syntax::ast::Block;
+use std::rc::Rc;
 
 impl Rank<'_> {
     pub(super) fn update(&mut self, op: &Op, step: u64) -> Result<()> {
@@ -81,9 +87,42 @@ impl Rank<'_> {
                             _ => rollout::logprobs(&state.model, &part),
                         };
                         let mut scope: Vec<(&str, Bound)> =
-                            vec![(loss.param.as_str(), Bound::Tensor(output))];
+                            vec![(loss.param.as_str(), Bound::Tensor(output.shallow_clone()))];
                         for (name, capture) in &captures {
                             scope.push((name.as_str(), capture.rows(&idx)));
+                        }
+                        // One fused kernel gives the loss and its gradient w.r.t. the model's
+                        // output, which seeds the model's backward pass; the reference
+                        // evaluator with autograd where the fused back end does not cover it.
+                        let scale = 1.0 / accumulation as f64;
+                        if let Some(fused) =
+                            self.loss_kernel(op, &loss.param, &closure.body, &scope)
+                        {
+                            match fused.run_scope(&scope, 1) {
+                                Ok(out) => {
+                                    let x = out[0].double_value(&[]);
+                                    if !x.is_finite() {
+                                        return Err(RunError::NonFinite { step, value: x });
+                                    }
+                                    seed_backward(&output, &out[1], scale).map_err(|e| {
+                                        RunError::Unsupported(format!(
+                                            "the loss of `{}`: {e}",
+                                            op.label
+                                        ))
+                                    })?;
+                                    continue;
+                                }
+                                Err(
+                                    FusedError::Kernel(KernelError::Inputs(_))
+                                    | FusedError::Input(_),
+                                ) => {}
+                                Err(e) => {
+                                    return Err(RunError::Unsupported(format!(
+                                        "the fused loss of `{}`: {e}",
+                                        op.label
+                                    )));
+                                }
+                            }
                         }
                         let value = eval.eval_block(&closure.body, &scope).map_err(|source| {
                             RunError::Kernel {
@@ -120,6 +159,30 @@ impl Rank<'_> {
         })();
         self.roles.insert(role.clone(), state);
         result
+    }
+}
+
+impl Rank<'_> {
+    /// The fused kernel of `op`'s loss closure for a scope of these kinds, shapes and devices,
+    /// compiled on first use (cached with the kernel ops'); `None` where the fused back end
+    /// does not cover it.
+    fn loss_kernel(
+        &self,
+        op: &Op,
+        param: &str,
+        body: &Block,
+        scope: &[(&str, Bound)],
+    ) -> Option<Rc<Fused>> {
+        let key = format!("update {} loss: {}", op.id, scope_key(scope));
+        self.fused
+            .borrow_mut()
+            .entry(key)
+            .or_insert_with(|| {
+                Fused::closure(self.job.modules, body, param, scope)
+                    .ok()
+                    .map(Rc::new)
+            })
+            .clone()
     }
 }
 

@@ -7,11 +7,13 @@
 //! let out = k.run(&[("loss", (&loss).into()), ("m", (&mask).into())], 2)?;
 //! ```
 
-use super::reference::Arg;
+use super::reference::{Arg, Bound};
 use rlc_check::modules::Modules;
 use rlc_kernel::KernelError;
 use rlc_kernel::ir::{Elem, Kernel};
 use rlc_kernel::jit::{Jit, Slice, SliceMut};
+use rlc_kernel::lower::Scoped;
+use rlc_syntax::ast::Block;
 use tch::{Device, Kind, Tensor};
 
 /// A compiled fused kernel.
@@ -106,6 +108,83 @@ impl Fused {
         })
     }
 
+    /// A loss closure's body (`update(…) { logp -> body }`) with its parameter `param` and the
+    /// values it captures bound as `scope` says (the reference evaluator's pipeline scope: a
+    /// record's fields read as `name.field`), and the derivative of its scalar value with
+    /// respect to `param`: outputs `result` and `d_<param>`. Every tensor of `scope` must be on
+    /// the CPU. A body the fused back end cannot lower or differentiate (a group reduction or a
+    /// scan on the way to `param`, a 3-D tensor) is an error: the caller uses the reference
+    /// evaluator with autograd then.
+    pub fn closure(
+        modules: &Modules,
+        body: &Block,
+        param: &str,
+        scope: &[(&str, Bound)],
+    ) -> Result<Fused, FusedError> {
+        let mut scoped = Vec::with_capacity(scope.len());
+        for (name, bound) in scope {
+            let s = match bound {
+                Bound::Tensor(t) => {
+                    let (elem, level) = elem_level(name, t)?;
+                    Scoped::Tensor { elem, level }
+                }
+                Bound::Number(_) => Scoped::Tensor {
+                    elem: Elem::F32,
+                    level: 0,
+                },
+                Bound::Record(fields) => Scoped::Record(
+                    fields
+                        .iter()
+                        .map(|(f, t)| {
+                            elem_level(f, t).map(|(elem, level)| (f.clone(), elem, level))
+                        })
+                        .collect::<Result<_, _>>()?,
+                ),
+            };
+            scoped.push((*name, s));
+        }
+        let kernel = rlc_kernel::lower::lower_block(modules, "loss", body, &scoped)?;
+        let kernel = rlc_kernel::grad::differentiate(&kernel, "result", &[param])?;
+        Ok(Fused {
+            jit: Jit::compile(&kernel)?,
+        })
+    }
+
+    /// [`Fused::run`] on a scope of [`Fused::closure`]: a record's fields are the inputs
+    /// `name.field`. Tensors are read detached (the kernel is not part of autograd's graph).
+    pub fn run_scope(
+        &self,
+        scope: &[(&str, Bound)],
+        threads: usize,
+    ) -> Result<Vec<Tensor>, FusedError> {
+        let mut names: Vec<String> = Vec::new();
+        let mut values: Vec<Arg> = Vec::new();
+        for (name, bound) in scope {
+            match bound {
+                Bound::Tensor(t) => {
+                    names.push(name.to_string());
+                    values.push(Arg::Tensor(t.detach()));
+                }
+                Bound::Number(x) => {
+                    names.push(name.to_string());
+                    values.push(Arg::Number(*x));
+                }
+                Bound::Record(fields) => {
+                    for (f, t) in fields {
+                        let full = format!("{name}.{f}");
+                        // Only the fields the body reads are inputs.
+                        if self.jit.kernel().input_index(&full).is_some() {
+                            names.push(full);
+                            values.push(Arg::Tensor(t.detach()));
+                        }
+                    }
+                }
+            }
+        }
+        let args: Vec<(&str, Arg)> = names.iter().map(String::as_str).zip(values).collect();
+        self.run(&args, threads)
+    }
+
     pub fn jit(&self) -> &Jit {
         &self.jit
     }
@@ -139,6 +218,51 @@ impl Fused {
         self.jit.run(&sizes, &slices, &mut outs, threads)?;
         Ok(outputs)
     }
+}
+
+/// The kernel element type and level of a bound tensor; an error off the CPU or for a kind the
+/// kernels do not read.
+fn elem_level(name: &str, t: &Tensor) -> Result<(Elem, usize), FusedError> {
+    if t.device() != Device::Cpu {
+        return Err(FusedError::Input(format!("`{name}` is not on the CPU")));
+    }
+    let elem = match t.kind() {
+        Kind::Float | Kind::Double | Kind::Half | Kind::BFloat16 => Elem::F32,
+        Kind::Int | Kind::Int64 | Kind::Int16 | Kind::Int8 | Kind::Uint8 => Elem::I32,
+        Kind::Bool => Elem::Bool,
+        k => return Err(FusedError::Input(format!("`{name}` is a {k:?} tensor"))),
+    };
+    Ok((elem, t.dim()))
+}
+
+/// A key for the kernel [`Fused::closure`] compiles for `scope`: each value's kind, number of
+/// dimensions and device (a kernel compiled for one scope runs on any other with this key).
+pub fn scope_key(scope: &[(&str, Bound)]) -> String {
+    let tensor = |t: &Tensor| format!("{:?}{}{:?}", t.kind(), t.dim(), t.device());
+    let parts: Vec<String> = scope
+        .iter()
+        .map(|(name, bound)| match bound {
+            Bound::Tensor(t) => format!("{name}:{}", tensor(t)),
+            Bound::Number(_) => format!("{name}:number"),
+            Bound::Record(fields) => {
+                let fs: Vec<String> = fields
+                    .iter()
+                    .map(|(f, t)| format!("{f}:{}", tensor(t)))
+                    .collect();
+                format!("{name}{{{}}}", fs.join(","))
+            }
+        })
+        .collect();
+    parts.join(";")
+}
+
+/// Seeds the backward pass of the model that computed `output` with the gradient of a loss
+/// with respect to it (`d_<param>` of a [`Fused::closure`] kernel), times `scale`: the
+/// parameters' gradients accumulate as `(scale · loss).backward()` would accumulate them.
+pub fn seed_backward(output: &Tensor, grad: &Tensor, scale: f64) -> Result<(), FusedError> {
+    let g = grad.f_to_kind(output.kind())?.f_mul_scalar(scale)?;
+    output.f_mul(&g)?.f_sum(output.kind())?.f_backward()?;
+    Ok(())
 }
 
 /// The elements of a contiguous CPU tensor of `elem`'s kind.
