@@ -3,7 +3,6 @@
 //! `f64`.
 
 use crate::ir::{GroupOp, Red};
-use std::collections::HashMap;
 
 /// A reduction over rows of `x`, where `mask` is true (nonzero); an empty selection gives 0.
 pub fn reduce_rows(op: Red, x: &[f32], mask: Option<&[u8]>) -> f32 {
@@ -37,38 +36,79 @@ pub fn reduce_rows(op: Red, x: &[f32], mask: Option<&[u8]>) -> f32 {
 /// Group statistics: rows with equal ids form a group; each row gets its group's value.
 /// The standard deviation is unbiased and 0 for a group of one; deviations are taken from
 /// the group's first member so that a group of equal values has a std of exactly 0.
+/// O(B): groups are numbered by a table over the ids' range when it is small (prompts' ids are
+/// consecutive), by sorting otherwise; sums run in row order, in `f64`.
 pub fn group(op: GroupOp, x: Option<&[f32]>, by: &[i32], out: &mut [f32]) {
-    let mut first: HashMap<i32, usize> = HashMap::new();
-    let mut count: HashMap<i32, f64> = HashMap::new();
-    let mut sum: HashMap<i32, f64> = HashMap::new();
-    for (i, &g) in by.iter().enumerate() {
-        first.entry(g).or_insert(i);
-        *count.entry(g).or_default() += 1.0;
+    let (slot, groups) = slots(by);
+    let mut first = vec![usize::MAX; groups];
+    let mut count = vec![0f64; groups];
+    for (i, &g) in slot.iter().enumerate() {
+        if first[g] == usize::MAX {
+            first[g] = i;
+        }
+        count[g] += 1.0;
     }
     let value = |i: usize| x.map_or(0.0, |x| f64::from(x[i]));
-    for (i, &g) in by.iter().enumerate() {
-        let shift = value(first[&g]);
-        *sum.entry(g).or_default() += value(i) - shift;
-    }
-    let mut sq: HashMap<i32, f64> = HashMap::new();
-    if op == GroupOp::Std {
-        for (i, &g) in by.iter().enumerate() {
-            let mean_d = sum[&g] / count[&g];
-            let d = value(i) - value(first[&g]) - mean_d;
-            *sq.entry(g).or_default() += d * d;
+    let shift: Vec<f64> = first.iter().map(|&i| value(i)).collect();
+    let mut sum = vec![0f64; groups];
+    if op != GroupOp::Count {
+        for (i, &g) in slot.iter().enumerate() {
+            sum[g] += value(i) - shift[g];
         }
     }
-    for (i, &g) in by.iter().enumerate() {
-        let n = count[&g];
-        let shift = value(first[&g]);
-        out[i] = match op {
+    let mut sq = vec![0f64; groups];
+    if op == GroupOp::Std {
+        for (i, &g) in slot.iter().enumerate() {
+            let d = value(i) - shift[g] - sum[g] / count[g];
+            sq[g] += d * d;
+        }
+    }
+    for (o, &g) in out.iter_mut().zip(&slot) {
+        let n = count[g];
+        *o = match op {
             GroupOp::Count => n,
-            GroupOp::Sum => sum[&g] + shift * n,
-            GroupOp::Mean => sum[&g] / n + shift,
-            GroupOp::Std if n > 1.0 => (sq[&g] / (n - 1.0)).sqrt(),
+            GroupOp::Sum => sum[g] + shift[g] * n,
+            GroupOp::Mean => sum[g] / n + shift[g],
+            GroupOp::Std if n > 1.0 => (sq[g] / (n - 1.0)).sqrt(),
             GroupOp::Std => 0.0,
         } as f32;
     }
+}
+
+/// Each row's group as a dense number `0..groups`, and the number of groups.
+fn slots(by: &[i32]) -> (Vec<usize>, usize) {
+    let (Some(&lo), Some(&hi)) = (by.iter().min(), by.iter().max()) else {
+        return (Vec::new(), 0);
+    };
+    let range = (i64::from(hi) - i64::from(lo) + 1) as usize;
+    if range <= 4 * by.len() + 64 {
+        // A table over the ids' range: groups numbered by first appearance.
+        let mut table = vec![usize::MAX; range];
+        let mut groups = 0;
+        let slot = by
+            .iter()
+            .map(|&g| {
+                let e = &mut table[(i64::from(g) - i64::from(lo)) as usize];
+                if *e == usize::MAX {
+                    *e = groups;
+                    groups += 1;
+                }
+                *e
+            })
+            .collect();
+        return (slot, groups);
+    }
+    let mut order: Vec<usize> = (0..by.len()).collect();
+    order.sort_by_key(|&i| by[i]);
+    let mut slot = vec![0; by.len()];
+    let mut groups = 0;
+    for (k, &i) in order.iter().enumerate() {
+        if k > 0 && by[i] != by[order[k - 1]] {
+            groups += 1;
+        }
+        slot[i] = groups;
+    }
+    (slot, groups + 1)
 }
 
 #[cfg(test)]
@@ -98,5 +138,19 @@ mod tests {
         let mut out = [1.0; 3];
         group(GroupOp::Std, Some(&same), &[1, 1, 1], &mut out);
         assert_eq!(out, [0.0; 3]);
+    }
+
+    #[test]
+    fn group_ids_far_apart_are_sorted_into_groups() {
+        let x = [1.0, 2.0, 10.0, 3.0, 0.1];
+        let by = [i32::MAX, i32::MAX, i32::MIN, i32::MAX, -5];
+        let mut out = [0.0; 5];
+        group(GroupOp::Mean, Some(&x), &by, &mut out);
+        assert_eq!(out, [2.0, 2.0, 10.0, 2.0, 0.1]);
+        group(GroupOp::Std, Some(&x), &by, &mut out);
+        assert_eq!(out, [1.0, 1.0, 0.0, 1.0, 0.0]);
+        group(GroupOp::Sum, Some(&x), &by, &mut out);
+        assert_eq!(out, [6.0, 6.0, 10.0, 6.0, 0.1]);
+        group(GroupOp::Count, None, &[], &mut []);
     }
 }

@@ -192,19 +192,42 @@ impl Fused {
     /// Runs the kernel on named arguments; returns its outputs in order (`result`, then the
     /// derivatives), `f32` except for masks and integers.
     pub fn run(&self, args: &[(&str, Arg)], threads: usize) -> Result<Vec<Tensor>, FusedError> {
+        let mut outputs = Vec::new();
+        self.run_into(args, &mut outputs, threads)?;
+        Ok(outputs)
+    }
+
+    /// [`Fused::run`] into `outputs`: a tensor there of its output's shape and kind (on the
+    /// CPU, contiguous) is overwritten in place, any other is replaced by a new one, so calls
+    /// repeated with the same vector allocate no outputs. The caller must not need the old
+    /// values (nor those of tensors sharing their storage).
+    pub fn run_into(
+        &self,
+        args: &[(&str, Arg)],
+        outputs: &mut Vec<Tensor>,
+        threads: usize,
+    ) -> Result<(), FusedError> {
         let k = self.jit.kernel();
         let (sizes, inputs) = kernel_inputs(k, args, Device::Cpu)?;
-        let outputs: Vec<Tensor> = k
-            .outputs
-            .iter()
-            .map(|o| {
-                let shape: Vec<i64> = sizes[..o.level].iter().map(|&s| s as i64).collect();
-                Tensor::f_empty(
-                    shape.as_slice(),
-                    (kind_of(k.node(o.node).elem), Device::Cpu),
-                )
-            })
-            .collect::<Result<_, _>>()?;
+        outputs.truncate(k.outputs.len());
+        for (i, o) in k.outputs.iter().enumerate() {
+            let shape: Vec<i64> = sizes[..o.level].iter().map(|&s| s as i64).collect();
+            let kind = kind_of(k.node(o.node).elem);
+            let fits = outputs.get(i).is_some_and(|t| {
+                t.defined()
+                    && t.device() == Device::Cpu
+                    && t.kind() == kind
+                    && t.size() == shape
+                    && t.is_contiguous()
+            });
+            if !fits {
+                let t = Tensor::f_empty(shape.as_slice(), (kind, Device::Cpu))?;
+                match outputs.get_mut(i) {
+                    Some(slot) => *slot = t,
+                    None => outputs.push(t),
+                }
+            }
+        }
         let slices: Vec<Slice> = inputs
             .iter()
             .zip(&k.inputs)
@@ -216,7 +239,7 @@ impl Fused {
             .map(|(t, o)| slice_mut(t, k.node(o.node).elem))
             .collect();
         self.jit.run(&sizes, &slices, &mut outs, threads)?;
-        Ok(outputs)
+        Ok(())
     }
 }
 
@@ -283,7 +306,8 @@ fn slice(t: &Tensor, elem: Elem) -> Slice<'_> {
 fn slice_mut(t: &Tensor, elem: Elem) -> SliceMut<'_> {
     let n = t.numel();
     let p = t.data_ptr();
-    // SAFETY: as `slice`; the output tensors are freshly allocated and not shared.
+    // SAFETY: as `slice`; the output tensors are fresh, or ones the caller of `run_into` gave
+    // up (`is_contiguous`, of `elem`'s kind, checked there).
     unsafe {
         match elem {
             Elem::F32 => SliceMut::F32(std::slice::from_raw_parts_mut(p as *mut f32, n)),

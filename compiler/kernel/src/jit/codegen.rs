@@ -19,7 +19,7 @@ use crate::schedule::{LoopKind, Pass, Schedule, Store, identity};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{Block, FuncRef, InstBuilder, MemFlags, Type, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Functions the generated code calls (libm), declared in the function being built.
 pub struct Calls {
@@ -62,6 +62,10 @@ pub struct PassGen<'a, 'b> {
     ptrs: Vec<Value>,
     /// In a row: the address of the row's first element in each buffer of level 1 or 2.
     row_base: HashMap<usize, Value>,
+    /// Buffers no pass writes (stored barrier operands the host reads from the inputs).
+    skip: &'a HashSet<usize>,
+    /// In a vector loop: four `f32` zeros, made before the loop.
+    vzero: Option<Value>,
 }
 
 fn flags() -> MemFlags {
@@ -82,6 +86,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
         b: FunctionBuilder<'b>,
         calls: Calls,
         ptr: Type,
+        skip: &'a HashSet<usize>,
     ) -> Self {
         let mut g = PassGen {
             k,
@@ -96,6 +101,8 @@ impl<'a, 'b> PassGen<'a, 'b> {
             memo: Default::default(),
             ptrs: Vec::new(),
             row_base: HashMap::new(),
+            skip,
+            vzero: None,
         };
         let entry = g.b.create_block();
         g.b.append_block_params_for_function_params(entry);
@@ -145,7 +152,11 @@ impl<'a, 'b> PassGen<'a, 'b> {
             self.b.ins().jump(after, &[]);
             self.b.switch_to_block(after);
         }
-        if !pass.loops.is_empty() || !pass.row_stores.is_empty() {
+        let row_stores = pass
+            .row_stores
+            .iter()
+            .any(|st| !self.skip.contains(&st.buffer));
+        if !pass.loops.is_empty() || row_stores {
             self.rows(pass, row_begin, row_end);
         }
         self.b.ins().return_(&[]);
@@ -171,7 +182,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
             } else {
                 row
             };
-            let off = self.b.ins().imul_imm(elems, buf.elem.bytes() as i64);
+            let off = self.scaled(elems, buf.elem.bytes());
             let base = self.b.ins().iadd(self.ptrs[bi], off);
             self.row_base.insert(bi, base);
         }
@@ -182,7 +193,11 @@ impl<'a, 'b> PassGen<'a, 'b> {
             row: Some(row),
             pos: None,
         };
-        for st in &pass.row_stores {
+        for st in pass
+            .row_stores
+            .iter()
+            .filter(|st| !self.skip.contains(&st.buffer))
+        {
             let v = self.value(st.node, at);
             self.store(*st, v, at);
         }
@@ -340,7 +355,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
             let slot = self.s.scans.iter().position(|&x| x == n).unwrap_or(0);
             let base = self.b.ins().imul_imm(self.cols, slot as i64);
             let idx = self.b.ins().iadd(base, pos);
-            let off = self.b.ins().imul_imm(idx, 4);
+            let off = self.scaled(idx, 4);
             let addr = self.b.ins().iadd(self.scratch, off);
             let e32 = self.convert(emitted, s.body[s.emit].elem, Elem::F32);
             self.b.ins().store(flags(), e32, addr, 0);
@@ -414,9 +429,18 @@ impl<'a, 'b> PassGen<'a, 'b> {
             1 => self.row_base[&buffer],
             _ => {
                 let pos = at.pos.expect("position");
-                let off = self.b.ins().imul_imm(pos, elem.bytes() as i64);
+                let off = self.scaled(pos, elem.bytes());
                 self.b.ins().iadd(self.row_base[&buffer], off)
             }
+        }
+    }
+
+    /// `x · bytes` as an address offset (a shift, which x86 folds into the address).
+    pub(super) fn scaled(&mut self, x: Value, bytes: usize) -> Value {
+        match bytes {
+            1 => x,
+            b if b.is_power_of_two() => self.b.ins().ishl_imm(x, b.trailing_zeros() as i64),
+            b => self.b.ins().imul_imm(x, b as i64),
         }
     }
 
@@ -476,7 +500,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
                         .b
                         .ins()
                         .iadd(base, at.pos.expect("scan read at a position"));
-                    let off = self.b.ins().imul_imm(idx, 4);
+                    let off = self.scaled(idx, 4);
                     let addr = self.b.ins().iadd(self.scratch, off);
                     let v = self.b.ins().load(types::F32, flags(), addr, 0);
                     self.convert(v, Elem::F32, node.elem)

@@ -9,6 +9,7 @@
 
 mod codegen;
 mod math;
+mod pool;
 
 use crate::error::{KernelError, Result};
 use crate::host;
@@ -19,6 +20,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module, default_libcall_names};
+use std::collections::HashSet;
 
 /// Input data of a kernel (row-major, `[B]` or `[B, T]` as the parameter's level says).
 #[derive(Clone, Copy, Debug)]
@@ -43,7 +45,15 @@ type PassFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64, *mut f3
 pub struct Jit {
     kernel: Kernel,
     schedule: Schedule,
-    passes: Vec<PassFn>,
+    /// Each pass's function; `None` where a pass has nothing to do over the rows (it only
+    /// stored inputs for its barriers, which the host reads in place).
+    passes: Vec<Option<PassFn>>,
+    /// Stored barrier operands that are level-1 inputs: (buffer, input). The host reads the
+    /// input instead; no pass copies it.
+    aliases: Vec<(usize, usize)>,
+    /// The internal buffers of the last run, reused by the next (a stored scan holds B·T
+    /// values: allocating it each call costs page faults).
+    spare: std::sync::Mutex<Vec<Vec<u32>>>,
     /// Owns the code the pass functions point into.
     _module: JITModule,
 }
@@ -72,7 +82,7 @@ impl Jit {
     pub fn compile(kernel: &Kernel) -> Result<Jit> {
         let schedule = schedule(kernel)?;
         let mut flags = settings::builder();
-        flags.set("opt_level", "speed").map_err(codegen_err)?;
+        flags.set("opt_level", "none").map_err(codegen_err)?;
         flags.set("is_pic", "false").map_err(codegen_err)?;
         let isa = cranelift_native::builder()
             .map_err(codegen_err)?
@@ -108,10 +118,33 @@ impl Jit {
         for t in [ptr, ptr, types::I64, types::I64, ptr] {
             sig.params.push(AbiParam::new(t));
         }
+        let aliases: Vec<(usize, usize)> = schedule
+            .buffers
+            .iter()
+            .enumerate()
+            .filter_map(|(b, buf)| match buf.role {
+                Role::Stored(n) if buf.level == 1 => match kernel.node(n).op {
+                    Op::Input(i) if kernel.inputs[i].level == 1 => Some((b, i)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        let aliased: HashSet<usize> = aliases.iter().map(|&(b, _)| b).collect();
         let mut ctx = module.make_context();
         let mut fctx = FunctionBuilderContext::new();
         let mut ids = Vec::new();
         for (p, pass) in schedule.passes.iter().enumerate() {
+            let idle = pass.scalar_stores.is_empty()
+                && pass.loops.is_empty()
+                && pass
+                    .row_stores
+                    .iter()
+                    .all(|st| aliased.contains(&st.buffer));
+            if idle {
+                ids.push(None);
+                continue;
+            }
             let name = format!("{}_pass{p}", kernel.name);
             let id = module
                 .declare_function(&name, Linkage::Local, &sig)
@@ -125,7 +158,7 @@ impl Jit {
                     tanhf: module.declare_func_in_func(tanhf, b.func),
                     powf: module.declare_func_in_func(powf, b.func),
                 };
-                let g = codegen::PassGen::new(kernel, &schedule, b, calls, ptr);
+                let g = codegen::PassGen::new(kernel, &schedule, b, calls, ptr, &aliased);
                 g.emit(pass);
             }
             let dump = std::env::var_os("RLC_JIT_DUMP").is_some();
@@ -135,21 +168,25 @@ impl Jit {
                 eprintln!("{}", code.vcode.clone().unwrap_or_default());
             }
             module.clear_context(&mut ctx);
-            ids.push(id);
+            ids.push(Some(id));
         }
         module.finalize_definitions().map_err(codegen_err)?;
         let passes = ids
             .into_iter()
             .map(|id| {
-                let f = module.get_finalized_function(id);
-                // SAFETY: every pass was defined with exactly this signature.
-                unsafe { std::mem::transmute::<*const u8, PassFn>(f) }
+                id.map(|id| {
+                    let f = module.get_finalized_function(id);
+                    // SAFETY: every pass was defined with exactly this signature.
+                    unsafe { std::mem::transmute::<*const u8, PassFn>(f) }
+                })
             })
             .collect();
         Ok(Jit {
             kernel: kernel.clone(),
             schedule,
             passes,
+            aliases,
+            spare: Default::default(),
             _module: module,
         })
     }
@@ -193,6 +230,15 @@ impl Jit {
         let mut ptrs: Vec<*mut u8> = Vec::with_capacity(self.schedule.buffers.len());
         // Internal buffers: 4-byte aligned storage for every element type.
         let mut owned: Vec<Vec<u32>> = Vec::new();
+        // Buffers of an earlier run, in the same order; their old contents are never read
+        // (passes and the host write every element before it is read).
+        let mut spare = std::mem::take(
+            &mut *self
+                .spare
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        spare.reverse();
         for buf in &self.schedule.buffers {
             let n = count(buf.level);
             let p = match buf.role {
@@ -229,8 +275,19 @@ impl Jit {
                     }
                     ptr
                 }
+                Role::Stored(_)
+                    if let Some(&(_, i)) = self.aliases.iter().find(|a| a.0 == ptrs.len()) =>
+                {
+                    // An input the host reads in place (its length is checked above:
+                    // inputs come first).
+                    ptrs[i]
+                }
                 Role::Stored(_) | Role::Barrier(_) => {
-                    owned.push(vec![0u32; n.max(1)]);
+                    let mut v = spare.pop().unwrap_or_default();
+                    if v.len() < n.max(1) {
+                        v.resize(n.max(1), 0);
+                    }
+                    owned.push(v);
                     owned
                         .last_mut()
                         .map_or(std::ptr::null_mut(), |v| v.as_mut_ptr() as *mut u8)
@@ -244,49 +301,79 @@ impl Jit {
         let threads = threads.max(1).min(rows.max(1) as usize);
         let scratch_len = self.schedule.scans.len() * cols;
         let chunk = (rows + threads as i64 - 1) / threads as i64;
-        let shared = SendPtrs(ptrs.as_ptr(), sizes_i64.as_ptr());
+        let shared = Shared {
+            bufs: &ptrs,
+            sizes: &sizes_i64,
+        };
         let passes = &self.passes;
-        if threads == 1 || rows <= 1 {
+        let host = |p: usize| !self.schedule.passes[p].host.is_empty();
+        let lead = passes.iter().take_while(|f| f.is_none()).count();
+        // Every thread runs its rows of each pass; threads meet only around a pass whose
+        // barriers the host finishes (passes exchange nothing else between rows: a stored scan
+        // is read back by the thread that wrote its rows). Thread 0 finishes the barriers
+        // while the others wait; a panic there is held until the protocol is complete.
+        let meet = std::sync::Barrier::new(threads);
+        let failed = std::sync::Mutex::new(None);
+        let body = |t: usize| {
+            // The whole struct is used (it is Sync), not its fields.
+            let shared = &shared;
+            let begin = t as i64 * chunk;
+            let end = ((t as i64 + 1) * chunk).min(rows);
             let mut scratch = vec![0f32; scratch_len.max(1)];
-            for (p, f) in passes.iter().enumerate() {
-                // SAFETY: the buffers hold `count(level)` elements of the right type (checked
-                // above); the pass reads and writes only rows in [0, rows).
-                unsafe { f(shared.0, shared.1, 0, rows, scratch.as_mut_ptr()) };
-                self.finish_barriers(p, &ptrs, rows as usize);
-            }
-        } else {
-            // One set of threads for every pass: each runs its rows, all meet, this thread
-            // finishes the pass's barriers while the others wait for the next pass.
-            let meet = std::sync::Barrier::new(threads);
-            let rows_of = |t: i64| (t * chunk, ((t + 1) * chunk).min(rows));
-            std::thread::scope(|s| {
-                for t in 1..threads as i64 {
-                    let meet = &meet;
-                    s.spawn(move || {
-                        // The whole struct is captured (it is Send), not its fields.
-                        let shared = shared;
-                        let (begin, end) = rows_of(t);
-                        let mut scratch = vec![0f32; scratch_len.max(1)];
-                        for f in passes {
-                            if begin < end {
-                                // SAFETY: as above; threads write disjoint rows.
-                                unsafe { f(shared.0, shared.1, begin, end, scratch.as_mut_ptr()) };
-                            }
-                            meet.wait();
-                            meet.wait();
+            for (p, f) in passes.iter().enumerate().skip(lead) {
+                // Thread 0 runs every pass, rows or not: its chunk holds the scalar stores
+                // (a batch of no rows still has its scalar results).
+                if let Some(f) = f
+                    && (begin < end || t == 0)
+                {
+                    // SAFETY: the buffers hold `count(level)` elements of the right type
+                    // (checked above); threads write disjoint rows, thread 0's chunk also the
+                    // scalar stores.
+                    unsafe {
+                        f(
+                            shared.bufs.as_ptr(),
+                            shared.sizes.as_ptr(),
+                            begin,
+                            end,
+                            scratch.as_mut_ptr(),
+                        )
+                    };
+                }
+                if host(p) {
+                    if threads > 1 {
+                        meet.wait();
+                    }
+                    if t == 0 {
+                        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            self.finish_barriers(p, shared.bufs, rows as usize)
+                        }));
+                        if let Err(e) = done
+                            && let Ok(mut slot) = failed.lock()
+                        {
+                            slot.get_or_insert(e);
                         }
-                    });
+                    }
+                    if threads > 1 {
+                        meet.wait();
+                    }
                 }
-                let (begin, end) = rows_of(0);
-                let mut scratch = vec![0f32; scratch_len.max(1)];
-                for (p, f) in passes.iter().enumerate() {
-                    // SAFETY: as above; row 0's chunk also writes the scalar stores.
-                    unsafe { f(shared.0, shared.1, begin, end, scratch.as_mut_ptr()) };
-                    meet.wait();
-                    self.finish_barriers(p, &ptrs, rows as usize);
-                    meet.wait();
-                }
-            });
+            }
+        };
+        // Barriers of passes with nothing to do over the rows before the first that has
+        // (group statistics of inputs) are finished here, before any thread starts.
+        for p in 0..lead {
+            self.finish_barriers(p, &ptrs, rows as usize);
+        }
+        pool::run(threads, &body);
+        *self
+            .spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = owned;
+        if let Some(e) = failed
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            std::panic::resume_unwind(e);
         }
         Ok(())
     }
@@ -331,7 +418,12 @@ impl Jit {
     }
 }
 
-#[derive(Clone, Copy)]
-struct SendPtrs(*const *mut u8, *const i64);
-// SAFETY: the pointed-to buffers outlive the scoped threads, which write disjoint rows.
-unsafe impl Send for SendPtrs {}
+/// The buffer table and sizes of one run, shared by its threads.
+struct Shared<'a> {
+    bufs: &'a [*mut u8],
+    sizes: &'a [i64],
+}
+
+// SAFETY: the pointed-to buffers outlive the run (`pool::run` returns after every thread);
+// threads write disjoint rows, and the host's barrier work happens while the others wait.
+unsafe impl Sync for Shared<'_> {}

@@ -1,7 +1,9 @@
-//! Four lanes at a time: a Map loop whose operations all have `f32x4` forms runs a vector
-//! loop over the row (positions `t..t+4`) before the scalar loop finishes the remainder.
-//! Masks are `i32x4` lanes of all ones or zeros; bytes of `bool` inputs are widened to them.
-//! Reductions keep four partial accumulators, folded into the scalar ones after the loop.
+//! Four lanes at a time: a Map loop whose operations all have `f32x4` forms runs vector
+//! loops over the row (sixteen positions an iteration, then four) before the scalar loop
+//! finishes the remainder. Values that do not change along the row are splatted before the
+//! loops. Masks are `i32x4` lanes of all ones or zeros; bytes of `bool` inputs become them
+//! through a float comparison (which a select turns into a blend). Reductions keep four
+//! partial accumulators, folded into the scalar ones after the loops.
 
 use super::{At, PassGen};
 use crate::ir::{Bin, Elem, NodeId, Op, Red, Un};
@@ -84,8 +86,8 @@ impl PassGen<'_, '_> {
         true
     }
 
-    /// The vector loop: positions `t, t+4, …` while four remain; leaves `t` at the first
-    /// position the scalar loop still has to do.
+    /// The vector loops: positions `t, t+4, …` sixteen at a time while sixteen remain, then
+    /// four at a time; leaves `t` at the first position the scalar loop still has to do.
     pub(super) fn vector_loop(
         &mut self,
         l: &Loop,
@@ -108,54 +110,49 @@ impl PassGen<'_, '_> {
             self.b.def_var(any, zero);
             vaccs.push((r, acc, any));
         }
-        let cols = self.cols;
-        let (header, exit) = self.open_loop(t, |b, tv| {
-            let end = b.ins().iadd_imm(tv, 4);
-            b.ins().icmp(IntCC::SignedLessThanOrEqual, end, cols)
-        });
-        let pos = self.b.use_var(t);
-        let at = At {
+        // Lanes of values that do not change along the row (level 0 or 1, constants), and the
+        // zero the mask bytes are compared with: splatted once, before the loop.
+        let before = At {
             row: Some(row),
-            pos: Some(pos),
+            pos: Some(self.b.ins().iconst(types::I64, 0)),
         };
-        self.phys = 2;
-        self.memo[2].clear();
         let mut vmemo: HashMap<NodeId, Value> = HashMap::new();
-        for &(r, acc, any) in &vaccs {
-            let Op::Reduce { op, x, mask } = self.k.node(r).op else {
-                continue;
-            };
-            let xv = self.vvalue(x, at, &mut vmemo);
-            let a = self.b.use_var(acc);
-            let combined = match op {
-                Red::Sum => self.b.ins().fadd(a, xv),
-                Red::Max => self.b.ins().fmax(a, xv),
-                Red::Min => self.b.ins().fmin(a, xv),
-            };
-            let (new, sel) = match mask {
-                Some(m) => {
-                    let mv = self.vvalue(m, at, &mut vmemo);
-                    let mf = self.b.ins().bitcast(types::F32X4, MemFlags::new(), mv);
-                    (self.b.ins().bitselect(mf, combined, a), mv)
-                }
-                None => {
-                    let ones = self.b.ins().iconst(types::I32, -1);
-                    (combined, self.b.ins().splat(types::I32X4, ones))
-                }
-            };
-            self.b.def_var(acc, new);
-            let an = self.b.use_var(any);
-            let an = self.b.ins().bor(an, sel);
-            self.b.def_var(any, an);
+        for n in self.row_invariant(l) {
+            self.vvalue(n, before, &mut vmemo);
         }
-        for st in &l.stores {
-            self.vstore(*st, at, &mut vmemo);
+        let zero = self.b.ins().f32const(0.0);
+        self.vzero = Some(self.b.ins().splat(types::F32X4, zero));
+        // Sixteen positions an iteration (four groups of four lanes: the loop's own work is
+        // shared), then groups of four while they fit.
+        let cols = self.cols;
+        for (width, groups) in [(16i64, 4i64), (4, 1)] {
+            let (header, exit) = self.open_loop(t, |b, tv| {
+                let end = b.ins().iadd_imm(tv, width);
+                b.ins().icmp(IntCC::SignedLessThanOrEqual, end, cols)
+            });
+            let pos = self.b.use_var(t);
+            self.phys = 2;
+            self.memo[2].clear();
+            for g in 0..groups {
+                let p = if g == 0 {
+                    pos
+                } else {
+                    self.b.ins().iadd_imm(pos, 4 * g)
+                };
+                let at = At {
+                    row: Some(row),
+                    pos: Some(p),
+                };
+                let mut lanes = vmemo.clone();
+                self.vector_step(l, at, &vaccs, &mut lanes);
+            }
+            let next = self.b.ins().iadd_imm(pos, width);
+            self.b.def_var(t, next);
+            self.close_loop(header, exit);
+            self.memo[2].clear();
+            self.phys = 1;
         }
-        let next = self.b.ins().iadd_imm(pos, 4);
-        self.b.def_var(t, next);
-        self.close_loop(header, exit);
-        self.memo[2].clear();
-        self.phys = 1;
+        self.vzero = None;
         // Fold the lanes into the scalar accumulators the remainder loop continues.
         for (&(r, acc_s, any_s), &(_, acc_v, any_v)) in accs.iter().zip(&vaccs) {
             let Op::Reduce { op, .. } = self.k.node(r).op else {
@@ -180,10 +177,86 @@ impl PassGen<'_, '_> {
         }
     }
 
+    /// One group of four positions: the reductions' and the stores' lanes at `at`.
+    fn vector_step(
+        &mut self,
+        l: &Loop,
+        at: At,
+        vaccs: &[(NodeId, Variable, Variable)],
+        vmemo: &mut HashMap<NodeId, Value>,
+    ) {
+        for &(r, acc, any) in vaccs {
+            let Op::Reduce { op, x, mask } = self.k.node(r).op else {
+                continue;
+            };
+            let xv = self.vvalue(x, at, vmemo);
+            let a = self.b.use_var(acc);
+            let combined = match op {
+                Red::Sum => self.b.ins().fadd(a, xv),
+                Red::Max => self.b.ins().fmax(a, xv),
+                Red::Min => self.b.ins().fmin(a, xv),
+            };
+            let (new, sel) = match mask {
+                Some(m) => {
+                    let mv = self.vvalue(m, at, vmemo);
+                    let mf = self.b.ins().bitcast(types::F32X4, MemFlags::new(), mv);
+                    (self.b.ins().bitselect(mf, combined, a), mv)
+                }
+                None => {
+                    let ones = self.b.ins().iconst(types::I32, -1);
+                    (combined, self.b.ins().splat(types::I32X4, ones))
+                }
+            };
+            self.b.def_var(acc, new);
+            let an = self.b.use_var(any);
+            let an = self.b.ins().bor(an, sel);
+            self.b.def_var(any, an);
+        }
+        for st in &l.stores {
+            self.vstore(*st, at, vmemo);
+        }
+    }
+
+    /// The nodes below level 2 that the loop's level-2 operations read (their lanes are the
+    /// same at every position).
+    fn row_invariant(&self, l: &Loop) -> Vec<NodeId> {
+        let k = self.k;
+        let mut roots: Vec<NodeId> = l.stores.iter().map(|st| st.node).collect();
+        for &r in &l.reductions {
+            if let Op::Reduce { x, mask, .. } = k.node(r).op {
+                roots.push(x);
+                roots.extend(mask);
+            }
+        }
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        while let Some(n) = roots.pop() {
+            if !seen.insert(n) {
+                continue;
+            }
+            if k.node(n).level < 2 {
+                out.push(n);
+                continue;
+            }
+            if self.s.loaded.contains_key(&n) {
+                continue;
+            }
+            // As `vvalue` descends: through element-wise operations only.
+            match k.node(n).op {
+                Op::Unary(_, a) => roots.push(a),
+                Op::Binary(_, a, b) => roots.extend([a, b]),
+                Op::Select(c, a, b) => roots.extend([c, a, b]),
+                _ => {}
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
     fn vstore(&mut self, st: Store, at: At, vmemo: &mut HashMap<NodeId, Value>) {
         let v = self.vvalue(st.node, at, vmemo);
         let pos = at.pos.expect("position");
-        let off = self.b.ins().imul_imm(pos, 4);
+        let off = self.scaled(pos, 4);
         let addr = self.b.ins().iadd(self.row_base[&st.buffer], off);
         self.b.ins().store(unaligned(), v, addr, 0);
     }
@@ -221,7 +294,7 @@ impl PassGen<'_, '_> {
                 }
             }
         } else if let Some(&buffer) = self.s.loaded.get(&n) {
-            let off = self.b.ins().imul_imm(pos, 4);
+            let off = self.scaled(pos, 4);
             let addr = self.b.ins().iadd(self.row_base[&buffer], off);
             self.b
                 .ins()
@@ -229,7 +302,7 @@ impl PassGen<'_, '_> {
         } else {
             match &node.op {
                 Op::Input(i) if node.elem == Elem::F32 => {
-                    let off = self.b.ins().imul_imm(pos, 4);
+                    let off = self.scaled(pos, 4);
                     let addr = self.b.ins().iadd(self.row_base[i], off);
                     self.b
                         .ins()
@@ -247,15 +320,21 @@ impl PassGen<'_, '_> {
                     let bytes = self.b.ins().bitcast(types::I8X16, little, v);
                     let halves = self.b.ins().uwiden_low(bytes);
                     let words = self.b.ins().uwiden_low(halves);
-                    let zero = self.b.ins().iconst(types::I32, 0);
-                    let zero = self.b.ins().splat(types::I32X4, zero);
-                    self.b.ins().icmp(IntCC::NotEqual, words, zero)
+                    // A byte b ≠ 0 shifted to b · 2^23 is a nonzero normal float (or inf):
+                    // a float comparison, which x86 turns into a blend where a select uses it.
+                    let shifted = self.b.ins().ishl_imm(words, 23);
+                    let floats = self.b.ins().bitcast(types::F32X4, MemFlags::new(), shifted);
+                    let zero = match self.vzero {
+                        Some(z) => z,
+                        None => self.splat_f32(0.0),
+                    };
+                    self.b.ins().fcmp(FloatCC::NotEqual, floats, zero)
                 }
                 Op::Scan(_) => {
                     let slot = self.s.scans.iter().position(|&x| x == n).unwrap_or(0);
                     let base = self.b.ins().imul_imm(self.cols, slot as i64);
                     let idx = self.b.ins().iadd(base, pos);
-                    let off = self.b.ins().imul_imm(idx, 4);
+                    let off = self.scaled(idx, 4);
                     let addr = self.b.ins().iadd(self.scratch, off);
                     self.b.ins().load(types::F32X4, unaligned(), addr, 0)
                 }

@@ -1,0 +1,143 @@
+//! Worker threads kept between kernel runs: a run on `n` threads borrows `n − 1` idle workers
+//! (starting new ones only when none is idle) instead of spawning threads each call, which
+//! costs tens of microseconds — as much as a small kernel's whole work.
+
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+/// A task borrowed for one run: the caller waits until every worker is done with it.
+#[derive(Clone, Copy)]
+struct Task(*const (dyn Fn(usize) + Sync + 'static));
+
+// SAFETY: the pointee is `Sync`, and `run` keeps it alive until every worker has finished.
+unsafe impl Send for Task {}
+
+#[derive(Default)]
+struct Slot {
+    task: Option<(Task, usize)>,
+    done: bool,
+    panicked: bool,
+}
+
+#[derive(Default)]
+struct Worker {
+    slot: Mutex<Slot>,
+    cv: Condvar,
+}
+
+impl Worker {
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Idle workers.
+static IDLE: Mutex<Vec<Arc<Worker>>> = Mutex::new(Vec::new());
+
+fn idle() -> MutexGuard<'static, Vec<Arc<Worker>>> {
+    IDLE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn start() -> Arc<Worker> {
+    let w = Arc::new(Worker::default());
+    let mine = Arc::clone(&w);
+    std::thread::Builder::new()
+        .name("rlc-kernel".into())
+        .spawn(move || {
+            loop {
+                let (task, index) = {
+                    let mut s = mine.lock();
+                    loop {
+                        if let Some(t) = s.task.take() {
+                            break t;
+                        }
+                        s = mine.cv.wait(s).unwrap_or_else(PoisonError::into_inner);
+                    }
+                };
+                // SAFETY: `run` waits for `done` before the task goes out of scope. A panic
+                // is caught so that `done` is always set; the caller raises it.
+                let ok = catch_unwind(AssertUnwindSafe(|| unsafe { (*task.0)(index) })).is_ok();
+                let mut s = mine.lock();
+                s.done = true;
+                s.panicked = !ok;
+                mine.cv.notify_all();
+            }
+        })
+        .expect("starting a kernel worker thread");
+    w
+}
+
+/// Runs `f(0)` on this thread and `f(1)`, …, `f(n − 1)` on pooled workers at the same time;
+/// returns when every call has returned. A panic of any call is raised then.
+pub fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    if n <= 1 {
+        f(0);
+        return;
+    }
+    let workers: Vec<Arc<Worker>> = {
+        let mut idle = idle();
+        let keep = idle.len().saturating_sub(n - 1);
+        let mut taken = idle.split_off(keep);
+        drop(idle);
+        while taken.len() < n - 1 {
+            taken.push(start());
+        }
+        taken
+    };
+    // SAFETY: only the lifetime is erased; every worker is done with the task (below) before
+    // `f` can go out of scope, even when `f(0)` panics.
+    let task = Task(unsafe {
+        std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const (dyn Fn(usize) + Sync)>(f)
+    });
+    for (i, w) in workers.iter().enumerate() {
+        let mut s = w.lock();
+        s.done = false;
+        s.task = Some((task, i + 1));
+        w.cv.notify_all();
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| f(0)));
+    let mut worker_panicked = false;
+    for w in &workers {
+        let mut s = w.lock();
+        while !s.done {
+            s = w.cv.wait(s).unwrap_or_else(PoisonError::into_inner);
+        }
+        worker_panicked |= std::mem::take(&mut s.panicked);
+    }
+    idle().extend(workers);
+    if let Err(p) = result {
+        resume_unwind(p);
+    }
+    assert!(!worker_panicked, "a kernel worker's task panicked");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn every_index_runs_once_and_workers_are_reused() {
+        for n in [1, 2, 3, 5, 2] {
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            run(n, &|i| {
+                hits[i].fetch_add(1, Ordering::SeqCst);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::SeqCst) == 1));
+        }
+        // Runs from several threads at once each get their own workers.
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    let sum = AtomicUsize::new(0);
+                    let meet = std::sync::Barrier::new(3);
+                    run(3, &|i| {
+                        meet.wait();
+                        sum.fetch_add(i, Ordering::SeqCst);
+                    });
+                    assert_eq!(sum.load(Ordering::SeqCst), 3);
+                });
+            }
+        });
+    }
+}
