@@ -33,8 +33,8 @@ use rlc_plan::Plan;
 use rlc_plan::model::{Axis, OpKind};
 
 use crate::collectives::Group;
-use crate::report::{Report, ReportOptions, StepRecord};
 use crate::device::{DeviceRequest, rank_device};
+use crate::report::{Report, ReportOptions, StepRecord};
 use error::Result;
 use job::Job;
 use rank::{Comms, Rank};
@@ -55,9 +55,9 @@ pub struct RunOptions {
     pub stop_after: Option<u64>,
     /// Threads libtorch may use in all; split between the ranks.
     pub threads: Option<usize>,
-}
     /// Where the ranks' models and tensors live.
     pub device: DeviceRequest,
+}
 
 #[derive(Debug)]
 pub struct RunOutcome {
@@ -78,8 +78,8 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
         .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
         .unwrap_or(1);
     tch::set_num_threads((threads / world as usize).max(1) as i32);
-    let resume = if options.resume {
     let devices = rank_devices(plan, options.device);
+    let resume = if options.resume {
         resume_point(plan, &options.run_dir)?
     } else {
         None
@@ -113,13 +113,13 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
                 let mut report = if rank == 0 { report_slot.take() } else { None };
                 let job = &job;
                 let resume = &resume;
-                scope.spawn(move || -> Result<()> {
                 let device = devices[rank as usize];
+                scope.spawn(move || -> Result<()> {
                     let mut r = Rank::new(
                         job,
                         rank,
-                        comms,
                         device,
+                        comms,
                         options.seed,
                         &options.source_dir,
                         &options.run_dir,
@@ -188,7 +188,6 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
     })
 }
 
-/// Refuses what this runtime does not execute, before any work.
 /// Each rank's device. Where CUDA was asked for (`--device cuda`, or a GPU cluster) but is
 /// not there, says why on stderr and runs on the CPU.
 fn rank_devices(plan: &Plan, request: DeviceRequest) -> Vec<tch::Device> {
@@ -206,6 +205,7 @@ fn rank_devices(plan: &Plan, request: DeviceRequest) -> Vec<tch::Device> {
         .collect()
 }
 
+/// Refuses what this runtime does not execute, before any work.
 fn supported(plan: &Plan) -> Result<()> {
     for instance in &plan.instances {
         let l = &instance.layout;

@@ -39,7 +39,7 @@ impl Rank<'_> {
             unreachable!("update() runs update ops")
         };
         let closure = self.job.losses[&op.id];
-        let batch = whole(self.rollout_input(op)?);
+        let batch = whole(self.rollout_input(op)?, self.device);
         let rows = batch.rows();
         let (index, _) = self.data_rank(op)?;
         let first = index as i64 * rows;
@@ -71,7 +71,7 @@ impl Rank<'_> {
             let training = state.training.as_mut().ok_or_else(|| {
                 RunError::Plan(format!("`{role}` is updated but has no optimizer"))
             })?;
-            let eval = Evaluator::new(self.job.modules);
+            let eval = Evaluator::new(self.job.modules).with_device(self.device);
             for _ in 0..*epochs {
                 for k in 0..minibatches {
                     let mine: Vec<i64> = (0..rows)
@@ -79,7 +79,7 @@ impl Rank<'_> {
                         .collect();
                     training.optimizer.zero_grad();
                     for chunk in mine.chunks(mine.len().div_ceil(accumulation as usize).max(1)) {
-                        let idx = Tensor::from_slice(chunk);
+                        let idx = Tensor::from_slice(chunk).to_device(self.device);
                         let part = batch.select(&idx);
                         let output = match kind.as_deref() {
                             Some("ValueModel") => rollout::values(&state.model, &part),
@@ -212,6 +212,6 @@ impl Capture {
 }
 
 /// Every row of a rollout, as an owned value the update can keep while it changes the model.
-fn whole(r: &Rollout) -> Rollout {
-    r.select(&Tensor::arange(r.rows(), (Kind::Int64, tch::Device::Cpu)))
+fn whole(r: &Rollout, device: tch::Device) -> Rollout {
+    r.select(&Tensor::arange(r.rows(), (Kind::Int64, device)))
 }
