@@ -353,3 +353,60 @@ fn rlc_kernel_evaluates_a_fn_on_named_tensors() {
         text(&out)
     );
 }
+
+/// The number after `"key":` in a metrics line.
+#[cfg(feature = "runtime")]
+fn field(line: &str, key: &str) -> f64 {
+    let at = line
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("no `{key}` in {line}"));
+    let rest = &line[at + key.len() + 3..];
+    let end = rest.find([',', '}']).unwrap();
+    rest[..end].parse().unwrap()
+}
+
+/// The three RLHF stages of `examples/` (SFT, reward model, PPO with a critic), shortened to
+/// three steps each, chained by checkpoints as `scripts/rlhf.sh` chains them: each stage's
+/// `hf("../runs/rlhf/…")` reads the folder the one before wrote, and every logged metric is
+/// finite.
+#[cfg(feature = "runtime")]
+#[test]
+fn the_rlhf_stages_chain_by_checkpoints() {
+    let dir = scratch("rlhf");
+    std::fs::create_dir_all(dir.join("examples")).unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let stages = [
+        ("sft", "60", &["loss"][..]),
+        ("reward", "300", &["accuracy", "loss"][..]),
+        ("ppo", "150", &["reward", "exact", "kl"][..]),
+    ];
+    for (stage, steps, keys) in stages {
+        let text_of =
+            std::fs::read_to_string(repo.join(format!("examples/rlhf_{stage}.rl"))).unwrap();
+        let short = text_of
+            .replace(&format!("steps = {steps}"), "steps = 3")
+            .replace(&format!("every {steps} steps"), "every 3 steps")
+            .replace("step-000060", "step-000003")
+            .replace("step-000300", "step-000003");
+        assert_ne!(short, text_of, "rlhf_{stage}.rl: its step count moved");
+        let source = dir.join(format!("examples/rlhf_{stage}.rl"));
+        std::fs::write(&source, short).unwrap();
+        let run = dir.join(format!("runs/rlhf/{stage}"));
+        let out = run_into(&source, &run, &["--threads", "2"]);
+        assert!(out.status.success(), "{stage}: {}", text(&out));
+        let lines = metrics(&run);
+        assert_eq!(lines.len(), 3, "{stage}: {lines:?}");
+        for line in &lines {
+            for key in keys {
+                assert!(field(line, key).is_finite(), "{stage}: {line}");
+            }
+        }
+    }
+    let accuracy = field(&metrics(&dir.join("runs/rlhf/reward"))[0], "accuracy");
+    assert!((0.0..=1.0).contains(&accuracy), "{accuracy}");
+    assert!(
+        dir.join("runs/rlhf/ppo/checkpoints/critic/step-000003")
+            .is_dir()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

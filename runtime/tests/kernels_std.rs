@@ -7,7 +7,9 @@
 mod common;
 
 use rlc_check::Checked;
-use rlc_runtime::kernels::oracle::{self, MaskRows, Rows, advantage, dapo, kl, loss, masked};
+use rlc_runtime::kernels::oracle::{
+    self, MaskRows, Rows, advantage, dapo, kl, loss, masked, preference,
+};
 use rlc_runtime::kernels::reference::{Arg, Evaluator};
 use rlc_runtime::rng::Rng;
 use tch::{Kind, Tensor};
@@ -21,7 +23,8 @@ import std.algo {
   kl_k1, kl_abs, kl_k2, kl_k3, kl_shaped_reward, adaptive_kl_beta, log_ratio, ppo_clip,
   ppo_clip_range, ppo_clip_plain, ppo_clipfrac, ppo_clipfrac_lower, approx_kl, gspo_clip,
   gspo_loss, value_loss, value_clipfrac, entropy, actor_loss, token_mean, seq_mean_token_sum,
-  seq_mean_token_mean, seq_mean_token_sum_norm, overlong_penalty, informative_groups
+  seq_mean_token_mean, seq_mean_token_sum_norm, overlong_penalty, informative_groups,
+  bradley_terry, pair_accuracy, pair_margin
 }
 
 /// The PPO loss as an `update` block computes it, for the gradient test.
@@ -956,4 +959,81 @@ fn f32_evaluation_agrees_with_the_oracle() {
             near("gae", *g, *w);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reward model on preference pairs
+
+/// `pairs` pairs in shuffled rows, ids out of order and far apart, scores with exact ties and
+/// margins large enough to overflow a naive `log(1 + exp(−d))`.
+fn preference_case(rng: &mut Rng, pairs: usize) -> (Vec<f64>, Vec<i64>, Vec<bool>) {
+    let mut rows: Vec<(f64, i64, bool)> = Vec::new();
+    for k in 0..pairs {
+        let id = 97 - 7 * k as i64;
+        let (a, b) = match k % 4 {
+            0 => (1.5, 1.5),
+            1 => (800.0 * rng.normal(), 800.0 * rng.normal()),
+            _ => (3.0 * rng.normal(), 3.0 * rng.normal()),
+        };
+        rows.push((a, id, true));
+        rows.push((b, id, false));
+    }
+    for i in (1..rows.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        rows.swap(i, j);
+    }
+    (
+        rows.iter().map(|r| r.0).collect(),
+        rows.iter().map(|r| r.1).collect(),
+        rows.iter().map(|r| r.2).collect(),
+    )
+}
+
+#[test]
+fn bradley_terry_and_pair_accuracy_match_the_oracle() {
+    let p = program();
+    let mut rng = Rng::new(41);
+    for pairs in [1, 2, 5, 9] {
+        let (s, g, c) = preference_case(&mut rng, pairs);
+        let args = || {
+            vec![
+                ("s", t1(&s).into()),
+                ("pair", ids(&g).into()),
+                ("chosen", Tensor::from_slice(&c).into()),
+            ]
+        };
+        assert_vec(
+            "pair_margin",
+            &run(&p, "pair_margin", args()),
+            &preference::pair_margin(&s, &g, &c),
+        );
+        assert_scalar(
+            "bradley_terry",
+            &run(&p, "bradley_terry", args()),
+            preference::bradley_terry(&s, &g, &c),
+        );
+        assert_scalar(
+            "pair_accuracy",
+            &run(&p, "pair_accuracy", args()),
+            preference::pair_accuracy(&s, &g, &c),
+        );
+    }
+}
+
+#[test]
+fn bradley_terry_of_a_tie_is_log_two_and_counts_as_wrong() {
+    let p = program();
+    let args = || {
+        vec![
+            ("s", t1(&[0.25, 0.25]).into()),
+            ("pair", ids(&[3, 3]).into()),
+            ("chosen", Tensor::from_slice(&[false, true]).into()),
+        ]
+    };
+    assert_scalar(
+        "bradley_terry",
+        &run(&p, "bradley_terry", args()),
+        std::f64::consts::LN_2,
+    );
+    assert_scalar("pair_accuracy", &run(&p, "pair_accuracy", args()), 0.0);
 }

@@ -376,3 +376,25 @@ pub fn seq_mean_token_sum_norm(loss: f32[B, T], m: Mask[B, T]) -> f32 {
   // `count(m || !m, over: T)` is `T` in every row: the padded length, as an f32.
   sum(loss, mask: m) / mean(count(m || !m, over: T))
 }
+
+// ---------------------------------------------------------------------------------------------
+// Reward model on preference pairs (`ds.preferences(n)`: the two rows of a pair share a
+// `group`, `chosen` marks the preferred one)
+
+/// The margin `s_chosen − s_rejected` of each row's pair, on both of its rows.
+pub fn pair_margin(s: f32[B], pair: i32[B], chosen: Mask[B]) -> f32[B] {
+  group_sum(where(chosen, s, 0.0 - s), by: pair)
+}
+
+/// Bradley–Terry loss: the mean over pairs of `−log σ(s_chosen − s_rejected)`, computed as
+/// the softplus `max(−d, 0) + log(1 + exp(−|d|))` so that no margin overflows.
+pub fn bradley_terry(s: f32[B], pair: i32[B], chosen: Mask[B]) -> f32 {
+  let d = pair_margin(s, pair, chosen)
+  mean(max(0.0 - d, 0.0) + log(1.0 + exp(0.0 - abs(d))))
+}
+
+/// The fraction of pairs whose chosen row scores strictly above the rejected one (a tie
+/// counts as wrong).
+pub fn pair_accuracy(s: f32[B], pair: i32[B], chosen: Mask[B]) -> f32 {
+  mean(f32(pair_margin(s, pair, chosen) > 0.0))
+}

@@ -140,8 +140,8 @@ pub struct RolloutInfo {
     pub group_size: Option<i64>,
     pub group_origin: Origin,
     pub dataset: Rc<DatasetSpec>,
-    /// The model that generated it.
-    pub model: usize,
+    /// The model that generated it; `None` for a dataset's demonstrations or preference pairs.
+    pub model: Option<usize>,
 }
 
 /// A reference to an item of a module.
@@ -251,6 +251,22 @@ impl Val {
     pub fn is_error(&self) -> bool {
         matches!(self, Val::Error)
     }
+}
+
+/// Fields of the record `ds.demonstrations(n)` returns (a rollout whose response is the
+/// task's answer), and with `chosen` for `ds.preferences(n)` (pairs of rows sharing a `group`).
+pub fn supervised_record(rows: Dim, response: Dim, pairs: bool) -> RecordVal {
+    let mut record = rollout_record(rows.clone(), response);
+    if pairs {
+        record.fields.push((
+            "chosen".into(),
+            Val::Tensor(TensorTy {
+                dtype: DType::Bool,
+                dims: vec![rows],
+            }),
+        ));
+    }
+    record
 }
 
 /// Fields of the record a `generate` call returns.

@@ -112,6 +112,8 @@ codes! {
     SequenceTooLong = "E0702", Error, "prompt and response longer than the model's context";
     NonPositiveTemperature = "E0703", Error, "sampling temperature not above zero";
     InvalidSampling = "E0704", Error, "invalid sampling setting";
+    NoAnswers = "E0705", Error, "supervised data from a dataset without reference answers";
+    UnknownSplit = "E0706", Error, "unknown data split";
     // Memory.
     OutOfMemory = "E0801", Error, "the estimate exceeds device memory";
     // The planner (`place … auto`).

@@ -56,13 +56,26 @@ fn build(plan: &Plan) -> Graph {
                 format!("checkpoint {role}"),
                 vec![format!("checkpoint {role}")],
             ),
-            OpKind::Sample { dataset, count } => (
-                format!("sample {dataset}"),
-                vec![
-                    format!("sample {dataset}"),
-                    count.map_or_else(String::new, |c| format!("{c} prompts")),
-                ],
-            ),
+            OpKind::Sample {
+                dataset,
+                count,
+                form,
+                ..
+            } => {
+                let form = form.as_deref().unwrap_or("sample");
+                let what = match form {
+                    "demonstrations" => "demonstrations",
+                    "preferences" => "pairs",
+                    _ => "prompts",
+                };
+                (
+                    format!("{form} {dataset}"),
+                    vec![
+                        format!("{form} {dataset}"),
+                        count.map_or_else(String::new, |c| format!("{c} {what}")),
+                    ],
+                )
+            }
             kind => {
                 let inst = op.instance.clone().unwrap_or_default();
                 let mut lines = vec![format!("{} · {}", kind.role().unwrap_or(""), kind.name())];

@@ -686,6 +686,8 @@ impl<'a> Lowerer<'a> {
                         let kind = OpKind::Sample {
                             dataset: dataset.clone(),
                             count,
+                            form: None,
+                            split: None,
                         };
                         let id = self.push_op(
                             format!("sample {dataset}"),
@@ -698,6 +700,11 @@ impl<'a> Lowerer<'a> {
                         let v = self.new_value(format!("{dataset}.sample#"), id, ty, count);
                         self.ops[id as usize].outputs.push(v);
                         Lowered::Value { id: v, field: None }
+                    }
+                    Lowered::Name(dataset)
+                        if name.name == "demonstrations" || name.name == "preferences" =>
+                    {
+                        self.supervised(e, &dataset, &name.name, args)
                     }
                     Lowered::Name(dataset) if name.name == "score" => {
                         let lowered: Vec<(String, Lowered)> = args
@@ -744,6 +751,52 @@ impl<'a> Lowerer<'a> {
             }
             _ => Lowered::Unknown,
         }
+    }
+
+    /// `ds.demonstrations(n)` / `ds.preferences(n, split: "test")`: a floating sample op whose
+    /// value is a rollout of `n` rows (demonstrations) or `2·n` rows (pairs).
+    fn supervised(
+        &mut self,
+        e: &ast::Expr,
+        dataset: &str,
+        form: &str,
+        args: &[ast::Arg],
+    ) -> Lowered {
+        let count = args
+            .iter()
+            .find(|a| a.name.as_ref().is_none_or(|n| n.name == "n"))
+            .and_then(|a| self.const_int(&a.value));
+        let split = args
+            .iter()
+            .find(|a| a.name.as_ref().is_some_and(|n| n.name == "split"))
+            .and_then(|a| match &a.value.kind {
+                ExprKind::Str(s) => Some(s.value.clone()),
+                _ => None,
+            });
+        let ty = self.type_at(e.span).map_or_else(
+            || ValueType::Opaque {
+                opaque: "rollout".into(),
+            },
+            |t| parse_type(t),
+        );
+        let rows = count.map(|c| if form == "preferences" { 2 * c } else { c });
+        let kind = OpKind::Sample {
+            dataset: dataset.to_string(),
+            count,
+            form: Some(form.to_string()),
+            split,
+        };
+        let id = self.push_op(
+            format!("{form} {dataset}"),
+            kind,
+            None,
+            RankSet::default(),
+            Vec::new(),
+        );
+        self.floating.insert(id);
+        let v = self.new_value(format!("{dataset}.{form}#"), id, ty, rows);
+        self.ops[id as usize].outputs.push(v);
+        Lowered::Value { id: v, field: None }
     }
 
     /// Whether function `name` of `module` reduces over the batch (directly or through what it

@@ -683,6 +683,13 @@ pub enum OpKind {
     Sample {
         dataset: String,
         count: Option<u64>,
+        /// `demonstrations` or `preferences`: a teacher-forced rollout of the task's answers
+        /// (`count` demonstrations, or `count` pairs in `2·count` rows) instead of prompts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        form: Option<String>,
+        /// The prompts a supervised form draws from: `train` (the default) or `test`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        split: Option<String>,
     },
     Generate {
         role: String,

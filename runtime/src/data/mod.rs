@@ -4,6 +4,7 @@
 mod jsonl;
 mod sampler;
 mod score;
+pub mod supervised;
 mod task;
 pub mod tokens;
 

@@ -62,6 +62,15 @@ impl Task {
         }
     }
 
+    /// The longest answer, EOS included — the response length the type checker computes for
+    /// `demonstrations` and `preferences`.
+    pub fn answer_len(&self) -> i64 {
+        match self.kind {
+            TaskKind::Reverse | TaskKind::Sort => self.digits + 1,
+            TaskKind::Add => self.digits + 2,
+        }
+    }
+
     /// Number of operand digits a sample draws: one string, or two numbers for addition.
     fn operand_digits(&self) -> usize {
         match self.kind {

@@ -19,6 +19,7 @@ mod kernel;
 mod rank;
 mod roles;
 mod rollout;
+mod supervised;
 mod update;
 mod values;
 

@@ -127,7 +127,11 @@ impl<'j> Rank<'j> {
 
     fn run_op(&mut self, op: &Op, step: u64, out: &mut StepOutput) -> Result<()> {
         match &op.kind {
-            OpKind::Sample { dataset, count } => {
+            OpKind::Sample { form: Some(_), .. } => {
+                let value = self.supervised(op, step)?;
+                self.set(op, value);
+            }
+            OpKind::Sample { dataset, count, .. } => {
                 let total = count.ok_or_else(|| {
                     RunError::Unsupported(format!("sampling an unknown count from `{dataset}`"))
                 })? as i64;

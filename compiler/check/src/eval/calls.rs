@@ -20,7 +20,7 @@ impl Evaluator<'_> {
         if let ExprKind::Member { base, name } = &callee.kind {
             let b = self.expr(frame, base);
             if (matches!(b, Val::Model(_))
-                || matches!(&b, Val::Dataset(_) if name.name == "sample" || name.name == "score"))
+                || matches!(&b, Val::Dataset(_) if DATASET_METHODS.contains(&name.name.as_str())))
                 && !frame.in_pipeline
             {
                 return self.err(
@@ -351,7 +351,11 @@ impl Evaluator<'_> {
                 self.diags.push(
                     Diagnostic::new(Code::GroupOfOne, format!("`{}` compares the samples of each prompt, but `{}` has one sample per prompt", name.name, var.name), frame.file, a.value.span)
                         .primary_label("groups of one")
-                        .label(info.group_origin.file, info.group_origin.span, "n = 1 here")
+                        .label(
+                            info.group_origin.file,
+                            info.group_origin.span,
+                            if info.model.is_none() { "each row its own group" } else { "n = 1 here" },
+                        )
                         .help("generate several samples per prompt (e.g. `n: 8`): with one, every advantage is 0 and the policy never changes"),
                 );
             }
@@ -545,10 +549,134 @@ impl Evaluator<'_> {
                     ),
                 }
             }
-            _ => self.no_field(frame, "a dataset", name, vec!["sample", "score", "vocab"]),
+            "demonstrations" | "preferences" => self.supervised(frame, e, d, name, args),
+            _ => self.no_field(frame, "a dataset", name, {
+                let mut names = DATASET_METHODS.to_vec();
+                names.push("vocab");
+                names
+            }),
         }
     }
+
+    /// `ds.demonstrations(n)` and `ds.preferences(n, split: "test")`: rollouts whose response is
+    /// the task's answer (teacher forcing) — `n` rows, or `n` pairs of a chosen (the answer) and a
+    /// rejected (a corrupted answer) row in `2·n` rows sharing a `group`.
+    fn supervised(
+        &mut self,
+        frame: &mut Frame,
+        e: &Expr,
+        d: Rc<DatasetSpec>,
+        name: &ast::Ident,
+        args: &[ast::Arg],
+    ) -> Val {
+        let pairs = name.name == "preferences";
+        let what = format!("`{}`", name.name);
+        let Some(bound) =
+            self.bind_args(frame, e.span, &what, &[("n", true), ("split", false)], args)
+        else {
+            return Val::Error;
+        };
+        let arg = bound[0].unwrap();
+        let v = self.expr(frame, &arg.value);
+        if v.is_error() {
+            return Val::Error;
+        }
+        let count = v.as_int();
+        let unit = if pairs { "pairs" } else { "demonstrations" };
+        match count {
+            None => {
+                return self.err(
+                    Diagnostic::new(
+                        Code::NotConstant,
+                        format!(
+                            "the number of {unit} must be known before the job starts, found {}",
+                            v.describe()
+                        ),
+                        frame.file,
+                        arg.value.span,
+                    )
+                    .primary_label("not a known integer"),
+                );
+            }
+            Some(n) if n < 1 => {
+                return self.err(
+                    Diagnostic::new(
+                        Code::InvalidSampling,
+                        format!("at least one of the {unit} must be drawn"),
+                        frame.file,
+                        arg.value.span,
+                    )
+                    .primary_label("not positive"),
+                );
+            }
+            Some(_) => {}
+        }
+        if let Some(split) = bound[1] {
+            let ok = matches!(&split.value.kind, ExprKind::Str(s) if s.value == "train" || s.value == "test");
+            if !ok {
+                self.expr(frame, &split.value);
+                return self.err(
+                    Diagnostic::new(
+                        Code::UnknownSplit,
+                        format!("{what} draws from the split `\"train\"` or `\"test\"`"),
+                        frame.file,
+                        split.value.span,
+                    )
+                    .primary_label("not a split")
+                    .help(
+                        "write `split: \"test\"` for held-out prompts (one in eight of the \
+                         task's prompts, never drawn for training), or leave it out",
+                    ),
+                );
+            }
+        }
+        let answer_len = match (d.kind.as_str(), d.digits) {
+            ("reverse_digits" | "sort_digits", Some(digits)) => digits + 1,
+            ("add_numbers", Some(digits)) => digits + 2,
+            _ => {
+                return self.err(
+                    Diagnostic::new(
+                        Code::NoAnswers,
+                        format!("`{}` has no reference answers to build {unit} from", d.name),
+                        frame.file,
+                        name.span,
+                    )
+                    .primary_label(format!("{unit} need an answer for every prompt"))
+                    .label(d.origin.file, d.origin.span, "prompts without answers")
+                    .help(
+                        "draw them from a synthetic task (`std.task.digits`), whose answers \
+                         are known",
+                    ),
+                );
+            }
+        };
+        let rows = count.map(|c| if pairs { 2 * c } else { c });
+        let origin = self.origin(frame, arg.value.span);
+        let info = RolloutInfo {
+            rows,
+            rows_origin: origin,
+            prompt_len: d.prompt_len,
+            response_len: Some(answer_len),
+            response_origin: self.origin(frame, name.span),
+            group_size: Some(if pairs { 2 } else { 1 }),
+            group_origin: self.origin(frame, name.span),
+            dataset: d,
+            model: None,
+        };
+        let rows_dim = rows.map_or(Dim::Sym("B".into()), |r| Dim::Size(r as u64));
+        Val::Rollout(
+            Rc::new(supervised_record(
+                rows_dim,
+                Dim::Size(answer_len as u64),
+                pairs,
+            )),
+            Rc::new(info),
+        )
+    }
 }
+
+/// The methods of a dataset, which run during training.
+pub(super) const DATASET_METHODS: [&str; 4] = ["sample", "score", "demonstrations", "preferences"];
 
 /// Names of the functions a statement calls.
 pub(super) fn collect_callees<'a>(s: &'a ast::Stmt, out: &mut Vec<&'a str>) {

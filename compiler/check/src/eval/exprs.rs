@@ -175,10 +175,10 @@ impl Evaluator<'_> {
                             .primary_label("unknown vocabulary"),
                     ),
                 },
-                "sample" | "score" => self.err(
+                "sample" | "score" | "demonstrations" | "preferences" => self.err(
                     Diagnostic::new(Code::TypeMismatch, format!("`{}` is a method: call it", name.name), frame.file, name.span).primary_label("not a value"),
                 ),
-                _ => self.no_field(frame, "a dataset", name, vec!["vocab", "sample", "score"]),
+                _ => self.no_field(frame, "a dataset", name, vec!["vocab", "sample", "score", "demonstrations", "preferences"]),
             },
             Val::Arch(a) => {
                 let v = match name.name.as_str() {

@@ -135,14 +135,18 @@ impl Evaluator<'_> {
     /// Policy and reference (and the task) must share a vocabulary: log-probs of one model's
     /// tokens under another tokenizer are meaningless.
     pub(super) fn vocab_agrees(&mut self, frame: &Frame, m: usize, info: &RolloutInfo, at: Span) {
+        let Some(generator) = info.model else {
+            self.task_vocab_fits(frame, m, &info.dataset, at, "reads a task it cannot spell");
+            return;
+        };
         let (Some(a), Some(b)) = (
             &self.program.models[m].arch,
-            &self.program.models[info.model].arch,
+            &self.program.models[generator].arch,
         ) else {
             return;
         };
         if a.vocab != b.vocab {
-            let (me, generator) = (&self.program.models[m], &self.program.models[info.model]);
+            let (me, generator) = (&self.program.models[m], &self.program.models[generator]);
             self.diags.push(
                 Diagnostic::new(
                     Code::VocabMismatch,
@@ -165,6 +169,41 @@ impl Evaluator<'_> {
                     format!("vocab {}", b.vocab),
                 )
                 .help("models that score each other's tokens must share a tokenizer"),
+            );
+        }
+    }
+
+    /// A model that reads or writes a task's tokens needs a vocabulary that spells them.
+    pub(super) fn task_vocab_fits(
+        &mut self,
+        frame: &Frame,
+        m: usize,
+        d: &DatasetSpec,
+        at: Span,
+        label: &str,
+    ) {
+        let (Some(tv), Some(arch)) = (d.vocab, &self.program.models[m].arch) else {
+            return;
+        };
+        if arch.vocab < tv as u64 {
+            let model = &self.program.models[m];
+            self.diags.push(
+                Diagnostic::new(
+                    Code::VocabMismatch,
+                    format!(
+                        "task `{}` uses {tv} tokens but `{}` has a vocabulary of {}",
+                        d.name, model.name, arch.vocab
+                    ),
+                    frame.file,
+                    at,
+                )
+                .primary_label(label)
+                .label(
+                    model.arch_origin.file,
+                    model.arch_origin.span,
+                    format!("vocab {}", arch.vocab),
+                )
+                .help(format!("set `vocab: {}.vocab` in the model's arch", d.name)),
             );
         }
     }
@@ -299,35 +338,15 @@ impl Evaluator<'_> {
             group_size: n_val,
             group_origin: default_origin(n.1),
             dataset: prompts.dataset.clone(),
-            model: m,
+            model: Some(m),
         };
-        let task_vocab = prompts.dataset.vocab;
-        if let (Some(tv), Some(arch)) = (task_vocab, &self.program.models[m].arch)
-            && arch.vocab < tv as u64
-        {
-            let model = &self.program.models[m];
-            self.diags.push(
-                Diagnostic::new(
-                    Code::VocabMismatch,
-                    format!(
-                        "task `{}` uses {tv} tokens but `{}` has a vocabulary of {}",
-                        prompts.dataset.name, model.name, arch.vocab
-                    ),
-                    frame.file,
-                    e.span,
-                )
-                .primary_label("generates for a task it cannot spell")
-                .label(
-                    model.arch_origin.file,
-                    model.arch_origin.span,
-                    format!("vocab {}", arch.vocab),
-                )
-                .help(format!(
-                    "set `vocab: {}.vocab` in the model's arch",
-                    prompts.dataset.name
-                )),
-            );
-        }
+        self.task_vocab_fits(
+            frame,
+            m,
+            &prompts.dataset,
+            e.span,
+            "generates for a task it cannot spell",
+        );
         self.record_call(m, Op::Generate, &info, origin, None, None);
         let sourced_i = |(v, o): &(Val, Origin)| Sourced {
             value: v.as_int().unwrap_or(0),

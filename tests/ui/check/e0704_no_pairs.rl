@@ -1,0 +1,18 @@
+//! `preferences(0)`: no pairs to train on.
+
+import std.algo { bradley_terry, pair_accuracy }
+import std.models { tiny_gpt }
+import std.task.digits { reverse }
+
+cluster local = cpu(devices: 2)
+model rm: RewardModel { arch = tiny_gpt(vocab: reverse.vocab)  optim = adamw(lr: 1e-3) }
+place rm on local[0..2] with dp(2)
+
+pipeline reward(steps = 100) {
+  loop step in 0..steps {
+    let pairs = reverse.preferences(0)  //~ E0704
+    rm.update(pairs) { s -> bradley_terry(s, pairs.group, pairs.chosen) }
+    let held = reverse.preferences(64, split: "test")
+    log { accuracy: pair_accuracy(rm.score(held), held.group, held.chosen) }
+  }
+}
