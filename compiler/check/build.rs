@@ -5,7 +5,10 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../stdlib");
+    // Read when the script runs, not when it was compiled: a build script shared by two
+    // checkouts (one target folder) must embed the std of the checkout being built.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let root = Path::new(&manifest).join("../../stdlib");
     println!("cargo:rerun-if-changed={}", root.display());
     let mut files = Vec::new();
     collect(&root.join("std"), &mut files);
