@@ -167,8 +167,10 @@ module.exports = grammar({
     )),
 
     // A call may end in a block that receives values: `policy.update(r) { logp -> loss }`.
+    // `log` is also the natural logarithm when called (rl.pest's `log_fn`: `log` before `(`).
     call_expression: ($) => prec(PREC.postfix, seq(
-      field('function', $._expression), field('arguments', $.arguments),
+      field('function', choice($._expression, alias('log', $.identifier))),
+      field('arguments', $.arguments),
       optional(field('closure', $.closure)),
     )),
     arguments: ($) => seq('(', commaSep($.argument), ')'),
