@@ -73,13 +73,7 @@ pub fn lower_fn(modules: &Modules, function: &str, given: &[&str]) -> Result<Ker
         frame.bind(&param.name.name, value);
     }
     let value = lw.block(&mut frame, &def.body, 0)?;
-    let node = lw.node_of(&frame, value, Elem::F32)?;
-    let level = lw.kernel.nodes[node.id].level;
-    lw.kernel.outputs.push(Output {
-        name: "result".into(),
-        node: node.id,
-        level,
-    });
+    lw.output_result(&frame, value)?;
     Ok(lw.kernel)
 }
 
@@ -129,13 +123,7 @@ pub fn lower_block(
         frame.bind(var, value);
     }
     let value = lw.block(&mut frame, block, 0)?;
-    let node = lw.node_of(&frame, value, Elem::F32)?;
-    let level = lw.kernel.nodes[node.id].level;
-    lw.kernel.outputs.push(Output {
-        name: "result".into(),
-        node: node.id,
-        level,
-    });
+    lw.output_result(&frame, value)?;
     // The axes the inputs and values span (a scan adds its axis to its operands').
     let axes = lw
         .kernel
@@ -422,6 +410,18 @@ impl<'m> Lowerer<'m> {
     }
 
     /// A value as a node; a number becomes a constant of `elem`.
+    /// Makes `value` the kernel's output `result`.
+    fn output_result(&mut self, frame: &Frame, value: LVal) -> Result<()> {
+        let node = self.node_of(frame, value, Elem::F32)?;
+        let level = self.kernel.nodes[node.id].level;
+        self.kernel.outputs.push(Output {
+            name: "result".into(),
+            node: node.id,
+            level,
+        });
+        Ok(())
+    }
+
     fn node_of(&mut self, frame: &Frame, v: LVal, elem: Elem) -> Result<Val> {
         match v {
             LVal::Node(n) => self.here(frame, n),

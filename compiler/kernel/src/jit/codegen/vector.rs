@@ -19,6 +19,19 @@ fn unaligned() -> MemFlags {
 }
 
 impl PassGen<'_, '_> {
+    /// What the loop computes at each position: its stores' values and its reductions'
+    /// operands and masks.
+    fn loop_roots(&self, l: &Loop) -> Vec<NodeId> {
+        let mut roots: Vec<NodeId> = l.stores.iter().map(|st| st.node).collect();
+        for &r in &l.reductions {
+            if let Op::Reduce { x, mask, .. } = self.k.node(r).op {
+                roots.push(x);
+                roots.extend(mask);
+            }
+        }
+        roots
+    }
+
     /// Whether every level-2 operation of the loop has a four-lane form.
     pub(super) fn vectorizable(&self, l: &Loop) -> bool {
         let k = self.k;
@@ -28,13 +41,7 @@ impl PassGen<'_, '_> {
         {
             return false;
         }
-        let mut roots: Vec<NodeId> = l.stores.iter().map(|st| st.node).collect();
-        for &r in &l.reductions {
-            if let Op::Reduce { x, mask, .. } = k.node(r).op {
-                roots.push(x);
-                roots.extend(mask);
-            }
-        }
+        let mut roots = self.loop_roots(l);
         let mut seen = HashSet::new();
         while let Some(n) = roots.pop() {
             if !seen.insert(n) {
@@ -221,13 +228,7 @@ impl PassGen<'_, '_> {
     /// same at every position).
     fn row_invariant(&self, l: &Loop) -> Vec<NodeId> {
         let k = self.k;
-        let mut roots: Vec<NodeId> = l.stores.iter().map(|st| st.node).collect();
-        for &r in &l.reductions {
-            if let Op::Reduce { x, mask, .. } = k.node(r).op {
-                roots.push(x);
-                roots.extend(mask);
-            }
-        }
+        let mut roots = self.loop_roots(l);
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         while let Some(n) = roots.pop() {
