@@ -89,6 +89,21 @@ pub(super) fn kind_of(elem: Elem) -> Kind {
     }
 }
 
+/// The kernel of `function` with the parameters in `given` as inputs, and with `wrt` non-empty
+/// the derivatives of its scalar result as outputs `d_<name>` (what both back ends compile).
+pub(super) fn fn_kernel(
+    modules: &Modules,
+    function: &str,
+    given: &[&str],
+    wrt: &[&str],
+) -> Result<Kernel, FusedError> {
+    let kernel = rlc_kernel::lower::lower_fn(modules, function, given)?;
+    if wrt.is_empty() {
+        return Ok(kernel);
+    }
+    Ok(rlc_kernel::grad::differentiate(&kernel, "result", wrt)?)
+}
+
 impl Fused {
     /// `function` with the parameters in `given` as inputs (the others take their defaults);
     /// with `wrt` non-empty, also the derivative of its (scalar) result with respect to each
@@ -99,12 +114,8 @@ impl Fused {
         given: &[&str],
         wrt: &[&str],
     ) -> Result<Fused, FusedError> {
-        let mut kernel = rlc_kernel::lower::lower_fn(modules, function, given)?;
-        if !wrt.is_empty() {
-            kernel = rlc_kernel::grad::differentiate(&kernel, "result", wrt)?;
-        }
         Ok(Fused {
-            jit: Jit::compile(&kernel)?,
+            jit: Jit::compile(&fn_kernel(modules, function, given, wrt)?)?,
         })
     }
 

@@ -5,7 +5,7 @@
 //! Ordering with libtorch: both queue work on the device's legacy default stream, so a
 //! kernel runs after the tensor operations that produced its inputs; it returns when done.
 
-use super::fused::{FusedError, kernel_inputs, kind_of};
+use super::fused::{FusedError, fn_kernel, kernel_inputs, kind_of};
 use super::reference::Arg;
 use rlc_check::modules::Modules;
 use rlc_kernel::cuda::{Gpu, GpuKernel};
@@ -27,10 +27,7 @@ impl FusedCuda {
         wrt: &[&str],
         ordinal: usize,
     ) -> Result<FusedCuda, FusedError> {
-        let mut kernel = rlc_kernel::lower::lower_fn(modules, function, given)?;
-        if !wrt.is_empty() {
-            kernel = rlc_kernel::grad::differentiate(&kernel, "result", wrt)?;
-        }
+        let kernel = fn_kernel(modules, function, given, wrt)?;
         let gpu = Gpu::on(ordinal)?;
         Ok(FusedCuda {
             kernel: gpu.compile(&kernel)?,
