@@ -44,13 +44,9 @@ pub fn cuda_devices() -> Result<usize, String> {
 }
 
 /// The device of rank `rank` under `request` (`gpu_cluster`: the plan's cluster has GPUs):
-/// ranks share the visible CUDA devices round-robin. `Err` carries the device chosen instead
-/// (the CPU) and why.
-pub fn rank_device(
-    request: DeviceRequest,
-    gpu_cluster: bool,
-    rank: u32,
-) -> Result<Device, (Device, String)> {
+/// ranks share the visible CUDA devices round-robin. `Err`: why CUDA, asked for, is not there
+/// (the caller runs on the CPU).
+pub fn rank_device(request: DeviceRequest, gpu_cluster: bool, rank: u32) -> Result<Device, String> {
     let wants_cuda = match request {
         DeviceRequest::Auto => gpu_cluster,
         DeviceRequest::Cpu => false,
@@ -59,10 +55,7 @@ pub fn rank_device(
     if !wants_cuda {
         return Ok(Device::Cpu);
     }
-    match cuda_devices() {
-        Ok(n) => Ok(Device::Cuda(rank as usize % n)),
-        Err(why) => Err((Device::Cpu, why)),
-    }
+    cuda_devices().map(|n| Device::Cuda(rank as usize % n))
 }
 
 fn open_cuda() -> Result<usize, String> {
@@ -145,7 +138,7 @@ mod tests {
     fn cuda_requests_fall_back_with_a_reason() {
         match (cuda_devices(), rank_device(DeviceRequest::Cuda, false, 5)) {
             (Ok(n), Ok(Device::Cuda(i))) => assert_eq!(i, 5 % n),
-            (Err(why), Err((Device::Cpu, reason))) => {
+            (Err(why), Err(reason)) => {
                 assert_eq!(why, reason);
                 assert!(!why.is_empty());
             }

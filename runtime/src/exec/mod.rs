@@ -196,11 +196,11 @@ fn rank_devices(plan: &Plan, request: DeviceRequest) -> Vec<tch::Device> {
     let mut said = false;
     (0..plan.world_size)
         .map(|rank| {
-            rank_device(request, gpu_cluster, rank).unwrap_or_else(|(cpu, why)| {
+            rank_device(request, gpu_cluster, rank).unwrap_or_else(|why| {
                 if !std::mem::replace(&mut said, true) {
                     eprintln!("note: CUDA is not available ({why}); running on the CPU");
                 }
-                cpu
+                tch::Device::Cpu
             })
         })
         .collect()
