@@ -14,5 +14,6 @@ pub mod hf;
 pub mod kernels;
 pub mod model;
 pub mod optim;
+pub mod parallel;
 pub mod report;
 pub mod rng;

@@ -8,8 +8,52 @@ pub use sampling::{SamplingConfig, next_tokens, next_tokens_from};
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
-use crate::model::{KvCache, Transformer};
+use crate::collectives::CollectiveError;
+use crate::model::{KvCache, ModelConfig, Transformer};
 use crate::rng::Rng;
+
+/// What the decoder needs of a model, however its weights are laid out over ranks. Every rank
+/// that runs the decoder for one batch must get the same full-vocabulary logits, so that the
+/// same seed samples the same tokens on each.
+pub trait Decode {
+    fn config(&self) -> &ModelConfig;
+    fn has_lm_head(&self) -> bool;
+    /// An empty cache for the layers this rank runs.
+    fn new_cache(&self) -> KvCache;
+    /// Logits `[B, vocab]` for the token after the last of `ids` (`[B, T]`); `mask` covers the
+    /// cached positions and then `ids`, as in [`Transformer::hidden_states`].
+    fn next_logits(
+        &self,
+        ids: &Tensor,
+        mask: &Tensor,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor, GenerateError>;
+}
+
+impl Decode for Transformer {
+    fn config(&self) -> &ModelConfig {
+        Transformer::config(self)
+    }
+
+    fn has_lm_head(&self) -> bool {
+        self.heads().lm
+    }
+
+    fn new_cache(&self) -> KvCache {
+        KvCache::new(self.config().layers as usize)
+    }
+
+    fn next_logits(
+        &self,
+        ids: &Tensor,
+        mask: &Tensor,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor, GenerateError> {
+        let last = ids.size()[1] - 1;
+        let hidden = self.hidden_states(ids, mask, cache).narrow(1, last, 1);
+        Ok(self.lm_head(&hidden).squeeze_dim(1))
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerateConfig {
@@ -75,6 +119,8 @@ pub enum GenerateError {
     InvalidSetting(String),
     #[error("prompt ids {ids:?} and prompt mask {mask:?} must have the same [B, P] shape")]
     PromptShape { ids: Vec<i64>, mask: Vec<i64> },
+    #[error("generation across ranks: {0}")]
+    Collective(#[from] CollectiveError),
     #[error("token id {id} is outside the vocabulary of {vocab}")]
     TokenOutOfRange { id: i64, vocab: i64 },
     #[error("prompts must be left-padded: the last column of the prompt mask has a 0")]
@@ -107,23 +153,23 @@ pub fn left_pad(prompts: &[Vec<i64>], pad_token_id: i64) -> (Tensor, Tensor) {
 }
 
 /// Generates responses for the left-padded `prompt_ids` / `prompt_mask` (`[B, P]`).
-pub fn generate(
-    model: &Transformer,
+pub fn generate<M: Decode + ?Sized>(
+    model: &M,
     prompt_ids: &Tensor,
     prompt_mask: &Tensor,
     config: &GenerateConfig,
 ) -> Result<Rollout, GenerateError> {
     validate(model, prompt_ids, prompt_mask, config)?;
-    tch::no_grad(|| Ok(Decoder::new(model, prompt_ids, prompt_mask, config).run()))
+    tch::no_grad(|| Decoder::new(model, prompt_ids, prompt_mask, config).run())
 }
 
-fn validate(
-    model: &Transformer,
+fn validate<M: Decode + ?Sized>(
+    model: &M,
     prompt_ids: &Tensor,
     prompt_mask: &Tensor,
     config: &GenerateConfig,
 ) -> Result<(), GenerateError> {
-    if !model.heads().lm {
+    if !model.has_lm_head() {
         return Err(GenerateError::NoLmHead);
     }
     if prompt_ids.dim() != 2 || prompt_ids.size() != prompt_mask.size() || prompt_ids.size()[1] == 0
@@ -203,8 +249,8 @@ fn validate(
 }
 
 /// The state of one generation call.
-struct Decoder<'a> {
-    model: &'a Transformer,
+struct Decoder<'a, M: Decode + ?Sized> {
+    model: &'a M,
     config: &'a GenerateConfig,
     rng: Rng,
     prompt_ids: Tensor,
@@ -220,9 +266,9 @@ struct Decoder<'a> {
     logits: Vec<Tensor>,
 }
 
-impl<'a> Decoder<'a> {
+impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
     fn new(
-        model: &'a Transformer,
+        model: &'a M,
         prompt_ids: &Tensor,
         prompt_mask: &Tensor,
         config: &'a GenerateConfig,
@@ -241,19 +287,17 @@ impl<'a> Decoder<'a> {
             attention_mask: prompt_mask.index_select(0, &group_ids),
             prompt_mask: prompt_mask.index_select(0, &group_ids),
             group_ids,
-            cache: config
-                .use_kv_cache
-                .then(|| KvCache::new(model.config().layers as usize)),
+            cache: config.use_kv_cache.then(|| model.new_cache()),
             tokens: Vec::new(),
             alive: Vec::new(),
             logits: Vec::new(),
         }
     }
 
-    fn run(mut self) -> Rollout {
+    fn run(mut self) -> Result<Rollout, GenerateError> {
         let rows = self.prompt_ids.size()[0];
         let device = self.prompt_ids.device();
-        let mut next_logits = self.prefill();
+        let mut next_logits = self.prefill()?;
         let mut finished = Tensor::zeros([rows], (Kind::Bool, device));
         for step in 0..self.config.max_new {
             let chosen = self.sample(&next_logits);
@@ -270,9 +314,9 @@ impl<'a> Decoder<'a> {
             if all_finished || step + 1 == self.config.max_new {
                 break;
             }
-            next_logits = self.decode(&token);
+            next_logits = self.decode(&token)?;
         }
-        self.into_rollout()
+        Ok(self.into_rollout())
     }
 
     fn sample(&mut self, logits: &Tensor) -> Tensor {
@@ -290,8 +334,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// Logits for the first response token, `[R, V]`.
-    fn prefill(&mut self) -> Tensor {
-        let last = self.prompt_ids.size()[1] - 1;
+    fn prefill(&mut self) -> Result<Tensor, GenerateError> {
         match &mut self.cache {
             Some(cache) => {
                 // Prefill each distinct prompt once (from the first of its samples), then give
@@ -304,48 +347,33 @@ impl<'a> Decoder<'a> {
                 );
                 let ids = self.prompt_ids.index_select(0, &first_samples);
                 let mask = self.prompt_mask.index_select(0, &first_samples);
-                let hidden = self
-                    .model
-                    .hidden_states(&ids, &mask, Some(cache))
-                    .narrow(1, last, 1);
+                let logits = self.model.next_logits(&ids, &mask, Some(cache))?;
                 cache.select_rows(&self.group_ids);
-                self.model
-                    .lm_head(&hidden)
-                    .squeeze_dim(1)
-                    .index_select(0, &self.group_ids)
+                Ok(logits.index_select(0, &self.group_ids))
             }
             None => self.recompute(),
         }
     }
 
     /// Feeds the tokens just chosen and returns the logits for the next ones.
-    fn decode(&mut self, token: &Tensor) -> Tensor {
+    fn decode(&mut self, token: &Tensor) -> Result<Tensor, GenerateError> {
         let ones = Tensor::ones([token.size()[0], 1], (Kind::Int64, token.device()));
         self.attention_mask = Tensor::cat(&[&self.attention_mask, &ones], 1);
         match &mut self.cache {
             Some(cache) => {
-                let hidden = self.model.hidden_states(
-                    &token.unsqueeze(1),
-                    &self.attention_mask,
-                    Some(cache),
-                );
-                self.model.lm_head(&hidden).squeeze_dim(1)
+                self.model
+                    .next_logits(&token.unsqueeze(1), &self.attention_mask, Some(cache))
             }
             None => self.recompute(),
         }
     }
 
     /// Logits for the next token from a full forward pass over prompt and response so far.
-    fn recompute(&self) -> Tensor {
+    fn recompute(&self) -> Result<Tensor, GenerateError> {
         let mut pieces = vec![self.prompt_ids.shallow_clone()];
         pieces.extend(self.tokens.iter().map(|t| t.unsqueeze(1)));
         let ids = Tensor::cat(&pieces, 1);
-        let last = ids.size()[1] - 1;
-        let hidden = self
-            .model
-            .hidden_states(&ids, &self.attention_mask, None)
-            .narrow(1, last, 1);
-        self.model.lm_head(&hidden).squeeze_dim(1)
+        self.model.next_logits(&ids, &self.attention_mask, None)
     }
 
     fn into_rollout(self) -> Rollout {

@@ -112,6 +112,23 @@ impl Transformer {
         &self.config
     }
 
+    /// The token embedding matrix `[vocab, hidden]`.
+    pub(crate) fn embedding(&self) -> &Tensor {
+        &self.embed_tokens
+    }
+
+    pub(crate) fn decoder_layers(&self) -> &[DecoderLayer] {
+        &self.layers
+    }
+
+    pub(crate) fn final_norm(&self) -> &RmsNorm {
+        &self.norm
+    }
+
+    pub(crate) fn rope(&self) -> &Rope {
+        &self.rope
+    }
+
     pub fn heads(&self) -> Heads {
         Heads {
             lm: self.lm_head.is_some(),
@@ -143,9 +160,7 @@ impl Transformer {
             past + steps,
             "the mask must cover the cached positions and the new ones"
         );
-        let positions = (mask.cumsum(-1, Kind::Int64) - 1)
-            .clamp_min(0)
-            .narrow(1, past, steps);
+        let positions = token_positions(&mask, past, steps);
         let angles = self.rope.angles(&positions);
         let bias = attention_bias(&mask, past, steps);
         let mut x = Tensor::embedding(&self.embed_tokens, ids, -1, false, false);
@@ -230,6 +245,14 @@ pub fn token_logprobs(logits: &Tensor, ids: &Tensor) -> Tensor {
         .squeeze_dim(-1)
 }
 
+/// Position of each of the `steps` new tokens (`[B, steps]`): real tokens before it, so left
+/// padding does not shift positions. `mask` (`[B, past + steps]`) is boolean.
+pub(crate) fn token_positions(mask: &Tensor, past: i64, steps: i64) -> Tensor {
+    (mask.cumsum(-1, Kind::Int64) - 1)
+        .clamp_min(0)
+        .narrow(1, past, steps)
+}
+
 /// Index of the last position where `mask` is non-zero, per row `[B]`.
 fn last_real_index(mask: &Tensor) -> Tensor {
     let steps = mask.size()[1];
@@ -240,7 +263,7 @@ fn last_real_index(mask: &Tensor) -> Tensor {
 /// Additive bias `[B, 1, T, S]`: 0 where query `past + i` may attend key `j` (causal and `j` is a
 /// real token), the most negative float elsewhere. A finite value rather than -inf keeps rows of
 /// padded queries, which see no real key, at a uniform softmax instead of NaN.
-fn attention_bias(mask: &Tensor, past: i64, steps: i64) -> Tensor {
+pub(crate) fn attention_bias(mask: &Tensor, past: i64, steps: i64) -> Tensor {
     let total = mask.size()[1];
     let device = mask.device();
     let keys = Tensor::arange(total, (Kind::Int64, device)).view([1, total]);

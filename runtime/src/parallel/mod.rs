@@ -1,0 +1,12 @@
+//! Parallel layouts executed on ranks: tensor parallelism (Megatron-style), fully sharded data
+//! parallelism (ZeRO-3) and pipeline parallelism, alone and combined, as the plan's layouts
+//! describe them (`rlc_plan::model::Layout`, rank order `pp`, `dp`, `fsdp`, `tp`).
+//!
+//! Every layout computes what one rank holding the whole model computes; the equivalence tests
+//! (`runtime/tests/layouts/`) hold them to it.
+
+pub mod groups;
+pub mod tape;
+
+pub use groups::{RankGroups, process_groups};
+pub use tape::Tape;
