@@ -9,6 +9,7 @@
 //! - [`cost`]: the cost model (seconds per op from the hardware the plan carries).
 //! - [`simulate`]: a plan's simulated timeline, utilisation and forecast, and its Gantt chart.
 //! - [`planner`] (feature `lower`): `place … auto`: the search over pools and layouts.
+//! - [`reshard`]: the moves of a weight sync between two layouts of a role.
 //!
 //! The crate does no IO.
 
@@ -19,6 +20,7 @@ pub mod lower;
 pub mod model;
 #[cfg(feature = "lower")]
 pub mod planner;
+pub mod reshard;
 pub mod simulate;
 pub mod validate;
 
