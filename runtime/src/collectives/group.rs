@@ -1,5 +1,7 @@
-//! The rendezvous shared by the ranks of a group and the per-rank handle.
+//! The rendezvous shared by the ranks of a group, the mailboxes of its point-to-point messages
+//! and the per-rank handle.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use tch::Tensor;
@@ -28,6 +30,13 @@ impl Group {
                 broken: false,
             }),
             all_arrived: Condvar::new(),
+            mail: Mutex::new(Mail {
+                queues: (0..world_size * world_size)
+                    .map(|_| VecDeque::new())
+                    .collect(),
+                departed: vec![false; world_size],
+            }),
+            mail_arrived: Condvar::new(),
         });
         (0..world_size)
             .map(|rank| Communicator {
@@ -42,6 +51,18 @@ impl Group {
 struct Shared {
     state: Mutex<State>,
     all_arrived: Condvar,
+    /// Point-to-point messages, apart from the collectives' rendezvous so that neither waits on
+    /// the other.
+    mail: Mutex<Mail>,
+    mail_arrived: Condvar,
+}
+
+/// Messages sent and not yet received, one FIFO queue per ordered pair of ranks.
+struct Mail {
+    /// Queue `src · world_size + dst`.
+    queues: Vec<VecDeque<Tensor>>,
+    /// Ranks that dropped their handle: they will send nothing more and receive nothing.
+    departed: Vec<bool>,
 }
 
 struct State {
@@ -130,6 +151,67 @@ impl Communicator {
             state.published = Vec::new();
         }
         Ok(all)
+    }
+
+    fn lock_mail(&self) -> MutexGuard<'_, Mail> {
+        // As for `lock`: every update leaves the mailboxes consistent.
+        self.shared
+            .mail
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The index of the queue from `src` to `dst`.
+    fn queue(&self, src: usize, dst: usize) -> usize {
+        src * self.world_size + dst
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<(), CollectiveError> {
+        if peer >= self.world_size || peer == self.rank {
+            return Err(CollectiveError::InvalidPeer {
+                peer,
+                rank: self.rank,
+                world_size: self.world_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends a private copy of `tensor` to rank `dst` and returns at once: messages are buffered,
+    /// so a pipeline's stages may run ahead of each other without deadlocking.
+    pub fn send(&self, tensor: &Tensor, dst: usize) -> Result<(), CollectiveError> {
+        self.check_peer(dst)?;
+        let copy = deposit_copy(tensor);
+        let mut mail = self.lock_mail();
+        if mail.departed[dst] {
+            return Err(CollectiveError::PeerLost);
+        }
+        let queue = self.queue(self.rank, dst);
+        mail.queues[queue].push_back(copy);
+        self.shared.mail_arrived.notify_all();
+        Ok(())
+    }
+
+    /// The oldest message from rank `src` not yet received, waiting for one if none is there.
+    /// Messages from one sender arrive in the order it sent them; once the sender has dropped its
+    /// handle and its messages are read, this fails with [`CollectiveError::PeerLost`].
+    pub fn recv(&self, src: usize) -> Result<Tensor, CollectiveError> {
+        self.check_peer(src)?;
+        let queue = self.queue(src, self.rank);
+        let mut mail = self.lock_mail();
+        loop {
+            if let Some(tensor) = mail.queues[queue].pop_front() {
+                return Ok(tensor);
+            }
+            if mail.departed[src] {
+                return Err(CollectiveError::PeerLost);
+            }
+            mail = self
+                .shared
+                .mail_arrived
+                .wait(mail)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
     }
 
     fn check_root(&self, root: usize) -> Result<(), CollectiveError> {
@@ -255,11 +337,29 @@ impl Communicator {
     }
 }
 
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for Communicator {
     /// A rank that leaves (normally or by panicking) can join no further collective, so the
     /// others are told instead of waiting forever.
     fn drop(&mut self) {
         self.lock().broken = true;
         self.shared.all_arrived.notify_all();
+        let mut mail = self.lock_mail();
+        mail.departed[self.rank] = true;
+        // Nobody will read what was sent to this rank.
+        for src in 0..self.world_size {
+            let queue = self.queue(src, self.rank);
+            mail.queues[queue].clear();
+        }
+        drop(mail);
+        self.shared.mail_arrived.notify_all();
     }
 }

@@ -3,6 +3,9 @@
 //! Every collective is one rendezvous: each rank deposits a copy of its input, the last to arrive
 //! publishes all deposits, and each rank computes its own result from them. Reductions always
 //! fold in rank order, so results are bit-identical from run to run and across ranks.
+//!
+//! Point-to-point messages (`send`, `recv`) go through per-pair FIFO mailboxes instead: a send
+//! is buffered and never waits for its receiver.
 
 mod group;
 
@@ -28,6 +31,12 @@ pub enum CollectiveError {
         rank: usize,
         expected: Vec<i64>,
         found: Vec<i64>,
+    },
+    #[error("rank {rank} cannot exchange messages with rank {peer} of a group of {world_size}")]
+    InvalidPeer {
+        peer: usize,
+        rank: usize,
+        world_size: usize,
     },
     #[error("root rank {root} is outside a group of {world_size}")]
     InvalidRoot { root: usize, world_size: usize },

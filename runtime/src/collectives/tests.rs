@@ -207,3 +207,94 @@ fn many_rounds_stay_in_step() {
         }
     }
 }
+
+fn scalar(value: f64) -> Tensor {
+    Tensor::from_slice(&[value])
+}
+
+#[test]
+fn messages_arrive_in_order_per_pair_whatever_order_pairs_are_read() {
+    let received = on_ranks(3, |comm| match comm.rank() {
+        0 => {
+            for i in 0..5 {
+                comm.send(&scalar(i as f64), 1).unwrap();
+                comm.send(&scalar(100.0 + i as f64), 2).unwrap();
+            }
+            Vec::new()
+        }
+        1 => {
+            comm.send(&scalar(-1.0), 2).unwrap();
+            (0..5)
+                .map(|_| comm.recv(0).unwrap().double_value(&[0]))
+                .collect()
+        }
+        _ => {
+            // Reads the later sender first: the other pair's messages wait in their own queue.
+            let mut got = vec![comm.recv(1).unwrap().double_value(&[0])];
+            got.extend((0..5).map(|_| comm.recv(0).unwrap().double_value(&[0])));
+            got
+        }
+    });
+    assert_eq!(received[1], [0.0, 1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(received[2], [-1.0, 100.0, 101.0, 102.0, 103.0, 104.0]);
+}
+
+#[test]
+fn sends_are_buffered_private_copies() {
+    // Rank 0 sends everything before rank 1 receives anything (the barrier would deadlock if a
+    // send waited for its receiver), and changes its tensor after each send.
+    let received = on_ranks(2, |comm| {
+        if comm.rank() == 0 {
+            let mut t = Tensor::from_slice(&[1.5f32, -2.0]);
+            for _ in 0..8 {
+                comm.send(&t, 1).unwrap();
+                let _ = t.f_add_scalar_(1.0).unwrap();
+            }
+            comm.barrier().unwrap();
+            Vec::new()
+        } else {
+            comm.barrier().unwrap();
+            (0..8).map(|_| comm.recv(0).unwrap()).collect()
+        }
+    });
+    for (i, got) in received[1].iter().enumerate() {
+        let expected = Tensor::from_slice(&[1.5 + i as f32, -2.0 + i as f32]);
+        assert_bit_identical(got, &expected, &format!("message {i}"));
+    }
+}
+
+#[test]
+fn a_departed_sender_is_reported_after_its_messages() {
+    let results = on_ranks(2, |comm| {
+        if comm.rank() == 0 {
+            comm.send(&scalar(7.0), 1).unwrap();
+            return Vec::new();
+        }
+        let first = comm.recv(0).map(|t| t.double_value(&[0]));
+        let second = comm.recv(0).map(|t| t.double_value(&[0]));
+        let reply = comm.send(&scalar(1.0), 0);
+        vec![first, second, reply.map(|()| 0.0)]
+    });
+    assert_eq!(
+        results[1],
+        [
+            Ok(7.0),
+            Err(CollectiveError::PeerLost),
+            Err(CollectiveError::PeerLost)
+        ]
+    );
+}
+
+#[test]
+fn peers_must_be_other_ranks_of_the_group() {
+    let comms = Group::new(2);
+    for peer in [0, 2] {
+        let expected = CollectiveError::InvalidPeer {
+            peer,
+            rank: 0,
+            world_size: 2,
+        };
+        assert_eq!(comms[0].send(&scalar(0.0), peer), Err(expected.clone()));
+        assert_eq!(comms[0].recv(peer).unwrap_err(), expected);
+    }
+}

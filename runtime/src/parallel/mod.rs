@@ -6,6 +6,7 @@
 //! (`runtime/tests/layouts/`) hold them to it.
 
 pub mod groups;
+pub mod pp;
 pub mod tape;
 
 pub use groups::{RankGroups, process_groups};

@@ -3,6 +3,7 @@
 //! threads of this process with the in-process collectives.
 
 mod fixture;
+mod pp;
 
 #[test]
 fn the_reference_is_deterministic_and_padding_free_rows_train() {

@@ -1,0 +1,114 @@
+//! What a stage is built from: an embedding (first stage), decoder layers, a head (last stage).
+//! Each is a trait so that a stage can hold plain layers or tensor-parallel ones alike; the
+//! plain implementations are the single-rank model's blocks.
+
+use tch::{Tensor, nn};
+
+use super::stage::Stage;
+use crate::collectives::CollectiveError;
+use crate::model::{DecoderLayer, LayerCache, ModelConfig, RmsNorm, RopeAngles};
+use crate::parallel::Tape;
+use crate::rng::Rng;
+
+/// Token ids `[B, T]` to hidden states `[B, T, hidden]`.
+pub(crate) trait StageEmbedding<'c> {
+    fn forward(&self, tape: &Tape<'c>, ids: &Tensor) -> Result<Tensor, CollectiveError>;
+}
+
+/// One decoder layer; appends this call's keys and values to `cache`.
+pub(crate) trait StageLayer<'c> {
+    fn forward(
+        &self,
+        tape: &Tape<'c>,
+        x: &Tensor,
+        angles: &RopeAngles,
+        bias: &Tensor,
+        cache: Option<&mut LayerCache>,
+    ) -> Result<Tensor, CollectiveError>;
+}
+
+/// The last layer's output `[B, T, hidden]` to full-vocabulary logits `[B, T, vocab]`: the final
+/// norm and the LM head.
+pub(crate) trait StageHead<'c> {
+    fn logits(&self, tape: &Tape<'c>, hidden: &Tensor) -> Result<Tensor, CollectiveError>;
+}
+
+/// The blocks of one stage, their parameters registered in the stage's var store.
+pub(crate) struct StageParts<'c> {
+    pub embedding: Option<Box<dyn StageEmbedding<'c> + 'c>>,
+    pub layers: Vec<Box<dyn StageLayer<'c> + 'c>>,
+    pub head: Option<Box<dyn StageHead<'c> + 'c>>,
+}
+
+struct Embedding(Tensor);
+
+impl<'c> StageEmbedding<'c> for Embedding {
+    fn forward(&self, _: &Tape<'c>, ids: &Tensor) -> Result<Tensor, CollectiveError> {
+        Ok(Tensor::embedding(&self.0, ids, -1, false, false))
+    }
+}
+
+impl<'c> StageLayer<'c> for DecoderLayer {
+    fn forward(
+        &self,
+        _: &Tape<'c>,
+        x: &Tensor,
+        angles: &RopeAngles,
+        bias: &Tensor,
+        cache: Option<&mut LayerCache>,
+    ) -> Result<Tensor, CollectiveError> {
+        Ok(DecoderLayer::forward(self, x, angles, bias, cache))
+    }
+}
+
+struct LmHead {
+    norm: RmsNorm,
+    weight: Tensor,
+}
+
+impl<'c> StageHead<'c> for LmHead {
+    fn logits(&self, _: &Tape<'c>, hidden: &Tensor) -> Result<Tensor, CollectiveError> {
+        Ok(self
+            .norm
+            .forward(hidden)
+            .linear(&self.weight, None::<&Tensor>))
+    }
+}
+
+/// The single-rank model's blocks for `stage`, registered under their Hugging Face names below
+/// `root`. Their values are placeholders, to be overwritten with the model's weights.
+pub(crate) fn plain_parts<'c>(
+    root: &nn::Path,
+    config: &ModelConfig,
+    stage: &Stage,
+) -> StageParts<'c> {
+    let trunk = root / "model";
+    let matrix = [config.vocab, config.hidden];
+    let embed_tokens = || (&trunk / "embed_tokens").zeros("weight", &matrix);
+    let embedding = stage.is_first().then(embed_tokens);
+    // Only placeholders are drawn: the generator's values are overwritten.
+    let mut rng = Rng::new(0);
+    let layers = stage
+        .layers
+        .clone()
+        .map(|i| {
+            let layer = DecoderLayer::new(&(&trunk / "layers" / i), config, &mut rng);
+            Box::new(layer) as Box<dyn StageLayer<'c>>
+        })
+        .collect();
+    let head = stage.is_last().then(|| {
+        let weight = match (&embedding, config.tie_embeddings) {
+            (Some(embedding), true) => embedding.shallow_clone(),
+            // The last stage's own copy of the tied embedding.
+            (None, true) => embed_tokens(),
+            (_, false) => (root / "lm_head").zeros("weight", &matrix),
+        };
+        let norm = RmsNorm::new(&(&trunk / "norm"), config.hidden, config.norm_eps);
+        Box::new(LmHead { norm, weight }) as Box<dyn StageHead<'c>>
+    });
+    StageParts {
+        embedding: embedding.map(|e| Box::new(Embedding(e)) as Box<dyn StageEmbedding<'c>>),
+        layers,
+        head,
+    }
+}
