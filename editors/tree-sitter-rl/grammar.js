@@ -139,8 +139,10 @@ module.exports = grammar({
       '=', field('value', $._expression),
     ),
     assignment: ($) => seq(field('name', $.identifier), '=', field('value', $._expression)),
+    // loop step in 0..steps with (beta = 0.1) { … }: `with` carries values from step to step.
     loop_statement: ($) => seq(
-      'loop', field('variable', $.identifier), 'in', field('range', $._expression), field('body', $.block),
+      'loop', field('variable', $.identifier), 'in', field('range', $._expression),
+      optional($._carries), field('body', $.block),
     ),
     log_statement: ($) => seq('log', field('record', $.record)),
     every_statement: ($) => seq(
@@ -193,9 +195,10 @@ module.exports = grammar({
     scan_expression: ($) => seq(
       'scan', field('direction', oneOf(words.scan_directions)), oneOf(words.scan_over),
       field('axis', $.identifier),
-      optional(seq('with', '(', commaSep1($.carry), ')')),
+      optional($._carries),
       '{', field('parameter', $.identifier), '->', repeat($._statement), '}',
     ),
+    _carries: ($) => seq('with', '(', commaSep1($.carry), ')'),
     carry: ($) => seq(field('name', $.identifier), '=', field('value', $._expression)),
 
     // -----------------------------------------------------------------------------------------

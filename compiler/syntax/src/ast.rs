@@ -313,15 +313,17 @@ pub enum StmtKind {
         ty: Option<TypeExpr>,
         value: Expr,
     },
-    /// `x = e` (updates a scan's carried value)
+    /// `x = e` (updates a carried value of a scan or of the pipeline's `loop`)
     Assign {
         name: Ident,
         value: Expr,
     },
-    /// `loop step in 0..steps { … }`
+    /// `loop step in 0..steps with (beta = 0.1) { … }`: the carries are values a step reads
+    /// as the previous step left them (an assignment in the body gives the next step's value).
     Loop {
         var: Ident,
         range: Expr,
+        carries: Vec<Carry>,
         body: Block,
     },
     /// `log { reward: mean(r) }`
@@ -543,6 +545,7 @@ pub struct Scan {
     pub body: Block,
 }
 
+/// `name = init` in the `with (…)` of a scan or a `loop`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Carry {
     pub name: Ident,

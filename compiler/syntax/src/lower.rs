@@ -409,10 +409,19 @@ impl Lowerer<'_> {
             Rule::loop_stmt => {
                 let var = self.ident(it.next().unwrap());
                 let range = self.expr(it.next().unwrap());
+                let mut carries = Vec::new();
+                let mut body = None;
+                for p in it {
+                    match p.as_rule() {
+                        Rule::carry => carries.push(self.carry(p)),
+                        _ => body = Some(self.block(p)),
+                    }
+                }
                 StmtKind::Loop {
                     var,
                     range,
-                    body: self.block(it.next().unwrap()),
+                    carries,
+                    body: body.expect("grammar: a loop has a body"),
                 }
             }
             Rule::log_stmt => StmtKind::Log {
@@ -720,16 +729,7 @@ impl Lowerer<'_> {
         let mut body = None;
         for p in it {
             match p.as_rule() {
-                Rule::carry => {
-                    let span = self.span(&p);
-                    let mut ci = p.into_inner();
-                    let name = self.ident(ci.next().unwrap());
-                    carries.push(Carry {
-                        name,
-                        init: self.expr(ci.next().unwrap()),
-                        span,
-                    });
-                }
+                Rule::carry => carries.push(self.carry(p)),
                 Rule::ident => index = Some(self.ident(p)),
                 _ => body = Some(self.block_body(p)),
             }
@@ -740,6 +740,17 @@ impl Lowerer<'_> {
             carries,
             index: index.expect("grammar: scan names its index"),
             body: body.expect("grammar: scan has a body"),
+        }
+    }
+
+    fn carry(&mut self, pair: P) -> Carry {
+        let span = self.span(&pair);
+        let mut it = pair.into_inner();
+        let name = self.ident(it.next().unwrap());
+        Carry {
+            name,
+            init: self.expr(it.next().unwrap()),
+            span,
         }
     }
 

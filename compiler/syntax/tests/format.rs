@@ -214,6 +214,36 @@ fn wide(a: f32) -> f32 {
 }
 
 #[test]
+fn loop_carries() {
+    snap(
+        "loop_carries",
+        r#"
+pipeline ppo(steps = 10, beta0 = 0.1) {
+  loop step in 0..steps   with(beta=beta0,n = 0.0,) {
+    let kl = mean(x)
+    beta = adaptive_kl_beta(beta, kl, target: 6.0, n_steps: 1.0, horizon: 100.0)
+    every 5 steps { n = n + 1.0 }
+    log { beta: beta, n: n }
+  }
+}
+pipeline wide(steps = 10) {
+  loop step in 0..steps with (first_carried_value = 0.0, second_carried_value = 0.0, third_value = 1.0) {
+    log { a: first_carried_value }
+  }
+}
+pipeline commented(steps = 10) {
+  loop step in 0..steps with (
+    beta = 0.1, // the KL coefficient
+    n = 0.0,
+  ) {
+    n = n + 1.0
+  }
+}
+"#,
+    );
+}
+
+#[test]
 fn comments_stay_where_they_are() {
     snap(
         "comments_stay_where_they_are",

@@ -37,6 +37,7 @@ const FRAGMENTS: &[&str] = &[
     "fn e() {}",
     "pub fn gae(r: f32[B, T], v: f32[B, T], m: Mask[B, T], gamma: f32, lam: f32) -> f32[B, T] { scan reverse over T with (next_v = 0.0, last = 0.0) { t -> let delta = r[t] + gamma * next_v - v[t] next_v = where(m[t], v[t], next_v) last = where(m[t], delta + gamma * lam * last, last) emit last } }",
     "pipeline train(steps = 10, group: i64 = 8) { loop step in 0..steps { let r = policy.generate(p, n: group, max_new: 8, temperature: 1.0, top_p: 0.95, seed: step) policy.update(r, epochs: 1) { logp -> token_mean(ppo_clip(logp, old, adv, eps: 0.2) + 0.001 * kl_k3(logp, ref_logp), r.mask) } log { reward: mean(r.reward), kl: token_mean(kl_k3(old_logp, ref_logp), r.mask), entropy: mean(entropy_of_the_policy) } every 5 steps { checkpoint policy } every 1 step {} } }",
+    "pipeline ppo(steps = 10) { loop step in 0..steps with (beta = 0.1, n = 0) { let kl = mean(x) beta = adaptive_kl_beta(beta, kl, target: 6.0, n_steps: 1.0, horizon: 100.0) every 5 steps { n = n + 1 } log { beta: beta } } }",
     "pipeline empty { }",
     "fn typed(a: f32 = 1.0, b: Tokens[B, 8]) -> f32 { let a: f32 = 1 let bb: f32[B] = 2 let c = 3 x = 1 yy = 2 c }",
     "let k1: f32 = 1\nlet k22 = 2\npub let k333: Device = device(memory: 80GiB)",

@@ -1,8 +1,8 @@
 //! Name resolution at a position, built on the checker's public module model: which name the
 //! cursor is on and what it stands for (a local, an item of some module, a module), and which
 //! locals are in scope there. Scoping follows the language: parameters, closure parameters,
-//! loop variables, scan carries and indices, and `let`s from their statement to the end of the
-//! block.
+//! loop variables and carries, scan carries and indices, and `let`s from their statement to the
+//! end of the block.
 
 use rlc_check::modules::{Binding, Modules};
 use rlc_syntax::ast::*;
@@ -323,10 +323,21 @@ impl Walk<'_> {
                 self.use_name(name);
                 self.expr(value);
             }
-            StmtKind::Loop { var, range, body } => {
+            StmtKind::Loop {
+                var,
+                range,
+                carries,
+                body,
+            } => {
                 self.expr(range);
+                for c in carries {
+                    self.expr(&c.init);
+                }
                 let depth = self.scopes.len();
                 self.declare(var, None);
+                for c in carries {
+                    self.declare(&c.name, Some(c.init.span));
+                }
                 self.block(body);
                 self.scopes.truncate(depth);
             }

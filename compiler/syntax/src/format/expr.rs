@@ -263,42 +263,13 @@ impl Formatter<'_> {
         self.p.write("over");
         self.p.space();
         self.ident(&s.axis);
-        if !s.carries.is_empty() {
-            self.p.space();
-            self.p.write("with");
-            self.p.space();
-            let limit = start(s.index.span);
-            let flat = if self.p.has_comment(self.end(s.axis.span), limit) {
-                None
-            } else {
-                self.flat_carries(&s.carries)
-            };
-            let after = " { ".len() + s.index.name.len() + " ->".len();
-            match flat {
-                Some(text) if self.p.fits(text.chars().count() + 2 + after) => {
-                    self.p.write("(");
-                    self.p.write(&text);
-                    self.p.write(")");
-                    if let Some(last) = s.carries.last() {
-                        self.p.last_end = self.p.last_end.max(self.end(last.span));
-                    }
-                }
-                _ => self.list(
-                    "(",
-                    &s.carries,
-                    ")",
-                    limit,
-                    |c| c.span,
-                    |f, c| {
-                        f.ident(&c.name);
-                        f.p.space();
-                        f.p.write("=");
-                        f.p.space();
-                        f.expr(&c.init, 1);
-                    },
-                ),
-            }
-        }
+        let after = " { ".len() + s.index.name.len() + " ->".len();
+        self.carries(
+            &s.carries,
+            self.end(s.axis.span),
+            start(s.index.span),
+            after,
+        );
         self.p.space();
         self.p.write("{");
         self.p.space();
@@ -306,6 +277,47 @@ impl Formatter<'_> {
         self.p.space();
         self.p.write("->");
         self.body(&s.body.stmts, self.end(e.span));
+    }
+
+    /// ` with (a = 0.0, b = 1)` after a scan's axis or a loop's range (`from`), on one line
+    /// when it fits with the `after` characters that follow, else one carry a line; `limit` is
+    /// where the next part starts (comments before it stay inside the list).
+    pub(super) fn carries(&mut self, carries: &[Carry], from: usize, limit: usize, after: usize) {
+        if carries.is_empty() {
+            return;
+        }
+        self.p.space();
+        self.p.write("with");
+        self.p.space();
+        let flat = if self.p.has_comment(from, limit) {
+            None
+        } else {
+            self.flat_carries(carries)
+        };
+        match flat {
+            Some(text) if self.p.fits(text.chars().count() + 2 + after) => {
+                self.p.write("(");
+                self.p.write(&text);
+                self.p.write(")");
+                if let Some(last) = carries.last() {
+                    self.p.last_end = self.p.last_end.max(self.end(last.span));
+                }
+            }
+            _ => self.list(
+                "(",
+                carries,
+                ")",
+                limit,
+                |c| c.span,
+                |f, c| {
+                    f.ident(&c.name);
+                    f.p.space();
+                    f.p.write("=");
+                    f.p.space();
+                    f.expr(&c.init, 1);
+                },
+            ),
+        }
     }
 
     fn flat_carries(&self, carries: &[Carry]) -> Option<String> {

@@ -514,7 +514,12 @@ impl Formatter<'_> {
                 self.equals(pad);
                 self.expr(value, 0);
             }
-            StmtKind::Loop { var, range, body } => {
+            StmtKind::Loop {
+                var,
+                range,
+                carries,
+                body,
+            } => {
                 self.p.tok("loop", at, at + 4);
                 self.p.space();
                 self.ident(var);
@@ -522,6 +527,7 @@ impl Formatter<'_> {
                 self.p.write("in");
                 self.p.space();
                 self.expr(range, 2);
+                self.carries(carries, self.end(range.span), start(body.span), " {".len());
                 self.block(body, false);
             }
             StmtKind::Log { record } => {
