@@ -59,10 +59,23 @@ impl AdamW {
     pub fn new(params: Vec<(String, Tensor)>, config: AdamWConfig) -> Self {
         let params = params
             .into_iter()
-            .map(|(name, param)| ParamState {
+            .map(|(name, param)| {
+                let decay = param.dim() >= 2;
+                (name, param, decay)
+            })
+            .collect();
+        Self::with_decay(params, config)
+    }
+
+    /// Like [`AdamW::new`], with whether each parameter is decayed given explicitly: a flat shard
+    /// of a matrix (FSDP) is one-dimensional but must be decayed as the matrix is.
+    pub fn with_decay(params: Vec<(String, Tensor, bool)>, config: AdamWConfig) -> Self {
+        let params = params
+            .into_iter()
+            .map(|(name, param, decay)| ParamState {
                 exp_avg: param.zeros_like().detach(),
                 exp_avg_sq: param.zeros_like().detach(),
-                decay: param.dim() >= 2,
+                decay,
                 name,
                 param,
             })
@@ -303,6 +316,41 @@ mod tests {
         assert_eq!(
             fresh.load_state(3, &saved_state),
             Err(OptimError::MissingState("v.exp_avg".into()))
+        );
+    }
+
+    #[test]
+    fn explicit_decay_flags_override_the_dimension_rule() {
+        // A flat shard of a matrix is decayed, a matrix marked as not decayed is not.
+        let shard = Tensor::from_slice(&[1.0f32, 1.0]).set_requires_grad(true);
+        let matrix = Tensor::from_slice(&[1.0f32, 1.0])
+            .view([1, 2])
+            .set_requires_grad(true);
+        let config = AdamWConfig {
+            weight_decay: 0.5,
+            ..AdamWConfig::default()
+        };
+        let mut adam = AdamW::with_decay(
+            vec![
+                ("shard".into(), shard.shallow_clone(), true),
+                ("matrix".into(), matrix.shallow_clone(), false),
+            ],
+            config,
+        );
+        let signs = Tensor::from_slice(&[1.0f32, -1.0]);
+        ((&shard * &signs).sum(Kind::Float) + (&matrix.view([-1]) * &signs).sum(Kind::Float))
+            .backward();
+        adam.step(0.1);
+        let decayed = Vec::<f32>::try_from(shard.detach()).unwrap();
+        let plain = Vec::<f32>::try_from(matrix.detach().view([-1])).unwrap();
+        // Decay multiplies by 1 - 0.1·0.5 = 0.95 before the ±0.1 step.
+        assert!(
+            (decayed[0] - 0.85).abs() < 1e-6 && (decayed[1] - 1.05).abs() < 1e-6,
+            "{decayed:?}"
+        );
+        assert!(
+            (plain[0] - 0.9).abs() < 1e-6 && (plain[1] - 1.1).abs() < 1e-6,
+            "{plain:?}"
         );
     }
 

@@ -3,6 +3,7 @@
 //! threads of this process with the in-process collectives.
 
 mod fixture;
+mod fsdp;
 mod pp;
 
 #[test]
