@@ -8,6 +8,8 @@
 pub mod fsdp;
 pub mod groups;
 pub mod pp;
+pub mod reshard;
+pub mod shards;
 pub mod tape;
 
 pub use groups::{RankGroups, process_groups};
