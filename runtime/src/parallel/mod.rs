@@ -11,6 +11,7 @@ pub mod pp;
 pub mod reshard;
 pub mod shards;
 pub mod tape;
+pub mod tp;
 
 pub use groups::{RankGroups, process_groups};
 pub use tape::Tape;

@@ -5,6 +5,7 @@
 mod fixture;
 mod fsdp;
 mod pp;
+mod tp;
 
 #[test]
 fn the_reference_is_deterministic_and_padding_free_rows_train() {

@@ -1,0 +1,43 @@
+//! Global gradient-norm clipping over a TP group: the norm of the whole model's gradient, which
+//! no rank holds alone.
+
+use tch::{Kind, Tensor};
+
+use super::shard::{ShardedParam, Split};
+use crate::collectives::{CollectiveError, Communicator, ReduceOp};
+use crate::optim::scale_grads;
+
+fn squared_norm<'a>(params: impl Iterator<Item = &'a ShardedParam>) -> f64 {
+    params
+        .map(|p| p.tensor.grad())
+        .filter(Tensor::defined)
+        .map(|g| g.pow_tensor_scalar(2).sum(Kind::Double).double_value(&[]))
+        .sum()
+}
+
+/// Euclidean norm of the full model's gradient, the same on every rank: shards' squared norms
+/// summed over `tp`, replicated parameters (whose gradients every rank holds identically) once.
+pub fn tp_grad_norm(params: &[ShardedParam], tp: &Communicator) -> Result<f64, CollectiveError> {
+    let sharded = squared_norm(params.iter().filter(|p| p.split != Split::Replicated));
+    let replicated = squared_norm(params.iter().filter(|p| p.split == Split::Replicated));
+    let sharded = tp
+        .all_reduce(&Tensor::from(sharded), ReduceOp::Sum)?
+        .double_value(&[]);
+    Ok((sharded + replicated).sqrt())
+}
+
+/// Scales every gradient so that the global norm is at most `max_norm`, as
+/// [`crate::optim::clip_grad_norm`] does on one rank, and returns the norm before clipping.
+pub fn tp_clip_grad_norm(
+    params: &[ShardedParam],
+    max_norm: f64,
+    tp: &Communicator,
+) -> Result<f64, CollectiveError> {
+    let norm = tp_grad_norm(params, tp)?;
+    let factor = max_norm / (norm + 1e-6);
+    if factor < 1.0 {
+        let tensors: Vec<Tensor> = params.iter().map(|p| p.tensor.shallow_clone()).collect();
+        scale_grads(&tensors, factor);
+    }
+    Ok(norm)
+}

@@ -1,0 +1,189 @@
+//! Which slice of each Hugging Face weight a tensor-parallel rank holds, loading those slices
+//! into a var store, and gathering them back into full weights.
+
+use std::collections::BTreeMap;
+
+use tch::{Tensor, nn};
+
+use super::TpError;
+use crate::collectives::{CollectiveError, Communicator};
+use crate::model::{ModelConfig, RmsNorm};
+use crate::parallel::shards::{TpSplit, tp_split};
+
+/// How a weight is laid out over the TP group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// Every rank holds the whole tensor (norms, value and score heads).
+    Replicated,
+    /// Rank `r` holds the `r`-th of `tp` equal slices along this dimension.
+    Along(i64),
+}
+
+/// The split of a weight by its Hugging Face name, from [`tp_split`] (the one rule that the
+/// re-sharding between layouts follows too): q/k/v, gate/up (column-parallel), the embedding and
+/// the LM head (vocabulary rows) along dimension 0; o and down (row-parallel) along dimension 1;
+/// everything else replicated. Splitting q/k/v rows evenly gives each rank contiguous whole
+/// heads, since a head's rows are contiguous.
+pub fn split_of(name: &str) -> Split {
+    match tp_split(name) {
+        TpSplit::Rows => Split::Along(0),
+        TpSplit::Columns => Split::Along(1),
+        TpSplit::Replicated => Split::Replicated,
+    }
+}
+
+/// Refuses a group size that does not divide the heads, key/value heads, MLP width and
+/// vocabulary (a typed error instead of uneven shards).
+pub fn check_divisible(config: &ModelConfig, tp: usize) -> Result<(), TpError> {
+    let counts = [
+        ("query heads", config.heads),
+        ("key/value heads", config.kv_heads),
+        ("MLP width", config.ffn),
+        ("vocabulary entries", config.vocab),
+    ];
+    match counts
+        .into_iter()
+        .find(|&(_, count)| count % tp as i64 != 0)
+    {
+        Some((what, count)) => Err(TpError::NotDivisible { what, count, tp }),
+        None => Ok(()),
+    }
+}
+
+/// A parameter of a TP model: its Hugging Face name, the rank's variable and how it is split.
+#[derive(Debug)]
+pub struct ShardedParam {
+    pub name: String,
+    pub tensor: Tensor,
+    pub split: Split,
+}
+
+/// Reads full weights by name, keeps this rank's shard of each and registers it in a var store
+/// under the same name, remembering every parameter for clipping and [`gather_full_weights`].
+pub struct ShardLoader<'a, 'p> {
+    root: &'a nn::Path<'p>,
+    weights: &'a BTreeMap<String, Tensor>,
+    rank: usize,
+    size: usize,
+    params: Vec<ShardedParam>,
+}
+
+impl<'a, 'p> ShardLoader<'a, 'p> {
+    /// `weights` are full tensors under Hugging Face names; `tp` says which shard is this rank's.
+    pub fn new(
+        root: &'a nn::Path<'p>,
+        weights: &'a BTreeMap<String, Tensor>,
+        tp: &Communicator,
+    ) -> Self {
+        Self {
+            root,
+            weights,
+            rank: tp.rank(),
+            size: tp.world_size(),
+            params: Vec::new(),
+        }
+    }
+
+    /// The full weight `name`, checked against the `shape` the config gives it.
+    fn full(&self, name: &str, shape: &[i64]) -> Result<&'a Tensor, TpError> {
+        let weight = self
+            .weights
+            .get(name)
+            .ok_or_else(|| TpError::MissingWeight(name.to_string()))?;
+        if weight.size() != shape {
+            return Err(TpError::WeightShape {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                found: weight.size(),
+            });
+        }
+        Ok(weight)
+    }
+
+    /// The var-store path of `name`'s module and the variable's own name (`tch` forbids dots in
+    /// a variable name), refusing a name that is already taken.
+    fn place(&self, name: &str) -> Result<(nn::Path<'p>, String), TpError> {
+        let (module, leaf) = name.rsplit_once('.').unwrap_or(("", name));
+        let path = module
+            .split('.')
+            .filter(|part| !part.is_empty())
+            .fold(self.root.clone(), |path, part| path / part);
+        if path.get(leaf).is_some() {
+            return Err(TpError::AlreadyRegistered(name.to_string()));
+        }
+        Ok((path, leaf.to_string()))
+    }
+
+    /// This rank's shard of `name` (full shape `shape`), registered as a trainable variable.
+    pub fn load(&mut self, name: &str, shape: &[i64]) -> Result<Tensor, TpError> {
+        let full = self.full(name, shape)?;
+        let split = split_of(name);
+        let shard = match split {
+            Split::Replicated => full.shallow_clone(),
+            Split::Along(dim) => {
+                let (size, tp) = (self.size as i64, self.size);
+                let uneven = || TpError::UnevenShard {
+                    name: name.to_string(),
+                    dim,
+                    tp,
+                };
+                let extent = *shape.get(dim as usize).ok_or_else(uneven)?;
+                if extent % size != 0 {
+                    return Err(uneven());
+                }
+                let len = extent / size;
+                full.narrow(dim, self.rank as i64 * len, len)
+            }
+        };
+        let (path, leaf) = self.place(name)?;
+        let tensor = path.var_copy(&leaf, &shard.detach());
+        self.params.push(ShardedParam {
+            name: name.to_string(),
+            tensor: tensor.shallow_clone(),
+            split,
+        });
+        Ok(tensor)
+    }
+
+    /// The replicated RMSNorm `{prefix}.weight`.
+    pub fn load_norm(&mut self, prefix: &str, size: i64, eps: f64) -> Result<RmsNorm, TpError> {
+        let name = format!("{prefix}.weight");
+        let full = self.full(&name, &[size])?;
+        let (path, leaf) = self.place(&name)?;
+        let norm = RmsNorm::new(&path, size, eps);
+        let mut weight = path
+            .get(&leaf)
+            .ok_or_else(|| TpError::AlreadyRegistered(name.clone()))?;
+        tch::no_grad(|| weight.copy_(full));
+        self.params.push(ShardedParam {
+            name,
+            tensor: weight,
+            split: Split::Replicated,
+        });
+        Ok(norm)
+    }
+
+    /// The parameters loaded so far, in load order.
+    pub fn into_params(self) -> Vec<ShardedParam> {
+        self.params
+    }
+}
+
+/// Every parameter's full tensor under its name, on every rank: shards gathered over `tp` and
+/// concatenated in rank order, replicated tensors copied.
+pub fn gather_full_weights(
+    params: &[ShardedParam],
+    tp: &Communicator,
+) -> Result<BTreeMap<String, Tensor>, CollectiveError> {
+    params
+        .iter()
+        .map(|param| {
+            let value = param.tensor.detach();
+            let full = match param.split {
+                Split::Replicated => value.copy(),
+                Split::Along(dim) => Tensor::cat(&tp.all_gather(&value)?, dim),
+            };
+            Ok((param.name.clone(), full))
+        })
+        .collect()
+}
