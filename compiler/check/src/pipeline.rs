@@ -2,9 +2,32 @@
 
 use crate::eval::{Evaluator, Frame};
 use crate::program::{Origin, PipelineFacts};
-use crate::value::Val;
-use rlc_diagnostics::{Code, Diagnostic};
+use crate::value::{DType, Val};
+use rlc_diagnostics::{Code, Diagnostic, Span};
 use rlc_syntax::ast::{self, StmtKind};
+
+/// The values a pipeline `loop` carries from one step to the next (`with (beta = 0.1)`), while
+/// its body is checked: each may be assigned once per step, which gives the next step's value.
+#[derive(Default)]
+struct Carries {
+    values: Vec<Carried>,
+}
+
+struct Carried {
+    name: String,
+    /// The name in the `with (…)` list.
+    span: Span,
+    /// `f32` or `i64` (`None` after an error in the initial value).
+    dtype: Option<DType>,
+    /// The assignment already seen in this step.
+    assigned: Option<Span>,
+}
+
+impl Carries {
+    fn get(&mut self, name: &str) -> Option<&mut Carried> {
+        self.values.iter_mut().find(|c| c.name == name)
+    }
+}
 
 impl Evaluator<'_> {
     pub(crate) fn pipeline(&mut self, module: usize, p: &ast::Pipeline) -> PipelineFacts {
@@ -20,7 +43,7 @@ impl Evaluator<'_> {
             frame.bind(&param.name.name, v, param.name.span, true);
         }
         self.take_calls();
-        self.pipeline_block(&mut frame, &p.body);
+        self.pipeline_block(&mut frame, &p.body, &mut None);
         self.end_scope(&mut frame);
         PipelineFacts {
             name: p.name.name.clone(),
@@ -48,18 +71,24 @@ impl Evaluator<'_> {
         }
     }
 
-    fn pipeline_block(&mut self, frame: &mut Frame, b: &ast::Block) {
+    /// `carries`: those of the innermost `loop` (`None` outside any).
+    fn pipeline_block(&mut self, frame: &mut Frame, b: &ast::Block, carries: &mut Option<Carries>) {
         frame.push_scope();
         for s in &b.stmts {
-            self.pipeline_stmt(frame, s);
+            self.pipeline_stmt(frame, s, carries);
         }
         self.end_scope(frame);
     }
 
-    fn pipeline_stmt(&mut self, frame: &mut Frame, s: &ast::Stmt) {
+    fn pipeline_stmt(&mut self, frame: &mut Frame, s: &ast::Stmt, carries: &mut Option<Carries>) {
         let file = frame.file();
         match &s.kind {
-            StmtKind::Loop { var, range, body } => {
+            StmtKind::Loop {
+                var,
+                range,
+                carries: declared,
+                body,
+            } => {
                 match self.eval_expr(frame, range) {
                     Val::Range(_, _) | Val::Error => {}
                     other => self.diags.push(
@@ -75,9 +104,50 @@ impl Evaluator<'_> {
                         .primary_label("not a range"),
                     ),
                 }
+                // Initial values are read outside the loop: a carry does not see another.
+                let inits: Vec<Val> = declared
+                    .iter()
+                    .map(|c| self.eval_expr(frame, &c.init))
+                    .collect();
                 frame.push_scope();
                 frame.bind(&var.name, Val::Int(None), var.span, false);
-                self.pipeline_block(frame, body);
+                let mut inner = Carries::default();
+                for (c, init) in declared.iter().zip(inits) {
+                    let first = if c.name.name == var.name {
+                        Some(var.span)
+                    } else {
+                        inner.get(&c.name.name).map(|d| d.span)
+                    };
+                    if let Some(first) = first {
+                        self.diags.push(
+                            Diagnostic::new(
+                                Code::DuplicateName,
+                                format!("`{}` is declared twice by this loop", c.name.name),
+                                file,
+                                c.name.span,
+                            )
+                            .primary_label("declared again here")
+                            .label(file, first, "first declared here")
+                            .help("give each carried value its own name"),
+                        );
+                        continue;
+                    }
+                    let dtype = self.carried_init(frame, c, &init);
+                    // Inside a step the value is not a constant: it changes between steps.
+                    let val = match dtype {
+                        Some(DType::I64) => Val::Int(None),
+                        Some(_) => Val::Float(None),
+                        None => Val::Error,
+                    };
+                    frame.bind(&c.name.name, val, c.name.span, true);
+                    inner.values.push(Carried {
+                        name: c.name.name.clone(),
+                        span: c.name.span,
+                        dtype,
+                        assigned: None,
+                    });
+                }
+                self.pipeline_block(frame, body, &mut Some(inner));
                 self.end_scope(frame);
             }
             StmtKind::Log { record } => {
@@ -120,7 +190,7 @@ impl Evaluator<'_> {
                             .primary_label("not a known integer"),
                     ),
                 }
-                self.pipeline_block(frame, body);
+                self.pipeline_block(frame, body, carries);
             }
             StmtKind::Checkpoint { roles } => {
                 for r in roles {
@@ -142,21 +212,181 @@ impl Evaluator<'_> {
                     }
                 }
             }
-            StmtKind::Assign { .. } | StmtKind::Emit { .. } => {
+            StmtKind::Assign { name, value } => self.assign_carried(frame, name, value, carries),
+            StmtKind::Emit { .. } => {
+                self.diags.push(
+                    Diagnostic::new(Code::TypeMismatch, "`emit` belongs in a scan", file, s.span)
+                        .primary_label("not allowed in a pipeline"),
+                );
+            }
+            StmtKind::Let { name, .. } => {
+                if let Some(c) = carries.as_mut().and_then(|c| c.get(&name.name)) {
+                    let decl = c.span;
+                    self.diags.push(
+                        Diagnostic::new(
+                            Code::DuplicateName,
+                            format!("`{}` is carried by the loop: `let` cannot bind it again", name.name),
+                            file,
+                            name.span,
+                        )
+                        .primary_label("bound again here")
+                        .label(file, decl, "carried from step to step here")
+                        .help(format!(
+                            "give this step's value its own name; `{} = …` sets the value the next step starts with",
+                            name.name
+                        )),
+                    );
+                }
+                self.stmt_in_fn(frame, s);
+            }
+            StmtKind::Expr(_) => {
+                self.stmt_in_fn(frame, s);
+            }
+        }
+    }
+
+    /// The element type of a carried value from its initial value, which must be a scalar
+    /// (`f32` or `i64`) known before the job starts (`None` after an error).
+    fn carried_init(&mut self, frame: &Frame, c: &ast::Carry, init: &Val) -> Option<DType> {
+        let file = frame.file();
+        let (dtype, known) = match init {
+            Val::Error => return None,
+            Val::Float(v) => (DType::F32, v.is_some()),
+            Val::Int(v) => (DType::I64, v.is_some()),
+            Val::Tensor(t) if t.is_scalar() && t.dtype.is_float() => (DType::F32, false),
+            Val::Tensor(t) if t.is_scalar() && t.dtype.is_int() => (DType::I64, false),
+            other => {
                 self.diags.push(
                     Diagnostic::new(
                         Code::TypeMismatch,
-                        "assignment and `emit` belong in a scan",
+                        format!(
+                            "a loop carries scalars (`f32` or `i64`); `{}` starts as {}",
+                            c.name.name,
+                            other.describe()
+                        ),
                         file,
-                        s.span,
+                        c.init.span,
                     )
-                    .primary_label("not allowed in a pipeline")
-                    .help("bind a new name with `let`"),
+                    .primary_label("not an `f32` or `i64` scalar"),
                 );
+                return None;
             }
-            StmtKind::Let { .. } | StmtKind::Expr(_) => {
-                self.stmt_in_fn(frame, s);
+        };
+        if !known {
+            self.diags.push(
+                Diagnostic::new(
+                    Code::NotConstant,
+                    format!(
+                        "the initial value of `{}` must be known before the job starts",
+                        c.name.name
+                    ),
+                    file,
+                    c.init.span,
+                )
+                .primary_label("not a constant")
+                .help("start it from a number or a pipeline parameter with a default: `with (beta = 0.1)`"),
+            );
+        }
+        Some(dtype)
+    }
+
+    /// `name = value` in a loop body: sets the value the next step starts with.
+    fn assign_carried(
+        &mut self,
+        frame: &mut Frame,
+        name: &ast::Ident,
+        value: &ast::Expr,
+        carries: &mut Option<Carries>,
+    ) {
+        let file = frame.file();
+        let v = self.eval_expr(frame, value);
+        let Some(c) = carries.as_mut().and_then(|c| c.get(&name.name)) else {
+            self.diags.push(
+                Diagnostic::new(Code::TypeMismatch, format!("`{}` cannot be assigned", name.name), file, name.span)
+                    .primary_label("not a value the loop carries")
+                    .help(format!(
+                        "bindings are immutable: bind a new name with `let`; to carry a value from one step to the next, declare it with the loop: `loop step in 0..steps with ({} = 0.0) {{ … }}`",
+                        name.name
+                    )),
+            );
+            return;
+        };
+        let decl = c.span;
+        if let Some(first) = c.assigned {
+            self.diags.push(
+                Diagnostic::new(
+                    Code::CarriedTwice,
+                    format!("`{}` is assigned twice in a step", name.name),
+                    file,
+                    name.span,
+                )
+                .primary_label("assigned again here")
+                .label(file, first, "first assigned here")
+                .help("compute the next value in one expression (with `let` for the parts) and assign it once"),
+            );
+            return;
+        }
+        c.assigned = Some(name.span);
+        let Some(want) = c.dtype else { return };
+        frame.mark_used(&name.name);
+        let found = match &v {
+            Val::Error => return,
+            // An integer constant stands for a number where an `f32` is carried, as a literal does.
+            Val::Int(Some(_)) if want == DType::F32 => return,
+            Val::Float(_) => DType::F32,
+            Val::Int(_) => DType::I64,
+            Val::Bool(_) => DType::Bool,
+            Val::Tensor(t) if t.is_scalar() => t.dtype,
+            other => {
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::TypeMismatch,
+                        format!(
+                            "`{}` carries a scalar `{}`; it is given {}",
+                            name.name,
+                            want.as_str(),
+                            other.describe()
+                        ),
+                        file,
+                        value.span,
+                    )
+                    .primary_label("not a scalar")
+                    .label(file, decl, "carried value declared here")
+                    .help("reduce it, e.g. `mean(x)`"),
+                );
+                return;
             }
+        };
+        let fits = if want == DType::I64 {
+            found.is_int()
+        } else {
+            found.is_float()
+        };
+        if !fits {
+            self.diags.push(
+                Diagnostic::new(
+                    Code::DtypeMismatch,
+                    format!(
+                        "`{}` carries `{}` values; it is given `{}`",
+                        name.name,
+                        want.as_str(),
+                        found.as_str()
+                    ),
+                    file,
+                    value.span,
+                )
+                .primary_label(format!(
+                    "`{}` where `{}` is expected",
+                    found.as_str(),
+                    want.as_str()
+                ))
+                .label(file, decl, "carried value declared here")
+                .help(if want == DType::I64 {
+                    "convert with a cast: `i32(x)`"
+                } else {
+                    "convert with a cast: `f32(x)`"
+                }),
+            );
         }
     }
 }

@@ -129,6 +129,14 @@ impl Frame {
         self.file
     }
 
+    /// Marks the innermost binding of `name` as used (an assignment to a carried value counts:
+    /// the next step reads it).
+    pub(crate) fn mark_used(&mut self, name: &str) {
+        if let Some(l) = self.lookup(name) {
+            l.used = true;
+        }
+    }
+
     fn names(&self) -> Vec<String> {
         self.locals.iter().map(|l| l.name.clone()).collect()
     }

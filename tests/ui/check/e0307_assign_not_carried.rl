@@ -1,0 +1,40 @@
+//! Assignments to names the loop does not carry: a `let` of the step, and a pipeline
+//! parameter outside the loop.
+
+import std.algo { grpo_advantage, ppo_clip, token_mean, kl_k1, adaptive_kl_beta }
+import std.models { tiny_gpt }
+import std.task.digits { reverse }
+
+cluster local = cpu(devices: 2)
+
+model policy: CausalLM {
+  arch  = tiny_gpt(layers: 2, hidden: 64, heads: 4, vocab: reverse.vocab, max_len: 32)
+  init  = random(seed: 7)
+  optim = adamw(lr: 3e-3)
+}
+model reference: CausalLM = frozen(policy)
+
+place policy    on local[0..2] with dp(2)
+place reference on local[0..2] with dp(2)
+
+fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
+  mean(where(mask, f32(resp == target), 0.0), over: T)
+}
+
+pipeline train(steps = 100, prompts_per_step = 16, group = 8) {
+  steps = 10  //~ E0307
+  loop step in 0..steps with (beta = 0.1) {
+    let prompts  = reverse.sample(prompts_per_step)
+    let rollout  = policy.generate(prompts, n: group, max_new: 8, temperature: 1.0)
+    let old_logp = policy.logprobs(rollout)
+    let ref_logp = reference.logprobs(rollout)
+    let kl       = token_mean(kl_k1(old_logp, ref_logp), rollout.mask)
+    let reward   = exact(rollout.response, rollout.target, rollout.mask)
+    let adv      = grpo_advantage(reward, rollout.group, rollout.mask)
+    policy.update(rollout, epochs: 1, minibatch: 64) { logp ->
+      token_mean(ppo_clip(logp, old_logp, adv, eps: 0.2) + beta * kl_k1(logp, ref_logp), rollout.mask)
+    }
+    kl = kl + 1.0  //~ E0307
+    log { reward: mean(reward), kl: kl }
+  }
+}
