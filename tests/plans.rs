@@ -516,3 +516,64 @@ fn every_accepted_ui_program_lowers_to_a_valid_plan() {
     println!("{lowered} UI programs lowered, {refused} refused");
     assert!(lowered > 0);
 }
+
+/// A value the loop carries is a value of the step without a producer; the plan records its
+/// name, type, initial value, the value steps read, the value that becomes it next step (and
+/// under which `every`), and the ranks that hold it.
+#[test]
+fn carried_values_are_recorded() {
+    let plan = plan_of("tests/ui/check/carried_ok.rl");
+    let names: Vec<&str> = plan.carried.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["beta", "refreshes"]);
+    let (beta, refreshes) = (&plan.carried[0], &plan.carried[1]);
+    assert_eq!(beta.ty.to_string(), "f32");
+    assert_eq!(beta.init, "0.1");
+    assert_eq!(refreshes.ty.to_string(), "i64");
+    assert_eq!(refreshes.init, "0");
+    for c in &plan.carried {
+        let read = &plan.values[c.value as usize];
+        assert_eq!(read.name, c.name);
+        assert_eq!(
+            read.producer, None,
+            "a carried value has no producer in the step"
+        );
+        assert_eq!(c.ranks.to_string(), "0..2");
+        assert!(c.next_const.is_none());
+        // No edge leaves it: it is there when the step starts.
+        assert!(plan.edges.iter().all(|e| e.value != c.value));
+    }
+    // `beta = adaptive_kl_beta(beta, kl, …)`, every step; the kernel reads the carried value.
+    let next = beta.next.expect("beta is assigned");
+    let producer = &plan.ops[plan.values[next as usize].producer.unwrap() as usize];
+    assert_eq!(producer.label, "kernel adaptive_kl_beta");
+    assert!(producer.inputs.iter().any(|i| i.value == beta.value));
+    assert_eq!(beta.every, None);
+    // `every 10 steps { refreshes = refreshes + 1 }`.
+    assert_eq!(refreshes.every, Some(10));
+    let add = &plan.ops[plan.values[refreshes.next.unwrap() as usize]
+        .producer
+        .unwrap() as usize];
+    assert_eq!(add.every, Some(10));
+    // The loss closure and `log` read the values the step started with.
+    let update = plan
+        .ops
+        .iter()
+        .find(|o| o.label == "policy.update")
+        .unwrap();
+    assert!(update.inputs.iter().any(|i| i.value == beta.value));
+    let log = plan.ops.iter().find(|o| o.label == "log").unwrap();
+    assert!(log.inputs.iter().any(|i| i.value == refreshes.value));
+    assert_eq!(rlc_plan::validate(&plan), Vec::new());
+    let loaded = rlc_plan::load(&plan.to_json()).expect("the plan loads back");
+    assert_eq!(loaded.carried, plan.carried);
+
+    // Hand-broken: a carried entry whose value an op produces, and a dangling `next`.
+    let mut json: serde_json::Value = serde_json::from_str(&plan.to_json()).unwrap();
+    json["carried"][0]["value"] = json["carried"][0]["next"].clone();
+    json["carried"][1]["next"] = serde_json::json!(100_000);
+    let errors = rlc_plan::load(&serde_json::to_string_pretty(&json).unwrap())
+        .expect_err("a broken plan is rejected");
+    let codes = codes(&errors);
+    assert!(codes.contains(&"P0005"), "{errors:?}");
+    assert!(codes.contains(&"P0002"), "{errors:?}");
+}

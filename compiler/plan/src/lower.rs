@@ -83,6 +83,8 @@ struct Lowerer<'a> {
     /// Kernel facts of functions, memoised: (batch reduction, grouped).
     fn_facts: BTreeMap<(usize, String), (bool, bool)>,
     updates: BTreeMap<usize, u32>,
+    /// Values the loop carries from one step to the next.
+    carried: Vec<Carried>,
     errors: Vec<LowerError>,
 }
 
@@ -400,6 +402,7 @@ impl<'a> Lowerer<'a> {
             every: None,
             fn_facts: BTreeMap::new(),
             updates: BTreeMap::new(),
+            carried: Vec::new(),
             errors,
         })
     }
@@ -414,6 +417,7 @@ impl<'a> Lowerer<'a> {
             return Err(vec![lower_err("the root module has no `pipeline` item")]);
         };
         self.block(&pipeline.body);
+        self.carried_ranks();
         self.weight_syncs();
         self.checkpoint_deps();
         if !self.errors.is_empty() {
@@ -478,6 +482,7 @@ impl<'a> Lowerer<'a> {
             ops: self.ops,
             edges: self.edges,
             programs,
+            carried: self.carried,
             sources: None,
         })
     }
@@ -493,7 +498,13 @@ impl<'a> Lowerer<'a> {
 
     fn stmt(&mut self, s: &ast::Stmt) {
         match &s.kind {
-            StmtKind::Loop { body, .. } => self.block(body),
+            StmtKind::Loop { carries, body, .. } => {
+                for c in carries {
+                    self.carry(c);
+                }
+                self.block(body);
+            }
+            StmtKind::Assign { name, value } => self.assign(name, value),
             StmtKind::Let { name, value, .. } => {
                 // (`let m = rollout.mask` binds the whole record: a field alias is not a value.)
                 if let Lowered::Value { id, field } = self.expr(value) {
@@ -573,7 +584,96 @@ impl<'a> Lowerer<'a> {
                     );
                 }
             }
-            StmtKind::Assign { .. } | StmtKind::Emit { .. } => {}
+            StmtKind::Emit { .. } => {}
+        }
+    }
+
+    /// `beta = 0.1` in a loop's `with (…)`: a value of the step without a producer, held where
+    /// kernels run (the checker made it a scalar `f32` or `i64` with a constant initial value).
+    fn carry(&mut self, c: &ast::Carry) {
+        let text = self.type_at(c.init.span).cloned().unwrap_or_default();
+        let (dtype, init) = match text.split_once(" = ") {
+            Some((d, v)) if d == "f32" || d == "i64" => (d.to_string(), v.to_string()),
+            _ => {
+                self.errors.push(lower_err(format!(
+                    "the initial value of `{}` is not a known `f32` or `i64` constant",
+                    c.name.name
+                )));
+                return;
+            }
+        };
+        let ty = TensorType {
+            dtype,
+            shape: Vec::new(),
+        };
+        let id = self.values.len() as u32;
+        let at = self.driver;
+        self.values.push(Value {
+            id,
+            name: c.name.name.clone(),
+            producer: None,
+            at: self.instances[at].id.clone(),
+            ty: ValueType::Tensor(ty.clone()),
+            split: Split::Replicated,
+        });
+        self.env.insert(c.name.name.clone(), id);
+        self.carried.push(Carried {
+            name: c.name.name.clone(),
+            ty,
+            init,
+            value: id,
+            next: None,
+            next_const: None,
+            every: None,
+            ranks: self.instances[at].ranks.clone(),
+        });
+    }
+
+    /// `beta = …` in the loop body: what the next step starts with.
+    fn assign(&mut self, name: &ast::Ident, value: &ast::Expr) {
+        let lowered = self.expr(value);
+        let every = self.every;
+        let Some(c) = self.carried.iter_mut().find(|c| c.name == name.name) else {
+            return;
+        };
+        c.every = every;
+        match lowered {
+            Lowered::Value { id, field: None } => c.next = Some(id),
+            Lowered::Const(text) => c.next_const = Some(text),
+            _ => self.errors.push(lower_err(format!(
+                "the new value of `{}` is not a value of the step",
+                name.name
+            ))),
+        }
+    }
+
+    /// A carried value is read where it is held, and the op that computes its next value runs
+    /// on every rank that holds it (carried values are not moved between ranks).
+    fn carried_ranks(&mut self) {
+        for c in &self.carried {
+            let covers = |ranks: &RankSet| c.ranks.iter().all(|r| ranks.contains(r));
+            for op in &self.ops {
+                if op.inputs.iter().any(|i| i.value == c.value)
+                    && op.ranks.iter().any(|r| !c.ranks.contains(r))
+                {
+                    self.errors.push(lower_err(format!(
+                        "`{}` runs on ranks {} but reads `{}`, which the loop carries on ranks {} \
+                         (where kernels run); carried values are not moved between ranks",
+                        op.label, op.ranks, c.name, c.ranks
+                    )));
+                }
+            }
+            if let Some(next) = c.next
+                && let Some(p) = self.values[next as usize].producer
+                && !covers(&self.ops[p as usize].ranks)
+            {
+                let op = &self.ops[p as usize];
+                self.errors.push(lower_err(format!(
+                    "the new value of `{}` is computed by `{}` on ranks {}, but the loop carries \
+                     it on ranks {}",
+                    c.name, op.label, op.ranks, c.ranks
+                )));
+            }
         }
     }
 
@@ -1155,7 +1255,7 @@ impl<'a> Lowerer<'a> {
         self.values.push(Value {
             id,
             name,
-            producer,
+            producer: Some(producer),
             at: self.instances[at].id.clone(),
             ty,
             split,
@@ -1176,7 +1276,11 @@ impl<'a> Lowerer<'a> {
         let mut edges = Vec::new();
         for input in &inputs {
             let v = input.value;
-            let producer = self.values[v as usize].producer;
+            // A carried value is there when the step starts: no edge, no transfer (its readers
+            // run where it is held, `carried_ranks` checks).
+            let Some(producer) = self.values[v as usize].producer else {
+                continue;
+            };
             if let Some(inst) = instance {
                 self.settle(producer, inst);
             }
@@ -1292,7 +1396,7 @@ impl<'a> Lowerer<'a> {
                 sends,
             };
             let label = format!("transfer {} {from}→{to}", value.name);
-            let producer = value.producer;
+            let producer = value.producer.unwrap_or_default();
             let tid = self.ops.len() as u32;
             self.edges.push(Edge {
                 value: v,
@@ -1560,7 +1664,7 @@ impl<'a> Lowerer<'a> {
         }
         self.ops = ops;
         for v in &mut self.values {
-            v.producer = new_id[v.producer as usize];
+            v.producer = v.producer.map(|p| new_id[p as usize]);
         }
         for e in &mut self.edges {
             e.from = new_id[e.from as usize];

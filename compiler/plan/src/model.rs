@@ -37,6 +37,10 @@ pub struct Plan {
     /// Per-rank ordered programs with their memory timeline; ranks with identical programs share
     /// one entry.
     pub programs: Vec<RankProgram>,
+    /// Values carried from one step to the next (`loop … with (beta = 0.1)`), in declaration
+    /// order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub carried: Vec<Carried>,
     /// The program's own source files (std is built into `rlc`), so that `rlc run plan.json`
     /// can evaluate its `fn`s and loss closures. `rlc build` fills it; lowering leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -574,12 +578,42 @@ pub struct Value {
     pub id: u32,
     /// The pipeline's name for it (`rollout`), or a name made from its producer (`mean#1`).
     pub name: String,
-    pub producer: u32,
+    /// The op that produces it; `None` for a carried value, which the step starts with (see
+    /// [`Carried`]).
+    pub producer: Option<u32>,
     /// The instance whose ranks hold it.
     pub at: String,
     #[serde(rename = "type")]
     pub ty: ValueType,
     pub split: Split,
+}
+
+/// A value carried from one step to the next: every read in a step sees `value`, which holds
+/// `init` in step 0 and afterwards what the previous step assigned (`next`, or `next_const`);
+/// a step that assigns nothing (or skips the assignment's `every`) leaves it unchanged. Each
+/// rank of `ranks` keeps its own copy; they agree because each computes `next` from the same
+/// (all-reduced) inputs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Carried {
+    pub name: String,
+    /// A scalar: `f32` or `i64`.
+    #[serde(rename = "type")]
+    pub ty: TensorType,
+    /// The value of step 0, as the program's constant (`0.1`, `0`).
+    pub init: String,
+    /// The value the step reads (a value without a producer).
+    pub value: u32,
+    /// The value the next step starts with; `None` when the assignment is a constant or absent.
+    pub next: Option<u32>,
+    /// A constant assigned (`n = 0.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_const: Option<String>,
+    /// The assignment applies only in steps where `(step + 1) % every == 0` (it is inside
+    /// `every N steps { … }`).
+    pub every: Option<u64>,
+    /// The ranks that hold it: those of the instance kernels run on. Every reader runs there.
+    pub ranks: RankSet,
 }
 
 /// A collective or transfer pattern.

@@ -300,8 +300,47 @@ pub fn validate(plan: &Plan) -> Vec<PlanError> {
                 format!("value {i} has id {}", v.id),
             ));
         }
-        op_ref(&mut out, format!("{path}/producer"), v.producer);
+        match v.producer {
+            Some(p) => op_ref(&mut out, format!("{path}/producer"), p),
+            None if !plan.carried.iter().any(|c| c.value == v.id) => out.push(err(
+                PlanCode::Inconsistent,
+                format!("{path}/producer"),
+                format!("value `{}` has no producer and is not carried", v.name),
+            )),
+            None => {}
+        }
         instance_ref(&mut out, format!("{path}/at"), &v.at);
+    }
+
+    for (i, c) in plan.carried.iter().enumerate() {
+        let path = format!("/carried/{i}");
+        value_ref(&mut out, format!("{path}/value"), c.value);
+        if let Some(next) = c.next {
+            value_ref(&mut out, format!("{path}/next"), next);
+        }
+        if let Some(v) = plan.values.get(c.value as usize)
+            && v.producer.is_some()
+        {
+            out.push(err(
+                PlanCode::Inconsistent,
+                format!("{path}/value"),
+                format!(
+                    "carried `{}` reads value {}, which an op produces",
+                    c.name, c.value
+                ),
+            ));
+        }
+        if !c.ty.shape.is_empty() || !matches!(c.ty.dtype.as_str(), "f32" | "i64") {
+            out.push(err(
+                PlanCode::Inconsistent,
+                format!("{path}/type"),
+                format!(
+                    "carried `{}` is `{}`, not an `f32` or `i64` scalar",
+                    c.name, c.ty
+                ),
+            ));
+        }
+        ranks_ok(&mut out, format!("{path}/ranks"), &c.ranks);
     }
 
     for (i, op) in plan.ops.iter().enumerate() {
