@@ -4,11 +4,21 @@
 //! scorer's sequence score at the last response token minus a per-token KL penalty; GAE
 //! advantages, the clipped policy loss with an entropy bonus, the clipped value loss.
 //!
-//! The KL coefficient is fixed (`beta`): the adaptive controller of `std.algo.adaptive_kl_beta`
-//! needs a value carried from one step to the next, which the language has no way to write yet
-//! (every `let` of a step is that step's).
+//! The KL coefficient `beta` is carried from one step to the next by the loop and follows the
+//! adaptive controller of `std.algo.adaptive_kl_beta` (RL_MATH.md): each step reads the `beta`
+//! the step before left, and `beta = …` sets the next one, up to 1% a step (`horizon: 20`)
+//! towards a mean per-token KL of `kl_target`.
 
-import std.algo { gae, whiten, ppo_clip, value_loss, kl_k1, kl_shaped_reward, token_mean }
+import std.algo {
+  gae,
+  whiten,
+  ppo_clip,
+  value_loss,
+  kl_k1,
+  kl_shaped_reward,
+  adaptive_kl_beta,
+  token_mean,
+}
 import std.models { tiny_gpt }
 import std.task.digits { reverse_task }
 
@@ -46,8 +56,8 @@ fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
   mean(f32(resp == target), over: T, mask: mask)
 }
 
-pipeline ppo(steps = 150, prompts_per_step = 64, beta = 0.1) {
-  loop step in 0..steps {
+pipeline ppo(steps = 150, prompts_per_step = 64, beta0 = 0.1, kl_target = 0.2, kl_horizon = 20.0) {
+  loop step in 0..steps with (beta = beta0) {
     let prompts = reverse.sample(prompts_per_step)
     // Four digits and the EOS, as in the demonstrations.
     let rollout  = policy.generate(prompts, n: 1, max_new: 5, temperature: 1.0)
@@ -55,6 +65,7 @@ pipeline ppo(steps = 150, prompts_per_step = 64, beta = 0.1) {
     let ref_logp = reference.logprobs(rollout)
     let old_v    = critic.values(rollout)
     let score    = scorer.score(rollout)
+    let kl       = token_mean(kl_k1(old_logp, ref_logp), rollout.mask)
     let reward   = kl_shaped_reward(score, kl_k1(old_logp, ref_logp), rollout.mask, rollout.last, beta)
     let adv      = gae(reward, old_v, rollout.mask, gamma: 1.0, lam: 0.95)
     let ret      = adv + old_v
@@ -67,10 +78,13 @@ pipeline ppo(steps = 150, prompts_per_step = 64, beta = 0.1) {
     critic.update(rollout, epochs: 2, minibatch: 32) { v ->
       token_mean(value_loss(v, old_v, ret, clip: 0.5), rollout.mask)
     }
+    // The next step's coefficient, from this step's KL.
+    beta = adaptive_kl_beta(beta, kl, target: kl_target, n_steps: 1.0, horizon: kl_horizon)
     log {
       reward: mean(score),
       exact: mean(exact(rollout.response, rollout.target, rollout.mask)),
-      kl: token_mean(kl_k1(old_logp, ref_logp), rollout.mask),
+      kl: kl,
+      beta: beta,
     }
     every 150 steps { checkpoint policy, critic }
   }

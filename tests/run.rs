@@ -354,6 +354,48 @@ fn rlc_kernel_evaluates_a_fn_on_named_tensors() {
     );
 }
 
+/// Values the loop carries: a counter `with (n = 0.0)` that the step logs before `n = n + 1.0`
+/// logs k in step k; an `i64` assigned inside `every 2 steps` changes on those steps only; a
+/// run stopped after a checkpoint and resumed logs what an uninterrupted one does, because the
+/// checkpoint saves them.
+#[cfg(feature = "runtime")]
+#[test]
+fn carried_values_count_steps_and_survive_a_resume() {
+    let (dir, source) = job("carried", |p| {
+        p.replace(
+            "loop step in 0..steps {",
+            "loop step in 0..steps with (n = 0.0, m = 10) {",
+        )
+        .replace(
+            "    log { reward: mean(reward),",
+            "    n = n + 1.0\n    every 2 steps { m = m + 1 }\n    log { n: n, m: m, reward: mean(reward),",
+        )
+    });
+    let run = dir.join("run");
+    let out = run_into(&source, &run, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let lines = metrics(&run);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for (k, line) in lines.iter().enumerate() {
+        assert_eq!(field(line, "n"), k as f64, "{line}");
+        assert_eq!(field(line, "m"), 10.0 + (k / 2) as f64, "{line}");
+    }
+
+    let cut = dir.join("cut");
+    let out = run_into(&source, &cut, &["--stop-after", "2"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(cut.join("checkpoints/policy/step-000002/state.json")).unwrap(),
+    )
+    .unwrap();
+    let carried = &state["state"]["carried"];
+    assert_eq!(carried["n"].as_f64(), Some(2.0), "{state}");
+    assert_eq!(carried["m"].as_i64(), Some(11), "{state}");
+    let out = run_into(&source, &cut, &["--resume"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(metrics(&cut), lines);
+}
+
 /// The number after `"key":` in a metrics line.
 #[cfg(feature = "runtime")]
 fn field(line: &str, key: &str) -> f64 {
@@ -378,7 +420,7 @@ fn the_rlhf_stages_chain_by_checkpoints() {
     let stages = [
         ("sft", "60", &["loss"][..]),
         ("reward", "300", &["accuracy", "loss"][..]),
-        ("ppo", "150", &["reward", "exact", "kl"][..]),
+        ("ppo", "150", &["reward", "exact", "kl", "beta"][..]),
     ];
     for (stage, steps, keys) in stages {
         let text_of =

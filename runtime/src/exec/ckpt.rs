@@ -1,6 +1,7 @@
 //! `checkpoint role`: the first rank of the role's training instance writes the weights, the
 //! optimizer state and the position of the run; every data rank holds the same copy.
-//! A resumed run loads them on every rank.
+//! A resumed run loads them on every rank, and the values the loop carries (saved by the
+//! writing rank when it holds them) on every rank that holds them.
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +32,8 @@ impl Rank<'_> {
             .iter()
             .map(|(name, s)| (name.clone(), json!(s.cursor())))
             .collect();
+        let carried: serde_json::Map<String, serde_json::Value> =
+            self.carried_values().into_iter().collect();
         let saved = Checkpoint {
             step: step + 1,
             weights: state.weights(),
@@ -41,6 +44,8 @@ impl Rank<'_> {
                 "optimizer_steps": optimizer_steps,
                 "seed": self.seed(),
                 "data_cursors": cursors,
+                // The loop's carried values as the next step reads them.
+                "carried": carried,
             }),
             // The folder is then a Hugging Face model folder too: a later stage (or another tool)
             // can start from it with `hf("…/step-000050")`.
@@ -60,6 +65,15 @@ impl Rank<'_> {
             .get_mut(role)
             .ok_or_else(|| RunError::Plan(format!("rank does not hold `{role}`")))?;
         state.load_weights(&saved.weights, &what)?;
+        let carried = &saved.state["carried"];
+        if !self.carried_restored && self.carried_names().all(|name| carried.get(name).is_some()) {
+            self.restore_carried(carried, &what)?;
+            self.carried_restored = true;
+        }
+        let state = self
+            .roles
+            .get_mut(role)
+            .ok_or_else(|| RunError::Plan(format!("rank does not hold `{role}`")))?;
         if let Some(training) = &mut state.training {
             let steps = saved.state["optimizer_steps"].as_u64().ok_or_else(|| {
                 RunError::Plan(format!("{what}: state.json has no optimizer_steps"))

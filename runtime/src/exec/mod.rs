@@ -134,6 +134,12 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
                                 )));
                             }
                         }
+                        if !r.carried_restored && r.carried_names().next().is_some() {
+                            return Err(RunError::Plan(format!(
+                                "rank {rank} holds values the loop carries but no checkpoint it \
+                                 loads saved them: the run cannot resume where it stopped"
+                            )));
+                        }
                     }
                     for step in start..end {
                         let started = Instant::now();

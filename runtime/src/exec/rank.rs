@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use rlc_plan::model::{Input, Op, OpKind, RankProgram, Step};
+use rlc_plan::model::{Carried, Input, Op, OpKind, RankProgram, Step};
 use tch::{Device, Kind, Tensor};
 
 use super::error::{Result, RunError};
@@ -43,6 +43,10 @@ pub struct Rank<'j> {
     comms: Comms,
     pub roles: BTreeMap<String, RoleState>,
     values: HashMap<u32, Val>,
+    /// The values the loop carries that this rank holds, with what the next step reads.
+    carried: Vec<(&'j Carried, Tensor)>,
+    /// A resumed run found the carried values in a checkpoint.
+    pub(super) carried_restored: bool,
     samplers: BTreeMap<String, Sampler>,
     seed: u64,
     run_dir: &'j Path,
@@ -83,6 +87,12 @@ impl<'j> Rank<'j> {
             let state = RoleState::new(plan, &instance.role, optimizer_steps, source_dir, device)?;
             roles.insert(instance.role.clone(), state);
         }
+        let carried = plan
+            .carried
+            .iter()
+            .filter(|c| c.ranks.contains(rank))
+            .map(|c| Ok((c, carried_scalar(c, &c.init, device)?)))
+            .collect::<Result<_>>()?;
         let samplers = job
             .sources
             .iter()
@@ -96,6 +106,8 @@ impl<'j> Rank<'j> {
             comms,
             roles,
             values: HashMap::new(),
+            carried,
+            carried_restored: false,
             samplers,
             seed,
             run_dir,
@@ -108,6 +120,10 @@ impl<'j> Rank<'j> {
     /// Runs loop iteration `step`.
     pub fn step(&mut self, step: u64) -> Result<StepOutput> {
         self.values.clear();
+        // Every read of a carried value in this step sees what the step started with.
+        for (c, t) in &self.carried {
+            self.values.insert(c.value, Val::Tensor(t.shallow_clone()));
+        }
         let mut out = StepOutput::default();
         for s in &self.program.steps {
             // Offload and onload move state between device and host memory: on the CPU both
@@ -122,7 +138,74 @@ impl<'j> Rank<'j> {
             }
             self.run_op(op, step, &mut out)?;
         }
+        self.carry_over(step)?;
         Ok(out)
+    }
+
+    /// Moves each assigned carried value into its slot for the next step (an assignment inside
+    /// `every` applies on its steps only; no assignment keeps the value).
+    fn carry_over(&mut self, step: u64) -> Result<()> {
+        for (c, slot) in &mut self.carried {
+            if c.every
+                .is_some_and(|every| !(step + 1).is_multiple_of(every))
+            {
+                continue;
+            }
+            if let Some(text) = &c.next_const {
+                *slot = carried_scalar(c, text, self.device)?;
+            } else if let Some(next) = c.next {
+                match self.values.get(&next) {
+                    Some(Val::Tensor(t)) if t.numel() == 1 => {
+                        *slot = t.detach().reshape([]).to_kind(carried_kind(c));
+                    }
+                    // Its producer did not run this step (it sits in an `every` of its own).
+                    None => {}
+                    Some(_) => {
+                        return Err(RunError::Plan(format!(
+                            "the new value of `{}` is not a scalar",
+                            c.name
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn carried_names(&self) -> impl Iterator<Item = &str> {
+        self.carried.iter().map(|(c, _)| c.name.as_str())
+    }
+
+    /// The carried values this rank holds, by name, as numbers (saved with checkpoints).
+    pub fn carried_values(&self) -> Vec<(String, serde_json::Value)> {
+        self.carried
+            .iter()
+            .map(|(c, t)| {
+                let v = if carried_kind(c) == Kind::Int64 {
+                    serde_json::json!(t.int64_value(&[]))
+                } else {
+                    serde_json::json!(t.double_value(&[]))
+                };
+                (c.name.clone(), v)
+            })
+            .collect()
+    }
+
+    /// Restores the carried values a checkpoint saved (`carried` in its `state.json`).
+    pub fn restore_carried(&mut self, saved: &serde_json::Value, what: &str) -> Result<()> {
+        for (c, slot) in &mut self.carried {
+            let text = match &saved[c.name.as_str()] {
+                serde_json::Value::Number(n) => n.to_string(),
+                _ => {
+                    return Err(RunError::Plan(format!(
+                        "{what}: the checkpoint does not hold the carried value `{}`",
+                        c.name
+                    )));
+                }
+            };
+            *slot = carried_scalar(c, &text, self.device)?;
+        }
+        Ok(())
     }
 
     fn run_op(&mut self, op: &Op, step: u64, out: &mut StepOutput) -> Result<()> {
@@ -364,6 +447,34 @@ impl<'j> Rank<'j> {
     pub fn run_dir(&self) -> &Path {
         self.run_dir
     }
+}
+
+fn carried_kind(c: &Carried) -> Kind {
+    if c.ty.dtype == "i64" {
+        Kind::Int64
+    } else {
+        Kind::Float
+    }
+}
+
+/// A carried value's scalar from a constant's text (`0.1`, `3`, `1e-3`).
+fn carried_scalar(c: &Carried, text: &str, device: Device) -> Result<Tensor> {
+    let bad = || {
+        RunError::Plan(format!(
+            "`{text}` is not a value of `{}` ({})",
+            c.name, c.ty
+        ))
+    };
+    let t = if carried_kind(c) == Kind::Int64 {
+        let v: f64 = text.parse().map_err(|_| bad())?;
+        if v.fract() != 0.0 || v.abs() > 9e15 {
+            return Err(bad());
+        }
+        Tensor::from(v as i64)
+    } else {
+        Tensor::from(text.parse::<f64>().map_err(|_| bad())? as f32)
+    };
+    Ok(t.to_device(device))
 }
 
 /// Optimizer steps one loop iteration takes for `role` (0 when it does not train).
