@@ -13,9 +13,9 @@ use crate::fixture;
 /// Pipeline stages, micro-batches of a training step, and the tolerance on the weights after
 /// three steps. With one micro-batch every stage computes exactly the single rank's operations
 /// (measured: equal bits). With four, float32 gradient sums in another order differ by ~1e-8,
-/// which Adam's `m / √v` turns into up to ~3e-5 on weights whose gradients are that small; one
-/// rank with four micro-batches differs from one rank with one by as much, so this is the
-/// micro-batching's doing, not the pipeline's.
+/// which Adam's `m / √v` turns into up to ~3e-6 on weights whose gradients are that small (at
+/// the fixture's learning rate); one rank with four micro-batches differs from one rank with one
+/// by as much, so this is the micro-batching's doing, not the pipeline's.
 const TRAINING_RUNS: [(u32, usize, f64); 3] = [(2, 4, 1e-4), (4, 4, 1e-4), (4, 1, 1e-6)];
 
 fn configs() -> [(&'static str, ModelConfig); 2] {
