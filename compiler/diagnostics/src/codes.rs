@@ -115,6 +115,7 @@ codes! {
     InvalidSampling = "E0704", Error, "invalid sampling setting";
     NoAnswers = "E0705", Error, "supervised data from a dataset without reference answers";
     UnknownSplit = "E0706", Error, "unknown data split";
+    SplitGroups = "E0707", Error, "update minibatches split the groups its loss reduces over";
     // Memory.
     OutOfMemory = "E0801", Error, "the estimate exceeds device memory";
     // The planner (`place … auto`).

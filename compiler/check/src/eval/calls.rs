@@ -371,13 +371,26 @@ impl Evaluator<'_> {
         let ItemKind::Fn(f) = &module.item(r.index).kind else {
             return false;
         };
+        self.grouping_callee(r.module, &f.body.stmts, seen)
+            .is_some()
+    }
+
+    /// The first function `stmts` (of module `module`) call that reduces over groups — a
+    /// `group_*` builtin or a `fn` that calls one — by the name it is called.
+    pub(super) fn grouping_callee<'s>(
+        &self,
+        module: usize,
+        stmts: &'s [ast::Stmt],
+        seen: &mut BTreeSet<ItemRef>,
+    ) -> Option<&'s str> {
         let mut callees = Vec::new();
-        for s in &f.body.stmts {
+        for s in stmts {
             collect_callees(s, &mut callees);
         }
-        callees.iter().any(|c| {
+        let scope = self.modules.get(module);
+        callees.into_iter().find(|c| {
             c.starts_with("group_")
-                || matches!(module.lookup(r.module, c), Some(Binding::Item { module, index }) if self.uses_groups(ItemRef { module, index }, seen))
+                || matches!(scope.lookup(module, c), Some(Binding::Item { module, index }) if self.uses_groups(ItemRef { module, index }, seen))
         })
     }
 

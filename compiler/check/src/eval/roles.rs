@@ -434,7 +434,7 @@ impl Evaluator<'_> {
             &info,
             origin,
             sourced(epochs),
-            sourced(minibatch),
+            sourced(minibatch.clone()),
         );
         let Some(closure) = closure else {
             return self.err(
@@ -491,6 +491,33 @@ impl Evaluator<'_> {
         );
         let loss = self.block(frame, &closure.body);
         frame.pop_scope();
+        if let (Some((mb, mb_origin)), Some(rows)) = (&minibatch, info.rows)
+            && let Some(size) = mb.as_int()
+            && size > 0
+            && size < rows
+            && let Some(callee) =
+                self.grouping_callee(frame.module, &closure.body.stmts, &mut BTreeSet::new())
+        {
+            let at = if *mb_origin == Origin::default() {
+                origin
+            } else {
+                *mb_origin
+            };
+            self.diags.push(
+                Diagnostic::new(
+                    Code::SplitGroups,
+                    format!(
+                        "the loss of `{}.update` reduces over groups of rows (through `{callee}`), but `minibatch: {size}` splits every group",
+                        model.name
+                    ),
+                    frame.file,
+                    closure.span,
+                )
+                .primary_label("reduces over groups")
+                .label(at.file, at.span, format!("{} minibatches of {size} rows", rows / size))
+                .help("minibatch `k` takes the rows `g` with `g mod M = k`, so the rows of a group (a preference pair, a prompt's samples) land in different minibatches: drop `minibatch` to train on whole groups, or compute the group statistics before `update` and pass them in"),
+            );
+        }
         let tail_span = closure.body.tail().map_or(closure.span, |t| t.span);
         match loss.as_tensor() {
             Some(t) if t.is_scalar() && t.dtype.is_float() => {}
