@@ -273,6 +273,62 @@ fn prompts_come_from_a_jsonl_file() {
     assert!(text(&out).contains("prompts.jsonl"), "{}", text(&out));
 }
 
+/// A Hugging Face model trains on prompts in its own text: `jsonl(…, tokenizer: dir)` encodes
+/// them with `dir/tokenizer.json` (English the task alphabet cannot spell), responses stop at
+/// the tokenizer's EOS and pad with its id.
+#[cfg(feature = "runtime")]
+#[test]
+fn prompts_in_a_models_text_are_encoded_with_its_tokenizer() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/hf/llama-tiny");
+    let model = model.to_str().unwrap();
+    let (dir, source) = job("tokenizer", |p| {
+        p.replace(
+            r#"dataset reverse = task(kind: "reverse_digits", digits: 3)"#,
+            &format!(
+                r#"dataset reverse = jsonl(path: "questions.jsonl", field: "question", tokenizer: "{model}")"#
+            ),
+        )
+        .replace(
+            "  arch  = tiny_gpt(layers: 1, hidden: 32, heads: 2, vocab: 16, max_len: 16)\n  init  = random(seed: 5)",
+            &format!(r#"  init  = hf("{model}")"#),
+        )
+    });
+    assert!(
+        std::fs::read_to_string(&source)
+            .unwrap()
+            .contains("tokenizer:")
+    );
+    let lines = [
+        r#"{"question": "Which planet is the largest?", "target": "Jupiter"}"#,
+        r#"{"question": "What colour is the sky?", "target": "blue"}"#,
+        r#"{"question": "Name a prime number.", "target": "seven"}"#,
+        r#"{"question": "How many legs has a cat?", "target": "four"}"#,
+    ];
+    std::fs::write(dir.join("questions.jsonl"), lines.join("\n")).unwrap();
+    let check = rlc().arg("check").arg(&source).output().unwrap();
+    assert!(check.status.success(), "{}", text(&check));
+    let run = dir.join("run");
+    let out = run_into(&source, &run, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(metrics(&run).len(), 4);
+    // The checkpoint is the Hugging Face model's architecture, trained.
+    let config =
+        std::fs::read_to_string(run.join("checkpoints/policy/step-000004/config.json")).unwrap();
+    assert!(config.contains("\"vocab_size\": 320"), "{config}");
+
+    // The same prompts in the task alphabet: not text it can spell.
+    let (dir, source) = job("alphabet", |p| {
+        p.replace(
+            r#"dataset reverse = task(kind: "reverse_digits", digits: 3)"#,
+            r#"dataset reverse = jsonl(path: "questions.jsonl", field: "question")"#,
+        )
+    });
+    std::fs::write(dir.join("questions.jsonl"), lines.join("\n")).unwrap();
+    let out = run_into(&source, &dir.join("run"), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("questions.jsonl"), "{}", text(&out));
+}
+
 /// Writes `tensors` as a safetensors file.
 #[cfg(feature = "runtime")]
 fn safetensors(path: &Path, tensors: &[(&str, rlc_runtime::tch::Tensor)]) {

@@ -94,7 +94,10 @@ pub fn lookup(name: &str) -> Option<Builtin> {
             ],
         ),
         "task" => b(Kind::Task, &[("kind", true), ("digits", false)]),
-        "jsonl" => b(Kind::Jsonl, &[("path", true), ("field", true)]),
+        "jsonl" => b(
+            Kind::Jsonl,
+            &[("path", true), ("field", true), ("tokenizer", false)],
+        ),
         "random" => b(Kind::Random, &[("seed", true)]),
         "hf" => b(Kind::Hf, &[("path", true)]),
         "load" => b(Kind::Load, &[("path", true)]),
@@ -681,6 +684,8 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                 digits: Some(digits),
                 path: None,
                 field: None,
+                tokenizer: None,
+                tokenizer_unusable: false,
                 vocab: Some(TASK_VOCAB),
                 prompt_len: Some(prompt_len),
                 origin: Origin {
@@ -692,12 +697,15 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
         Kind::Jsonl => {
             let path = ctx.string(args, 0, "path")?;
             let field = ctx.string(args, 1, "field")?;
+            let tokenizer = ctx.string(args, 2, "tokenizer")?;
             Ok(Val::Dataset(Rc::new(DatasetSpec {
                 name: path.clone(),
                 kind: "jsonl".into(),
                 digits: None,
                 path: Some(path),
                 field: Some(field),
+                tokenizer: (!tokenizer.is_empty()).then_some(tokenizer),
+                tokenizer_unusable: false,
                 vocab: None,
                 prompt_len: None,
                 origin: Origin {

@@ -50,6 +50,30 @@ pub fn arch_of(text: &str) -> Result<Arch, String> {
     })
 }
 
+/// The vocabulary size a `tokenizer.json` (`text`) encodes into: one more than the largest id
+/// of its model's vocabulary (a token → id map for BPE and WordPiece, a list for Unigram) and
+/// its added tokens, as the `tokenizers` crate counts it with added tokens.
+pub fn tokenizer_vocab(text: &str) -> Result<u64, String> {
+    let json: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("it is not valid JSON ({e})"))?;
+    let model_ids: Vec<u64> = match &json["model"]["vocab"] {
+        serde_json::Value::Object(map) => map.values().filter_map(|v| v.as_u64()).collect(),
+        serde_json::Value::Array(list) => (0..list.len() as u64).collect(),
+        _ => return Err("it has no `model.vocab`".into()),
+    };
+    let added = json["added_tokens"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["id"].as_u64());
+    model_ids
+        .into_iter()
+        .chain(added)
+        .max()
+        .map(|id| id + 1)
+        .ok_or_else(|| "its vocabulary is empty".into())
+}
+
 /// The sizes in which an `arch` written in the program differs from the one `config.json` gives:
 /// `(what, written, config)`. The runtime builds an `hf(…)` model from its config.json, so the
 /// checks must see that one.

@@ -114,7 +114,12 @@ pub struct DatasetSpec {
     pub digits: Option<i64>,
     pub path: Option<String>,
     pub field: Option<String>,
-    /// Vocabulary size of a synthetic task's tokenizer.
+    /// `jsonl(…, tokenizer: "dir")`: the folder whose `tokenizer.json` encodes the text
+    /// (relative to the module's file).
+    pub tokenizer: Option<String>,
+    /// The tokenizer file was read and is not usable (reported as E0408).
+    pub tokenizer_unusable: bool,
+    /// Vocabulary size of a synthetic task's tokenizer, or of a `jsonl` dataset's `tokenizer.json`.
     pub vocab: Option<i64>,
     /// Longest prompt in tokens, when the task fixes it.
     pub prompt_len: Option<i64>,

@@ -91,6 +91,7 @@ codes! {
     MissingSetting = "E0405", Error, "a required setting is missing";
     HfConfig = "E0406", Error, "a Hugging Face model folder without a usable config.json";
     HfArchMismatch = "E0407", Error, "the arch disagrees with the Hugging Face config.json";
+    TokenizerFile = "E0408", Error, "a dataset tokenizer folder without a usable tokenizer.json";
     // Placement.
     DevicesOutOfRange = "E0501", Error, "device range outside the cluster";
     LayoutProduct = "E0502", Error, "layout does not match the number of devices";

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::tokens::{self, BOS, EOS};
-use super::{DataError, Sample};
+use super::{DataError, Sample, Specials};
 use crate::hf::HfTokenizer;
 
 /// The field that, when a line has it, holds the reference answer.
@@ -19,6 +19,7 @@ pub struct JsonlPrompts {
     samples: Vec<Sample>,
     /// Token ids are below this: the task vocabulary's, or the tokenizer's.
     vocab: i64,
+    specials: Specials,
 }
 
 /// How a line's text becomes tokens.
@@ -70,14 +71,22 @@ impl JsonlPrompts {
                 path: path.to_path_buf(),
             });
         }
-        let vocab = match encoder {
-            Encoder::Task => tokens::VOCAB,
-            Encoder::Hf(tokenizer) => tokenizer.vocab_size(),
+        let (vocab, specials) = match encoder {
+            Encoder::Task => (tokens::VOCAB, Specials::TASK),
+            Encoder::Hf(tokenizer) => (
+                tokenizer.vocab_size(),
+                Specials {
+                    eos: tokenizer.eos_id(),
+                    // Padding is masked out; a tokenizer without a pad token pads with its EOS.
+                    pad: tokenizer.pad_id().or(tokenizer.eos_id()).unwrap_or(0),
+                },
+            ),
         };
         Ok(JsonlPrompts {
             path: path.to_path_buf(),
             samples,
             vocab,
+            specials,
         })
     }
 
@@ -92,6 +101,10 @@ impl JsonlPrompts {
 
     pub fn vocab(&self) -> i64 {
         self.vocab
+    }
+
+    pub fn specials(&self) -> Specials {
+        self.specials
     }
 
     pub fn prompt_len(&self) -> i64 {

@@ -55,6 +55,22 @@ pub struct Sample {
     pub target: Vec<i64>,
 }
 
+/// The ids a source's text ends an answer and pads with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Specials {
+    /// A response stops after it; `None`: responses run to `max_new`.
+    pub eos: Option<i64>,
+    pub pad: i64,
+}
+
+impl Specials {
+    /// The task alphabet's `$` and `_`.
+    pub const TASK: Specials = Specials {
+        eos: Some(tokens::EOS),
+        pad: tokens::PAD,
+    };
+}
+
 /// Where a job's prompts come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -88,6 +104,14 @@ impl Source {
         match self {
             Source::Task(_) => tokens::VOCAB,
             Source::Jsonl(prompts) => prompts.vocab(),
+        }
+    }
+
+    /// The end-of-answer and padding ids of the prompts' text.
+    pub fn specials(&self) -> Specials {
+        match self {
+            Source::Task(_) => Specials::TASK,
+            Source::Jsonl(prompts) => prompts.specials(),
         }
     }
 

@@ -11,6 +11,7 @@ use rlc_syntax::ast::{Block, Closure, Definition, Expr, ExprKind, ItemKind, Stmt
 
 use super::error::{Result, RunError};
 use crate::data::Source;
+use crate::hf::HfTokenizer;
 
 pub struct Job<'a> {
     pub plan: &'a Plan,
@@ -137,7 +138,18 @@ fn dataset_source(modules: &Modules, name: &str, source_dir: &Path) -> Result<So
             };
             Source::task(&text("kind")?, digits)
         }
-        _ => Source::jsonl(&source_dir.join(text("path")?), &text("field")?),
+        _ => {
+            let path = source_dir.join(text("path")?);
+            match args.get("tokenizer") {
+                None => Source::jsonl(&path, &text("field")?),
+                Some(_) => {
+                    let dir = source_dir.join(text("tokenizer")?);
+                    let tokenizer =
+                        HfTokenizer::load(&dir).map_err(|e| fail(format!("its tokenizer: {e}")))?;
+                    Source::jsonl_with_tokenizer(&path, &text("field")?, &tokenizer)
+                }
+            }
+        }
     };
     source.map_err(|e| fail(e.to_string()))
 }
@@ -169,9 +181,9 @@ fn constructor(
         ExprKind::Name(n) => env.get(&n.name).cloned(),
         _ => None,
     };
-    let params: [&str; 2] = match function.name.as_str() {
-        "task" => ["kind", "digits"],
-        "jsonl" => ["path", "field"],
+    let params: &[&str] = match function.name.as_str() {
+        "task" => &["kind", "digits"],
+        "jsonl" => &["path", "field", "tokenizer"],
         other => {
             let found = match modules.get(module).lookup(module, other) {
                 Some(Binding::Item { module: m, index }) => {

@@ -228,7 +228,15 @@ impl<'j> Rank<'j> {
                 // The stream position depends on the step alone: a resumed run draws the same.
                 sampler.seek(step * total as u64 + first as u64);
                 let samples = sampler.next(share as usize);
-                self.set(op, Val::Prompts { samples, first });
+                let specials = self.job.sources[dataset].specials();
+                self.set(
+                    op,
+                    Val::Prompts {
+                        samples,
+                        first,
+                        specials,
+                    },
+                );
             }
             OpKind::Generate {
                 role,
@@ -239,8 +247,12 @@ impl<'j> Rank<'j> {
                 top_k,
                 ..
             } => {
-                let (samples, first) = match self.input(op, 0)? {
-                    Val::Prompts { samples, first } => (samples, *first),
+                let (samples, first, specials) = match self.input(op, 0)? {
+                    Val::Prompts {
+                        samples,
+                        first,
+                        specials,
+                    } => (samples, *first, *specials),
                     _ => return Err(RunError::Plan(format!("`{}` needs prompts", op.label))),
                 };
                 let (_, parts) = self.data_rank(op)?;
@@ -255,6 +267,7 @@ impl<'j> Rank<'j> {
                         top_p: top_p.filter(|&p| p < 1.0),
                     },
                     seed: stream_seed(self.seed, step, op.id),
+                    specials,
                 };
                 let total = samples.len() as i64 * parts as i64;
                 let model = &self.role(role)?.model;

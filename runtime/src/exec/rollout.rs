@@ -4,7 +4,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::error::Result;
 use super::values::Rollout;
-use crate::data::{Sample, tokens};
+use crate::data::{Sample, Specials};
 use crate::generate::{GenerateConfig, SamplingConfig, generate, left_pad};
 use crate::model::Transformer;
 
@@ -13,6 +13,8 @@ pub struct Sampling {
     pub max_new: i64,
     pub sampling: SamplingConfig,
     pub seed: u64,
+    /// Where a response stops, and what fills the rows after it.
+    pub specials: Specials,
 }
 
 /// Samples `n` responses for each prompt. The prompts are prompts `first..` of a step batch of
@@ -27,13 +29,14 @@ pub fn rollout(
     device: Device,
 ) -> Result<Rollout> {
     let prompts: Vec<Vec<i64>> = samples.iter().map(|s| s.prompt.clone()).collect();
-    let (prompt_ids, prompt_mask) = left_pad(&prompts, tokens::PAD);
+    let pad = how.specials.pad;
+    let (prompt_ids, prompt_mask) = left_pad(&prompts, pad);
     let (prompt_ids, prompt_mask) = (prompt_ids.to_device(device), prompt_mask.to_device(device));
     let config = GenerateConfig {
         max_new: how.max_new,
         samples_per_prompt: how.n,
-        eos_token_id: Some(tokens::EOS),
-        pad_token_id: tokens::PAD,
+        eos_token_id: how.specials.eos,
+        pad_token_id: pad,
         sampling: how.sampling.clone(),
         seed: how.seed,
         use_kv_cache: true,
@@ -48,7 +51,7 @@ pub fn rollout(
     let response = out
         .response_ids
         .constant_pad_nd([0, pad])
-        .masked_fill(&pad_columns(rows, width, how.max_new, device), tokens::PAD);
+        .masked_fill(&pad_columns(rows, width, how.max_new, device), pad);
     let mask = out
         .response_mask
         .constant_pad_nd([0, pad])
@@ -60,7 +63,7 @@ pub fn rollout(
         .flat_map(|s| std::iter::repeat_n(&s.target, how.n as usize))
         .map(|t| {
             let mut row: Vec<i64> = t.iter().copied().take(how.max_new as usize).collect();
-            row.resize(how.max_new as usize, tokens::PAD);
+            row.resize(how.max_new as usize, pad);
             row
         })
         .collect();

@@ -2,13 +2,15 @@
 
 use tch::Tensor;
 
-use crate::data::Sample;
+use crate::data::{Sample, Specials};
 
 pub enum Val {
     /// This rank's prompts: prompts `first..first + samples.len()` of the step's batch.
     Prompts {
         samples: Vec<Sample>,
         first: i64,
+        /// The end-of-answer and padding ids of the dataset's text.
+        specials: Specials,
     },
     Rollout(Rollout),
     Tensor(Tensor),

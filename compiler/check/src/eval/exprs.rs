@@ -168,9 +168,16 @@ impl Evaluator<'_> {
                 None => self.no_field(frame, &format!("`{}`", r.name), name, r.fields.iter().map(|(n, _)| n.as_str()).collect()),
             },
             Val::Dataset(d) => match name.name.as_str() {
-                "vocab" => match d.vocab {
-                    Some(v) => Val::Int(Some(v)),
-                    None => self.err(
+                "vocab" => match (d.vocab, &d.tokenizer) {
+                    (Some(v), _) => Val::Int(Some(v)),
+                    // E0408 said why the tokenizer gives no vocabulary.
+                    (None, Some(_)) if d.tokenizer_unusable => Val::Error,
+                    (None, Some(dir)) => self.err(
+                        Diagnostic::new(Code::NotConstant, format!("the vocabulary of `{}` is in `{dir}/tokenizer.json`, which cannot be read here", d.name), frame.file, name.span)
+                            .primary_label("unknown vocabulary")
+                            .help("write the model's vocabulary size, or check where the folder is"),
+                    ),
+                    (None, None) => self.err(
                         Diagnostic::new(Code::NotConstant, format!("the vocabulary of `{}` is set by the model's tokenizer, not the dataset", d.name), frame.file, name.span)
                             .primary_label("unknown vocabulary"),
                     ),

@@ -621,6 +621,12 @@ impl Evaluator<'_> {
                 Val::Dataset(spec) => {
                     let mut spec = (*spec).clone();
                     spec.name = d.name.name.clone();
+                    if let Some(dir) = spec.tokenizer.clone() {
+                        match self.tokenizer_vocab(&frame, &d.name.name, &dir, e.span) {
+                            Ok(vocab) => spec.vocab = vocab,
+                            Err(()) => spec.tokenizer_unusable = true,
+                        }
+                    }
                     Val::Dataset(Rc::new(spec))
                 }
                 Val::Error => Val::Error,
@@ -647,6 +653,40 @@ impl Evaluator<'_> {
                 .primary_label("not a dataset")
                 .help("write `dataset prompts = jsonl(\"prompts.jsonl\", field: \"prompt\")`"),
             ),
+        }
+    }
+
+    /// The vocabulary of `dir/tokenizer.json` (`dir` relative to the module's file). A folder
+    /// the checker cannot read is no error — it may exist only where the job runs — but a file
+    /// that is there and unusable is (E0408).
+    /// `Ok(None)`: unreadable; `Err(())`: reported.
+    fn tokenizer_vocab(
+        &mut self,
+        frame: &Frame,
+        dataset: &str,
+        dir: &str,
+        span: Span,
+    ) -> Result<Option<i64>, ()> {
+        let module = &self.modules.get(frame.module).name;
+        let path = crate::modules::join_relative(module, &format!("{dir}/tokenizer.json"));
+        let Ok(text) = self.loader.read(&path) else {
+            return Ok(None);
+        };
+        match crate::hf_config::tokenizer_vocab(&text) {
+            Ok(vocab) => Ok(Some(vocab as i64)),
+            Err(problem) => {
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::TokenizerFile,
+                        format!("dataset `{dataset}` cannot be encoded: `{dir}/tokenizer.json`: {problem}"),
+                        frame.file,
+                        span,
+                    )
+                    .primary_label("the text is encoded with this tokenizer")
+                    .help("point `tokenizer:` at a Hugging Face model folder with its tokenizer.json"),
+                );
+                Err(())
+            }
         }
     }
 

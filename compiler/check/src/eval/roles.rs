@@ -191,8 +191,15 @@ impl Evaluator<'_> {
                 Diagnostic::new(
                     Code::VocabMismatch,
                     format!(
-                        "task `{}` uses {tv} tokens but `{}` has a vocabulary of {}",
-                        d.name, model.name, arch.vocab
+                        "{} `{}` uses {tv} tokens but `{}` has a vocabulary of {}",
+                        if d.tokenizer.is_some() {
+                            "dataset"
+                        } else {
+                            "task"
+                        },
+                        d.name,
+                        model.name,
+                        arch.vocab
                     ),
                     frame.file,
                     at,
