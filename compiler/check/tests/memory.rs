@@ -303,8 +303,11 @@ fn fsdp_8_divides_model_state_by_8() {
     assert_eq!(b.optimizer_state, 8.0 * P7 / 8.0);
     assert_eq!(b.master_weights, 4.0 * P7 / 8.0);
     assert_eq!(b.model_state(), 2.0 * P7);
-    // micro(1): one sequence of 1024 tokens per rank.
-    let expected = 32.0 * layer_16bit(1024.0, 1.0, 4096.0, 32.0, 1.0, 1.0) + 4.0 * 1024.0 * 32000.0;
+    // micro(1): one sequence of 1024 tokens per rank; and, while a layer runs, that layer
+    // gathered whole and its whole gradient (bf16).
+    let gathered = 2.0 * 2.0 * layer_parameters(&llama7b()) as f64;
+    let expected =
+        32.0 * layer_16bit(1024.0, 1.0, 4096.0, 32.0, 1.0, 1.0) + 4.0 * 1024.0 * 32000.0 + gathered;
     assert_eq!(b.activations, expected);
     assert!(devices.iter().all(|d| d.phases[0].breakdown == *b));
 }
@@ -744,12 +747,17 @@ fn seventy_b_fits_with_fsdp8_tp8() {
     let p = seventy_b(8, 64);
     let b = phase_of(&p, 0, Phase::Train);
     assert_eq!(b.model_state(), 16.0 * P70 / 64.0);
+    // While a layer runs: that layer gathered whole and its gradient (bf16, split by tp 8).
+    let layer = 2.0 * layer_parameters(&llama70b()) as f64 / 8.0;
     // Recompute: 80 layer inputs of 2·2048·8192 bytes, one full layer, the logits.
     let (s, h) = (2048.0, 8192.0);
-    let expected =
-        80.0 * 2.0 * s * h + layer_16bit(s, 1.0, h, 64.0, 8.0, 1.0) + 4.0 * s * 32000.0 / 8.0;
+    let expected = 80.0 * 2.0 * s * h
+        + layer_16bit(s, 1.0, h, 64.0, 8.0, 1.0)
+        + 4.0 * s * 32000.0 / 8.0
+        + 2.0 * layer;
     assert_eq!(b.activations, expected);
-    assert_eq!(b.total(), 20_347_160_576.0);
+    assert_eq!(b.total(), 20_347_160_576.0 + 2.0 * layer);
+    assert_eq!(b.total(), 20_774_987_776.0);
     assert!(b.total() < 80.0 * GIB);
     assert!(diagnostics(&p).is_empty());
     let devices = estimate(&p);

@@ -31,7 +31,11 @@
 //! | optimizer state | `8·P / (tp·pp·fsdp)`: Adam's two fp32 moments (`4·P` for SGD with momentum or Lion) |
 //! | fp32 master weights | `4·P / (tp·pp·fsdp)` when `b = 2` (so mixed precision is 16 bytes/param, as is f32) |
 //!
-//! A frozen model (or one without an optimizer) holds its weights only.
+//! A frozen model (or one without an optimizer) holds its weights only. Under FSDP
+//! (`fsdp > 1`) a device also holds, while a layer runs, that layer gathered whole
+//! (`P_layer·b/tp`) and, for trainable models, its whole gradient until it is reduce-scattered
+//! (`P_layer·b/tp`): counted with the activations, since neither stays between operations (the
+//! runtime's FSDP measures exactly these, `runtime/src/parallel/fsdp/memory.rs`).
 //!
 //! Activations, after Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 //! Transformer Models"), for a micro-batch of `m` sequences: `m` is the layout's `micro`, else
@@ -300,7 +304,13 @@ pub fn breakdown(
     match phase {
         Phase::Train => {
             let shard = (tp * pp * fsdp) as f64;
+            let gathered = if fsdp > 1 {
+                layer_parameters(arch) as f64 * b / tp as f64
+            } else {
+                0.0
+            };
             out.weights = params * b / shard;
+            let trainable = model.optimizer.is_some() && !model.frozen;
             if let Some(optimizer) = model.optimizer.as_ref().filter(|_| !model.frozen) {
                 out.gradients = params * b / shard;
                 out.optimizer_state = optimizer_bytes_per_param(optimizer) * params / shard;
@@ -337,7 +347,9 @@ pub fn breakdown(
             } else {
                 0.0
             };
-            out.activations = kept + logits;
+            // FSDP's gathered layer and its whole gradient exist only while the layer runs.
+            let unsharded = if trainable { 2.0 * gathered } else { gathered };
+            out.activations = kept + logits + unsharded;
             for &q in &sequence_unknown {
                 out.mark(Term::Activations, q);
             }
