@@ -5,6 +5,7 @@
 mod fixture;
 mod fsdp;
 mod pp;
+mod reshard;
 mod tp;
 
 #[test]

@@ -133,6 +133,31 @@ mod tests {
     }
 
     #[test]
+    fn unpadded_shards_are_the_fsdp_chunks_the_re_sharding_assumes() {
+        for numel in [1, 5, 6, 7, 13] {
+            let full = Tensor::arange(numel, (Kind::Float, tch::Device::Cpu)) + 1.0;
+            for world in 1..=5usize {
+                let spec = ParamSpec::new("p".into(), vec![numel], world);
+                for rank in 0..world {
+                    let shard = take_shard(&full, &spec, rank, world);
+                    let chunk =
+                        crate::parallel::shards::fsdp_chunk(numel, world as i64, rank as i64);
+                    let len = chunk.end - chunk.start;
+                    assert!(
+                        shard
+                            .narrow(0, 0, len)
+                            .equal(&full.narrow(0, chunk.start, len)),
+                        "{numel} over {world}, rank {rank}"
+                    );
+                    // The rest is padding (zero; `full` has no zeros).
+                    let rest = shard.narrow(0, len, spec.shard - len);
+                    assert_eq!(rest.count_nonzero(None).int64_value(&[]), 0);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn interleaved_gradients_put_each_ranks_shard_in_its_block() {
         let world = 2;
         let specs = specs(world);

@@ -447,6 +447,30 @@ impl<'c> Fsdp<'c> {
         Ok(out)
     }
 
+    /// This rank's shard of every parameter without its padding: flat views of the shards
+    /// (copy them to keep them past the next step), in the order and with the boundaries of
+    /// `parallel::shards::holding` for this rank — the source shards of a re-shard.
+    pub fn local_shards(&self) -> BTreeMap<String, Tensor> {
+        let (rank, world) = (self.shards.rank() as i64, self.shards.world_size() as i64);
+        self.params
+            .iter()
+            .map(|p| {
+                // The padded shard `rank` starts at `rank · shard`, as `fsdp_chunk`'s does.
+                let held = crate::parallel::shards::fsdp_chunk(p.spec.numel, world, rank);
+                let shard = p.shard.detach().narrow(0, 0, held.end - held.start);
+                (p.spec.name.clone(), shard)
+            })
+            .collect()
+    }
+
+    /// Every parameter's full shape by name (what a re-shard needs besides the shards).
+    pub fn shapes(&self) -> BTreeMap<String, Vec<i64>> {
+        self.params
+            .iter()
+            .map(|p| (p.spec.name.clone(), p.spec.shape.clone()))
+            .collect()
+    }
+
     /// This rank's memory since construction or the last [`Fsdp::reset_peak`].
     pub fn memory(&self) -> MemoryReport {
         let shards = bytes_of(self.params.iter().map(|p| &p.shard));

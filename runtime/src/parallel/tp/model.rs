@@ -44,9 +44,37 @@ impl<'c> TpTransformer<'c> {
         heads: Heads,
         tp: &'c Communicator,
     ) -> Result<Self, TpError> {
+        Self::load(ShardLoader::new(root, weights, tp), root, config, heads, tp)
+    }
+
+    /// As [`TpTransformer::new`] from this rank's shards alone (e.g. the flat destination shards
+    /// `parallel::reshard` returns for a `tp` layout; see [`ShardLoader::from_shards`]): a rank
+    /// re-sharded from a training layout never holds a full weight.
+    pub fn from_shards(
+        root: &nn::Path,
+        shards: &BTreeMap<String, Tensor>,
+        config: &ModelConfig,
+        heads: Heads,
+        tp: &'c Communicator,
+    ) -> Result<Self, TpError> {
+        Self::load(
+            ShardLoader::from_shards(root, shards, tp),
+            root,
+            config,
+            heads,
+            tp,
+        )
+    }
+
+    fn load(
+        mut loader: ShardLoader,
+        root: &nn::Path,
+        config: &ModelConfig,
+        heads: Heads,
+        tp: &'c Communicator,
+    ) -> Result<Self, TpError> {
         config.validate()?;
         check_divisible(config, tp.world_size())?;
-        let mut loader = ShardLoader::new(root, weights, tp);
         let embedding = VocabParallelEmbedding::load(&mut loader, config, tp)?;
         let layers = (0..config.layers)
             .map(|i| TpDecoderLayer::load(&mut loader, i, config, tp))

@@ -60,12 +60,16 @@ pub struct ShardedParam {
 
 /// Reads full weights by name, keeps this rank's shard of each and registers it in a var store
 /// under the same name, remembering every parameter for clipping and [`gather_full_weights`].
+/// Built with [`ShardLoader::from_shards`] it reads this rank's shards instead (a re-shard's
+/// output), so that no rank ever holds a full weight.
 pub struct ShardLoader<'a, 'p> {
     root: &'a nn::Path<'p>,
     weights: &'a BTreeMap<String, Tensor>,
     rank: usize,
     size: usize,
     params: Vec<ShardedParam>,
+    /// `weights` are this rank's shards (any shape, read in row-major order), not full tensors.
+    local: bool,
 }
 
 impl<'a, 'p> ShardLoader<'a, 'p> {
@@ -81,7 +85,38 @@ impl<'a, 'p> ShardLoader<'a, 'p> {
             rank: tp.rank(),
             size: tp.world_size(),
             params: Vec::new(),
+            local: false,
         }
+    }
+
+    /// `shards` are this rank's shards under Hugging Face names, each holding the elements of its
+    /// local tensor in row-major order (any shape: the flat shards `parallel::reshard` returns
+    /// do), which is the order `parallel::shards::holding` lists them in.
+    pub fn from_shards(
+        root: &'a nn::Path<'p>,
+        shards: &'a BTreeMap<String, Tensor>,
+        tp: &Communicator,
+    ) -> Self {
+        Self {
+            local: true,
+            ..Self::new(root, shards, tp)
+        }
+    }
+
+    /// This rank's shard of `name` given as such, reshaped to `local` (its shape on this rank).
+    fn local_shard(&self, name: &str, local: &[i64]) -> Result<Tensor, TpError> {
+        let shard = self
+            .weights
+            .get(name)
+            .ok_or_else(|| TpError::MissingWeight(name.to_string()))?;
+        if shard.numel() as i64 != local.iter().product::<i64>() {
+            return Err(TpError::WeightShape {
+                name: name.to_string(),
+                expected: local.to_vec(),
+                found: shard.size(),
+            });
+        }
+        Ok(shard.reshape(local))
     }
 
     /// The full weight `name`, checked against the `shape` the config gives it.
@@ -116,10 +151,17 @@ impl<'a, 'p> ShardLoader<'a, 'p> {
 
     /// This rank's shard of `name` (full shape `shape`), registered as a trainable variable.
     pub fn load(&mut self, name: &str, shape: &[i64]) -> Result<Tensor, TpError> {
-        let full = self.full(name, shape)?;
+        // Full weights are checked against the config first; local shards once their shape is known.
+        let full = match self.local {
+            true => None,
+            false => Some(self.full(name, shape)?),
+        };
         let split = split_of(name);
         let shard = match split {
-            Split::Replicated => full.shallow_clone(),
+            Split::Replicated => match full {
+                Some(full) => full.shallow_clone(),
+                None => self.local_shard(name, shape)?,
+            },
             Split::Along(dim) => {
                 let (size, tp) = (self.size as i64, self.size);
                 let uneven = || TpError::UnevenShard {
@@ -132,7 +174,14 @@ impl<'a, 'p> ShardLoader<'a, 'p> {
                     return Err(uneven());
                 }
                 let len = extent / size;
-                full.narrow(dim, self.rank as i64 * len, len)
+                match full {
+                    Some(full) => full.narrow(dim, self.rank as i64 * len, len),
+                    None => {
+                        let mut local = shape.to_vec();
+                        local[dim as usize] = len;
+                        self.local_shard(name, &local)?
+                    }
+                }
             }
         };
         let (path, leaf) = self.place(name)?;
@@ -148,13 +197,16 @@ impl<'a, 'p> ShardLoader<'a, 'p> {
     /// The replicated RMSNorm `{prefix}.weight`.
     pub fn load_norm(&mut self, prefix: &str, size: i64, eps: f64) -> Result<RmsNorm, TpError> {
         let name = format!("{prefix}.weight");
-        let full = self.full(&name, &[size])?;
+        let full = match self.local {
+            true => self.local_shard(&name, &[size])?,
+            false => self.full(&name, &[size])?.shallow_clone(),
+        };
         let (path, leaf) = self.place(&name)?;
         let norm = RmsNorm::new(&path, size, eps);
         let mut weight = path
             .get(&leaf)
             .ok_or_else(|| TpError::AlreadyRegistered(name.clone()))?;
-        tch::no_grad(|| weight.copy_(full));
+        tch::no_grad(|| weight.copy_(&full));
         self.params.push(ShardedParam {
             name,
             tensor: weight,
