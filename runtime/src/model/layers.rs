@@ -130,34 +130,73 @@ impl Attention {
         bias: &Tensor,
         cache: Option<&mut LayerCache>,
     ) -> Tensor {
-        let (batch, steps) = (x.size()[0], x.size()[1]);
-        let split_heads =
-            |t: Tensor, heads: i64| t.view([batch, steps, heads, self.head_dim]).transpose(1, 2);
-        let q = angles.apply(&split_heads(self.q_proj.forward(x), self.heads));
-        let mut k = angles.apply(&split_heads(self.k_proj.forward(x), self.kv_heads));
-        let mut v = split_heads(self.v_proj.forward(x), self.kv_heads);
-        if let Some(cache) = cache {
-            (k, v) = cache.append(k, v);
-        }
-        // Each key/value head serves `heads / kv_heads` consecutive query heads.
-        let group = self.heads / self.kv_heads;
-        let (k, v) = if group > 1 {
-            (
-                k.repeat_interleave_self_int(group, 1, None),
-                v.repeat_interleave_self_int(group, 1, None),
-            )
-        } else {
-            (k, v)
+        let heads = HeadCounts {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
         };
-        let scores = q.matmul(&k.transpose(-2, -1)) / (self.head_dim as f64).sqrt() + bias;
-        let probs = scores.softmax(-1, Kind::Float).to_kind(q.kind());
-        let out =
-            probs
-                .matmul(&v)
-                .transpose(1, 2)
-                .reshape([batch, steps, self.heads * self.head_dim]);
+        let out = grouped_attention(
+            self.q_proj.forward(x),
+            self.k_proj.forward(x),
+            self.v_proj.forward(x),
+            heads,
+            angles,
+            bias,
+            cache,
+        );
         self.o_proj.forward(&out)
     }
+}
+
+/// The heads one attention computes: query heads, key/value heads, and their width.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadCounts {
+    pub heads: i64,
+    pub kv_heads: i64,
+    pub head_dim: i64,
+}
+
+/// Rotary grouped-query attention of projected queries, keys and values (`[B, T, heads·d]`,
+/// `[B, T, kv_heads·d]`), before the output projection: `[B, T, heads·d]`. Each key/value head
+/// serves `heads / kv_heads` consecutive query heads — also for a tensor-parallel rank's
+/// contiguous share of both. Appends this step's keys and values to `cache`.
+pub fn grouped_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    counts: HeadCounts,
+    angles: &RopeAngles,
+    bias: &Tensor,
+    cache: Option<&mut LayerCache>,
+) -> Tensor {
+    let HeadCounts {
+        heads,
+        kv_heads,
+        head_dim,
+    } = counts;
+    let (batch, steps) = (q.size()[0], q.size()[1]);
+    let split_heads = |t: Tensor, n: i64| t.view([batch, steps, n, head_dim]).transpose(1, 2);
+    let q = angles.apply(&split_heads(q, heads));
+    let mut k = angles.apply(&split_heads(k, kv_heads));
+    let mut v = split_heads(v, kv_heads);
+    if let Some(cache) = cache {
+        (k, v) = cache.append(k, v);
+    }
+    let group = heads / kv_heads;
+    let (k, v) = if group > 1 {
+        (
+            k.repeat_interleave_self_int(group, 1, None),
+            v.repeat_interleave_self_int(group, 1, None),
+        )
+    } else {
+        (k, v)
+    };
+    let scores = q.matmul(&k.transpose(-2, -1)) / (head_dim as f64).sqrt() + bias;
+    let probs = scores.softmax(-1, Kind::Float).to_kind(q.kind());
+    probs
+        .matmul(&v)
+        .transpose(1, 2)
+        .reshape([batch, steps, heads * head_dim])
 }
 
 #[derive(Debug)]

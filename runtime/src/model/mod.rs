@@ -14,7 +14,7 @@ pub use transformer::{Heads, Transformer, token_logprobs};
 
 // The blocks a model is built from, for the parallel layouts that rebuild it in shards.
 pub(crate) use cache::LayerCache;
-pub(crate) use layers::{DecoderLayer, RmsNorm};
+pub(crate) use layers::{DecoderLayer, HeadCounts, RmsNorm, grouped_attention};
 pub(crate) use rope::{Rope, RopeAngles};
 pub(crate) use transformer::{attention_bias, token_positions};
 

@@ -2,12 +2,12 @@
 //! heads, the MLP by its inner width. Each block takes and returns the replicated residual
 //! stream: `f` where it enters the column-parallel layers, `g` after the row-parallel one.
 
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 use super::TpError;
 use super::shard::ShardLoader;
 use crate::collectives::{CollectiveError, Communicator};
-use crate::model::{LayerCache, ModelConfig, RmsNorm, RopeAngles};
+use crate::model::{HeadCounts, LayerCache, ModelConfig, RmsNorm, RopeAngles, grouped_attention};
 use crate::parallel::tape::{Tape, sum_over_group};
 
 /// `x · Wᵀ (+ b)` with the output features split over the group: each rank computes its slice
@@ -126,31 +126,20 @@ impl<'c> TpAttention<'c> {
         cache: Option<&mut LayerCache>,
     ) -> Result<Tensor, CollectiveError> {
         let x = tape.copy_to_group(x, self.tp);
-        let (batch, steps) = (x.size()[0], x.size()[1]);
-        let split_heads =
-            |t: Tensor, heads: i64| t.view([batch, steps, heads, self.head_dim]).transpose(1, 2);
-        let q = angles.apply(&split_heads(self.q_proj.forward(&x), self.heads));
-        let mut k = angles.apply(&split_heads(self.k_proj.forward(&x), self.kv_heads));
-        let mut v = split_heads(self.v_proj.forward(&x), self.kv_heads);
-        if let Some(cache) = cache {
-            (k, v) = cache.append(k, v);
-        }
-        let group = self.heads / self.kv_heads;
-        let (k, v) = if group > 1 {
-            (
-                k.repeat_interleave_self_int(group, 1, None),
-                v.repeat_interleave_self_int(group, 1, None),
-            )
-        } else {
-            (k, v)
+        let counts = HeadCounts {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
         };
-        let scores = q.matmul(&k.transpose(-2, -1)) / (self.head_dim as f64).sqrt() + bias;
-        let probs = scores.softmax(-1, Kind::Float).to_kind(q.kind());
-        let out =
-            probs
-                .matmul(&v)
-                .transpose(1, 2)
-                .reshape([batch, steps, self.heads * self.head_dim]);
+        let out = grouped_attention(
+            self.q_proj.forward(&x),
+            self.k_proj.forward(&x),
+            self.v_proj.forward(&x),
+            counts,
+            angles,
+            bias,
+            cache,
+        );
         self.o_proj.forward(&out)
     }
 }
