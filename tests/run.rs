@@ -158,19 +158,97 @@ fn a_program_trains_and_leaves_its_run_folder() {
 #[cfg(feature = "runtime")]
 #[test]
 fn what_the_runtime_cannot_execute_is_refused() {
+    // The policy trained in one layout and generating in another: its weights would have to be
+    // re-sharded between them on the same devices.
     let (dir, source) = job("refused", |p| {
         p.replace(
             "place policy    on local[0..2] with dp(2)",
-            "place policy    on local[0..2] with tp(2)",
+            "place policy.train    on local[0..2] with dp(2)\n\
+             place policy.generate on local[0..2] with tp(2)",
         )
     });
     let out = run_into(&source, &dir.join("run"), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        text(&out).contains("cannot run the plan") && text(&out).contains("tensor"),
+        text(&out).contains("cannot run the plan") && text(&out).contains("re-sharding"),
         "{}",
         text(&out)
     );
+}
+
+/// Every metric of every line of two runs' metrics.jsonl, by step: (name, value).
+#[cfg(feature = "runtime")]
+fn numbers(run: &Path) -> Vec<Vec<(String, f64)>> {
+    metrics(run)
+        .iter()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            v.as_object()
+                .unwrap()
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                .collect()
+        })
+        .collect()
+}
+
+/// The largest difference of any metric of step `step` between two runs.
+#[cfg(feature = "runtime")]
+fn metric_diff(a: &[Vec<(String, f64)>], b: &[Vec<(String, f64)>], step: usize) -> f64 {
+    assert_eq!(
+        a[step].iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        b[step].iter().map(|(k, _)| k).collect::<Vec<_>>()
+    );
+    a[step]
+        .iter()
+        .zip(&b[step])
+        .map(|((_, x), (_, y))| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+/// PROGRAM on one device (`dp(1)`): the run every layout is compared with.
+#[cfg(feature = "runtime")]
+fn one_device(p: &str) -> String {
+    p.replace("cpu(devices: 2)", "cpu(devices: 1)")
+        .replace("local[0..2] with dp(2)", "local[0..1] with dp(1)")
+}
+
+/// PROGRAM with both roles placed `with LAYOUT` on the two devices runs, and its metrics are
+/// those of the same program on one device: the first step's within 1e-4, the later ones close.
+#[cfg(feature = "runtime")]
+fn layout_matches_one_device(name: &str, layout: &str) {
+    let (dir, one) = job(&format!("{name}-one"), one_device);
+    let run_one = dir.join("run");
+    let out = run_into(&one, &run_one, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let (dir, source) = job(name, |p| p.replace("with dp(2)", &format!("with {layout}")));
+    let run = dir.join("run");
+    let out = run_into(&source, &run, &[]);
+    assert!(out.status.success(), "{layout}: {}", text(&out));
+    let (a, b) = (numbers(&run), numbers(&run_one));
+    assert_eq!(a.len(), 4);
+    assert_eq!(b.len(), 4);
+    for step in 0..4 {
+        let diff = metric_diff(&a, &b, step);
+        eprintln!("{layout} step {step}: metrics within {diff:e} of one device");
+        let bound = if step == 0 { 1e-4 } else { 1e-3 };
+        assert!(
+            diff < bound,
+            "{layout} step {step}: {:?} vs one device {:?}",
+            a[step],
+            b[step]
+        );
+    }
+    assert!(
+        run.join("checkpoints/policy/step-000004/model.safetensors")
+            .is_file()
+    );
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn a_tensor_parallel_job_matches_one_device() {
+    layout_matches_one_device("tp", "tp(2)");
 }
 
 #[cfg(feature = "runtime")]

@@ -225,3 +225,112 @@ fn every_std_task_samples_and_scores() {
         }
     }
 }
+
+/// The metrics of a run by step, as numbers.
+fn numbers(dir: &Path) -> Vec<Vec<(String, f64)>> {
+    metrics(dir)
+        .iter()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            v.as_object()
+                .unwrap()
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                .collect()
+        })
+        .collect()
+}
+
+/// The largest difference of any metric of any step between two runs, step by step.
+fn metric_diffs(a: &Path, b: &Path) -> Vec<f64> {
+    let (a, b) = (numbers(a), numbers(b));
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| {
+            assert_eq!(x.len(), y.len());
+            x.iter()
+                .zip(y)
+                .map(|((kx, vx), (ky, vy))| {
+                    assert_eq!(kx, ky);
+                    (vx - vy).abs()
+                })
+                .fold(0.0, f64::max)
+        })
+        .collect()
+}
+
+/// dp(2) × tp(2) on four ranks trains as one rank accumulating two micro-batches does.
+#[test]
+fn data_and_tensor_parallel_ranks_train_as_one_rank_does() {
+    let (one, four) = (scratch("tp-dp1"), scratch("tp-dp2tp2"));
+    run(&program("0..1", "dp(1), micro(4)", 3, 3), &one, false, None).unwrap();
+    let source = program("0..4", "dp(2), tp(2)", 3, 3).replace("devices: 2", "devices: 4");
+    run(&source, &four, false, None).unwrap();
+    let diff = max_difference(&weights(&one, 3), &weights(&four, 3));
+    let metrics = metric_diffs(&one, &four);
+    eprintln!("dp(2), tp(2): weights within {diff:e}, metrics by step {metrics:?}");
+    assert!(diff < 1e-4, "dp(2), tp(2) differs from dp(1) by {diff}");
+    assert!(
+        metrics[0] < 1e-4,
+        "first step's metrics differ by {}",
+        metrics[0]
+    );
+    assert!(metrics.iter().all(|d| *d < 1e-3), "{metrics:?}");
+}
+
+/// A tensor-parallel checkpoint holds the full weights and moments; resuming re-shards them.
+#[test]
+fn a_tensor_parallel_run_resumes_bit_exactly() {
+    let (whole, cut) = (scratch("tp-whole"), scratch("tp-cut"));
+    let source = program("0..2", "tp(2)", 4, 2);
+    run(&source, &whole, false, None).unwrap();
+    run(&source, &cut, false, Some(3)).unwrap();
+    run(&source, &cut, true, None).unwrap();
+    assert_eq!(metrics(&cut), metrics(&whole));
+    for ((name, a), (_, b)) in weights(&whole, 4).iter().zip(weights(&cut, 4)) {
+        assert!(a.equal(&b), "{name} differs after resuming");
+    }
+    // The checkpoint is the whole model, as under dp.
+    let one = scratch("tp-one");
+    run(&program("0..1", "dp(1)", 2, 2), &one, false, None).unwrap();
+    let (w1, w2) = (weights(&one, 2), weights(&whole, 2));
+    assert_eq!(
+        w1.iter().map(|(n, t)| (n, t.size())).collect::<Vec<_>>(),
+        w2.iter().map(|(n, t)| (n, t.size())).collect::<Vec<_>>()
+    );
+}
+
+/// PPO with a critic (ValueModel), a frozen reward model and a reference, every role under
+/// tp(2), computes what one device does.
+#[test]
+fn every_role_kind_runs_tensor_parallel() {
+    let example = include_str!("../../examples/ppo_critic.rl").replace("steps = 200", "steps = 3");
+    let places = "place policy.train    on local[0..2] with dp(2)
+place policy.generate on local[0..2] with dp(2)
+place reference       on local[0..1] with dp(1)
+place scorer          on local[1..2] with dp(1)
+place critic.train    on local[0..2] with dp(2)
+place critic.values   on local[0..2] with dp(2)";
+    assert!(example.contains(places));
+    let one = example.replace("devices: 2", "devices: 1").replace(
+        places,
+        &places
+            .replace("local[0..2] with dp(2)", "local[0..1] with dp(1)")
+            .replace("local[1..2]", "local[0..1]"),
+    );
+    let tp = example.replace(
+        places,
+        &places
+            .replace("dp(2)", "tp(2)")
+            .replace("local[0..1] with dp(1)", "local[0..2] with tp(2)")
+            .replace("local[1..2] with dp(1)", "local[0..2] with tp(2)"),
+    );
+    let (a, b) = (scratch("ppo-one"), scratch("ppo-tp"));
+    run(&one, &a, false, None).unwrap();
+    run(&tp, &b, false, None).unwrap();
+    let diffs = metric_diffs(&a, &b);
+    eprintln!("PPO under tp(2): metrics by step within {diffs:?} of one device");
+    assert!(diffs[0] < 1e-4, "{diffs:?}");
+    assert!(diffs.iter().all(|d| *d < 1e-3), "{diffs:?}");
+}

@@ -19,14 +19,17 @@ pub fn role_root(run_dir: &Path, role: &str) -> PathBuf {
 
 impl Rank<'_> {
     pub(super) fn checkpoint(&self, op: &Op, role: &str, step: u64) -> Result<()> {
-        if op.ranks.iter().next() != Some(self.rank) {
+        let writer = op.ranks.iter().next() == Some(self.rank);
+        let state = self.role(role)?;
+        // A sharded model's full weights and moments are gathered by every rank of its groups.
+        if !writer && !state.sharded() {
             return Ok(());
         }
-        let state = self.role(role)?;
-        let (optimizer, optimizer_steps) = match &state.training {
-            Some(t) => (t.optimizer.state_tensors(), t.optimizer.steps()),
-            None => (Vec::new(), 0),
-        };
+        let weights = state.weights()?;
+        let (optimizer, optimizer_steps) = state.optimizer_state()?;
+        if !writer {
+            return Ok(());
+        }
         let cursors: serde_json::Map<String, serde_json::Value> = self
             .samplers()
             .iter()
@@ -36,7 +39,7 @@ impl Rank<'_> {
             self.carried_values().into_iter().collect();
         let saved = Checkpoint {
             step: step + 1,
-            weights: state.weights(),
+            weights,
             optimizer,
             state: json!({
                 "role": role,
@@ -49,7 +52,7 @@ impl Rank<'_> {
             }),
             // The folder is then a Hugging Face model folder too: a later stage (or another tool)
             // can start from it with `hf("…/step-000050")`.
-            config: Some(crate::hf::config_json(state.model.config(), None)),
+            config: Some(crate::hf::config_json(state.config(), None)),
         };
         let dir = checkpoint::step_dir(&role_root(self.run_dir(), role), step + 1);
         checkpoint::save(&dir, &saved)?;
@@ -74,15 +77,11 @@ impl Rank<'_> {
             .roles
             .get_mut(role)
             .ok_or_else(|| RunError::Plan(format!("rank does not hold `{role}`")))?;
-        if let Some(training) = &mut state.training {
+        if state.training.is_some() {
             let steps = saved.state["optimizer_steps"].as_u64().ok_or_else(|| {
                 RunError::Plan(format!("{what}: state.json has no optimizer_steps"))
             })?;
-            let tensors = saved.optimizer.into_iter().collect();
-            training
-                .optimizer
-                .load_state(steps, &tensors)
-                .map_err(|e| RunError::Plan(format!("{what}: {e}")))?;
+            state.load_optimizer(steps, saved.optimizer.into_iter().collect(), &what)?;
         }
         Ok(saved.step)
     }

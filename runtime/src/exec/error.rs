@@ -37,8 +37,22 @@ pub enum RunError {
     Torch(#[from] tch::TchError),
     #[error("the loss is not finite at step {step} ({value})")]
     NonFinite { step: u64, value: f64 },
+    /// A parallel layout could not run a call (shapes, missing heads, …).
+    #[error("{0}")]
+    Parallel(String),
     #[error("rank {rank} stopped unexpectedly: {message}")]
     RankFailed { rank: u32, message: String },
+}
+
+impl From<crate::parallel::tp::TpError> for RunError {
+    fn from(e: crate::parallel::tp::TpError) -> Self {
+        use crate::parallel::tp::TpError;
+        match e {
+            // A collective that failed is the echo of another rank's failure.
+            TpError::Collective(e) => RunError::Collective(e),
+            other => RunError::Parallel(format!("tensor parallelism: {other}")),
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, RunError>;

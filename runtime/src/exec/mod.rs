@@ -2,11 +2,14 @@
 //! iteration. The embedded default runs the ranks of a CPU cluster as threads of this process,
 //! with in-process collectives; rank 0 reports each step's metrics.
 //!
-//! What runs: data-parallel layouts (`dp`) of every role, colocated instances of a role
-//! sharing one model per rank, sampling from std's tasks and JSONL files, generation,
-//! log-probs / values / scores, kernels (the reference evaluator), `update` with its loss
-//! closure, `log` and `checkpoint`. Tensor, pipeline and sharded layouts and transfers between
-//! layouts are refused with [`RunError::Unsupported`].
+//! What runs: data-parallel (`dp`) and tensor-parallel (`tp`, `dp × tp`) layouts of every role,
+//! colocated instances of a role sharing one model per rank, sampling from std's tasks and JSONL
+//! files, generation, log-probs / values / scores, kernels (the reference evaluator), `update`
+//! with its loss closure, `log` and `checkpoint`. Each rank builds its communicators for every
+//! instance it belongs to (`parallel::process_groups`) in its own thread; the models borrow
+//! them. Pipeline, sequence and sharded (`fsdp`) layouts, a role placed in two different
+//! layouts (a weight sync that re-shards) and transfers between layouts are refused with
+//! [`RunError::Unsupported`].
 //!
 //! Devices: ranks of a GPU cluster (or of any cluster with `--device cuda`) hold their models
 //! and tensors on the CUDA devices libtorch sees, round-robin; without CUDA they run on the
@@ -25,15 +28,14 @@ mod values;
 
 pub use error::RunError;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rlc_check::modules::Modules;
 use rlc_plan::Plan;
-use rlc_plan::model::{Axis, OpKind};
+use rlc_plan::model::{Layout, OpKind};
 
-use crate::collectives::Group;
 use crate::device::{DeviceRequest, rank_device};
 use crate::report::{Report, ReportOptions, StepRecord};
 use error::Result;
@@ -103,7 +105,7 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
         what: format!("cannot write the run folder {}", options.run_dir.display()),
         source,
     })?;
-    let mut comms = communicators(plan);
+    let mut comms = communicators(plan)?;
     // Rank 0 writes each step's metrics line before that step's checkpoints: a checkpoint of
     // step S implies the lines of every step before S, which a resumed run keeps.
     let mut report_slot = Some(&mut report);
@@ -116,11 +118,13 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
                 let resume = &resume;
                 let device = devices[rank as usize];
                 scope.spawn(move || -> Result<()> {
+                    // The rank's communicators outlive its models, which borrow them.
+                    let comms = comms;
                     let mut r = Rank::new(
                         job,
                         rank,
                         device,
-                        comms,
+                        &comms,
                         options.seed,
                         &options.source_dir,
                         &options.run_dir,
@@ -216,40 +220,69 @@ fn rank_devices(plan: &Plan, request: DeviceRequest) -> Vec<tch::Device> {
 fn supported(plan: &Plan) -> Result<()> {
     for instance in &plan.instances {
         let l = &instance.layout;
-        if l.tp > 1 || l.pp > 1 || l.fsdp > 1 || l.sp > 1 {
+        if l.pp > 1 || l.fsdp > 1 || l.sp > 1 {
             return Err(RunError::Unsupported(format!(
-                "`{}` is placed with tensor, pipeline, sequence or sharded parallelism; the \
-                 CPU runtime executes data-parallel layouts (`dp`)",
-                instance.id
+                "`{}` is placed with pipeline, sequence or sharded parallelism (pp {}, sp {}, \
+                 fsdp {}); the CPU runtime executes data- and tensor-parallel layouts (`dp`, `tp`)",
+                instance.id, l.pp, l.sp, l.fsdp
             )));
+        }
+    }
+    // One model per role per rank: every instance of a role on a rank must hold it the same way.
+    for (i, a) in plan.instances.iter().enumerate() {
+        for b in &plan.instances[i + 1..] {
+            let overlap = a.ranks.iter().any(|r| b.ranks.contains(r));
+            if a.role == b.role
+                && overlap
+                && !(a.ranks == b.ranks && same_shards(&a.layout, &b.layout))
+            {
+                return Err(RunError::Unsupported(format!(
+                    "`{}` is placed as `{}` ({}) and as `{}` ({}) on shared devices: re-sharding \
+                     its weights between two layouts is not executed yet",
+                    a.role,
+                    a.id,
+                    describe(&a.layout),
+                    b.id,
+                    describe(&b.layout)
+                )));
+            }
         }
     }
     Ok(())
 }
 
-/// Each rank's communicators: one in-process group per distinct data-parallel group.
-fn communicators(plan: &Plan) -> BTreeMap<u32, Comms> {
+/// Whether two layouts hold a model's weights the same way on the same ranks (micro-batching
+/// aside).
+pub(crate) fn same_shards(a: &Layout, b: &Layout) -> bool {
+    (a.dp, a.fsdp, a.tp, a.pp, a.sp) == (b.dp, b.fsdp, b.tp, b.pp, b.sp)
+}
+
+fn describe(l: &Layout) -> String {
+    format!(
+        "dp {}, fsdp {}, tp {}, pp {}, sp {}",
+        l.dp, l.fsdp, l.tp, l.pp, l.sp
+    )
+}
+
+/// Each rank's communicators in every instance it belongs to: the layout's groups along each
+/// axis (`parallel::process_groups`), instance rank `i` being the instance's `i`-th device.
+fn communicators(plan: &Plan) -> Result<BTreeMap<u32, Comms>> {
     let mut out: BTreeMap<u32, Comms> = BTreeMap::new();
-    let mut made: BTreeSet<Vec<u32>> = BTreeSet::new();
     for instance in &plan.instances {
-        for members in instance.groups(Axis::Dp) {
-            for &rank in &members {
-                out.entry(rank)
-                    .or_default()
-                    .groups
-                    .insert(instance.id.clone(), members.clone());
-            }
-            if made.insert(members.clone()) {
-                for (comm, &rank) in Group::new(members.len()).into_iter().zip(&members) {
-                    out.entry(rank)
-                        .or_default()
-                        .by_members
-                        .insert(members.clone(), comm);
-                }
-            }
+        for groups in crate::parallel::process_groups(instance.layout) {
+            let rank = instance.ranks.nth(groups.rank as u32).ok_or_else(|| {
+                RunError::Plan(format!(
+                    "`{}` has fewer devices than its layout's {}",
+                    instance.id,
+                    instance.layout.devices()
+                ))
+            })?;
+            out.entry(rank)
+                .or_default()
+                .insert(instance.id.clone(), groups);
         }
     }
-    out
+    Ok(out)
 }
 
 /// Where a resumed run starts: the steps done, and the checkpoint folder of each checkpointed role.

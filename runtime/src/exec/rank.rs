@@ -9,11 +9,12 @@ use tch::{Device, Kind, Tensor};
 use super::error::{Result, RunError};
 use super::job::Job;
 use super::roles::RoleState;
-use super::rollout::{self, Sampling};
+use super::rollout::{self, Output, Sampling};
 use super::values::{Rollout, Val};
 use crate::collectives::{Communicator, ReduceOp};
 use crate::data::Sampler;
 use crate::generate::SamplingConfig;
+use crate::parallel::{RankGroups, Tape};
 
 /// What a rank reports to the run after a step (rank 0's counts for the whole job).
 #[derive(Debug, Default, Clone)]
@@ -24,14 +25,10 @@ pub struct StepOutput {
     pub tokens: u64,
 }
 
-/// A rank's communicators: one per distinct data-parallel group, shared by the instances
-/// whose groups have the same members (they run their collectives in one program order).
-#[derive(Default)]
-pub struct Comms {
-    pub by_members: BTreeMap<Vec<u32>, Communicator>,
-    /// Instance id → the members of this rank's data-parallel group in it.
-    pub groups: BTreeMap<String, Vec<u32>>,
-}
+/// A rank's communicators in each instance it belongs to (instance id → its groups along every
+/// axis of the instance's layout). Built in the rank's thread before the [`Rank`]: the models
+/// borrow them.
+pub type Comms = BTreeMap<String, RankGroups>;
 
 pub struct Rank<'j> {
     pub job: &'j Job<'j>,
@@ -39,9 +36,9 @@ pub struct Rank<'j> {
     /// Where this rank's models and tensors live.
     pub device: Device,
     program: &'j RankProgram,
-    /// The data-parallel communicator of each instance this rank belongs to.
-    comms: Comms,
-    pub roles: BTreeMap<String, RoleState>,
+    /// The communicators of each instance this rank belongs to.
+    comms: &'j Comms,
+    pub roles: BTreeMap<String, RoleState<'j>>,
     values: HashMap<u32, Val>,
     /// The values the loop carries that this rank holds, with what the next step reads.
     carried: Vec<(&'j Carried, Tensor)>,
@@ -67,7 +64,7 @@ impl<'j> Rank<'j> {
         job: &'j Job<'j>,
         rank: u32,
         device: Device,
-        comms: Comms,
+        comms: &'j Comms,
         seed: u64,
         source_dir: &Path,
         run_dir: &'j Path,
@@ -84,7 +81,17 @@ impl<'j> Rank<'j> {
                 continue;
             }
             let optimizer_steps = job.steps * optimizer_steps_per_step(job, &instance.role);
-            let state = RoleState::new(plan, &instance.role, optimizer_steps, source_dir, device)?;
+            let groups = comms.get(&instance.id).ok_or_else(|| {
+                RunError::Plan(format!("rank {rank} has no groups for `{}`", instance.id))
+            })?;
+            let state = RoleState::new(
+                plan,
+                &instance.role,
+                optimizer_steps,
+                source_dir,
+                device,
+                groups,
+            )?;
             roles.insert(instance.role.clone(), state);
         }
         let carried = plan
@@ -270,7 +277,7 @@ impl<'j> Rank<'j> {
                     specials,
                 };
                 let total = samples.len() as i64 * parts as i64;
-                let model = &self.role(role)?.model;
+                let model = self.role(role)?.decode();
                 let rollout = rollout::rollout(model, samples, first, total, &how, self.device)?;
                 let local = rollout
                     .field("mask")
@@ -284,11 +291,12 @@ impl<'j> Rank<'j> {
             | OpKind::Score { role, .. } => {
                 let rollout = self.rollout_input(op)?;
                 let model = &self.role(role)?.model;
-                let result = tch::no_grad(|| match &op.kind {
-                    OpKind::Logprobs { .. } => rollout::logprobs(model, rollout),
-                    OpKind::Values { .. } => rollout::values(model, rollout),
-                    _ => rollout::scores(model, rollout),
-                });
+                let what = match &op.kind {
+                    OpKind::Logprobs { .. } => Output::Logprobs,
+                    OpKind::Values { .. } => Output::Values,
+                    _ => Output::Scores,
+                };
+                let result = tch::no_grad(|| rollout::output(model, what, rollout, &Tape::new()))?;
                 self.set(op, Val::Tensor(result));
             }
             OpKind::Kernel { .. } => {
@@ -349,12 +357,12 @@ impl<'j> Rank<'j> {
     fn same_ranks(&self, a: &str, b: &str) -> bool {
         let plan = self.job.plan;
         match (plan.instance(a), plan.instance(b)) {
-            (Some(a), Some(b)) => a.ranks == b.ranks && a.layout.dp == b.layout.dp,
+            (Some(a), Some(b)) => a.ranks == b.ranks && super::same_shards(&a.layout, &b.layout),
             _ => false,
         }
     }
 
-    pub fn role(&self, name: &str) -> Result<&RoleState> {
+    pub fn role(&self, name: &str) -> Result<&RoleState<'j>> {
         self.roles
             .get(name)
             .ok_or_else(|| RunError::Plan(format!("rank {} does not hold `{name}`", self.rank)))
@@ -377,13 +385,13 @@ impl<'j> Rank<'j> {
         Ok((d * instance.layout.fsdp + f, instance.layout.data_ranks()))
     }
 
-    /// The data-parallel communicator of `op`'s instance.
-    pub fn comm(&self, op: &Op) -> Result<&Communicator> {
+    /// The communicator over the data ranks of `op`'s instance (its `dp` and `fsdp` axes), in
+    /// data-rank order: the ranks that hold other rows of a batch.
+    pub fn comm(&self, op: &Op) -> Result<&'j Communicator> {
         let id = op.instance.as_deref().unwrap_or_default();
         self.comms
-            .groups
             .get(id)
-            .and_then(|members| self.comms.by_members.get(members))
+            .map(|groups| &groups.data)
             .ok_or_else(|| RunError::Plan(format!("rank {} has no group for `{id}`", self.rank)))
     }
 

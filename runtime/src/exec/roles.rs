@@ -1,7 +1,13 @@
 //! The models a rank holds: one per role it serves (every instance of a role on this rank
 //! shares it, so a colocated weight sync is free), built from the plan's init and trained
 //! with the role's optimizer.
+//!
+//! Under `dp` a rank holds the whole model ([`Model::Whole`]); under `tp(n)` its tensor-parallel
+//! shard ([`Model::Tp`]), cut from the same initial full weights and borrowing the rank's
+//! communicators. Weights and optimizer moments leave and enter a role as full tensors under
+//! Hugging Face names, so a checkpoint is the same folder whatever the layout.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use rlc_plan::Plan;
@@ -9,13 +15,26 @@ use rlc_plan::model::{Init, Role};
 use tch::{Device, Tensor, nn};
 
 use super::error::{Result, RunError};
+use crate::generate::Decode;
 use crate::model::{Heads, ModelConfig, Transformer};
 use crate::optim::{AdamW, AdamWConfig, CosineSchedule};
+use crate::parallel::RankGroups;
+use crate::parallel::tp::{Split, TpTransformer};
 
-pub struct RoleState {
+/// A role's model on one rank, in the layout of its instance.
+pub enum Model<'c> {
+    /// The whole model (`dp`).
+    Whole(Transformer),
+    /// This rank's tensor-parallel shard; every rank of its TP group runs each call together.
+    Tp(TpTransformer<'c>),
+}
+
+pub struct RoleState<'c> {
     pub vs: nn::VarStore,
-    pub model: Transformer,
+    pub model: Model<'c>,
     pub training: Option<Training>,
+    /// The rank's communicators in the role's instance (absent for the whole model).
+    groups: Option<&'c RankGroups>,
 }
 
 /// A trainable role's optimizer, schedule and clipping.
@@ -25,21 +44,35 @@ pub struct Training {
     pub clip: f64,
 }
 
-impl RoleState {
-    /// Builds role `name` with its initial weights. `optimizer_steps`: optimizer steps the whole
-    /// run takes (the schedule's length).
+impl<'c> RoleState<'c> {
+    /// Builds role `name` with its initial weights, in the layout of `groups` (the rank's
+    /// communicators in the role's instance). `optimizer_steps`: optimizer steps the whole run
+    /// takes (the schedule's length).
     pub fn new(
         plan: &Plan,
         name: &str,
         optimizer_steps: u64,
         source_dir: &Path,
         device: Device,
+        groups: &'c RankGroups,
     ) -> Result<Self> {
         let role = plan
             .role(name)
             .ok_or_else(|| RunError::Plan(format!("no role `{name}`")))?;
         let heads = heads_of(role)?;
-        let (mut vs, model) = initial_weights(plan, role, heads, source_dir, device, 0)?;
+        let (whole_vs, whole) = initial_weights(plan, role, heads, source_dir, device, 0)?;
+        let layout = groups.layout;
+        let (mut vs, model, groups) = if layout.tp > 1 {
+            let weights: BTreeMap<String, Tensor> = whole_vs.variables().into_iter().collect();
+            let vs = nn::VarStore::new(device);
+            let model = TpTransformer::new(&vs.root(), &weights, whole.config(), heads, &groups.tp)
+                .map_err(|e| {
+                    RunError::Unsupported(format!("`{name}` under tensor parallelism: {e}"))
+                })?;
+            (vs, Model::Tp(model), Some(groups))
+        } else {
+            (whole_vs, Model::Whole(whole), None)
+        };
         let training = match (&role.optimizer, role.frozen) {
             (Some(opt), false) => {
                 if opt.name != "adamw" {
@@ -72,17 +105,106 @@ impl RoleState {
             vs,
             model,
             training,
+            groups,
         })
     }
 
-    /// The parameters by name, in name order (what a checkpoint stores).
-    pub fn weights(&self) -> Vec<(String, Tensor)> {
-        let mut vars: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
-        vars.sort_by(|a, b| a.0.cmp(&b.0));
-        vars
+    pub fn config(&self) -> &ModelConfig {
+        match &self.model {
+            Model::Whole(m) => m.config(),
+            Model::Tp(m) => m.config(),
+        }
     }
 
-    /// Overwrites the parameters with `weights` (names and shapes must match).
+    /// The model as generation drives it (every rank of a layout samples the same tokens).
+    pub fn decode(&self) -> &dyn Decode {
+        match &self.model {
+            Model::Whole(m) => m,
+            Model::Tp(m) => m,
+        }
+    }
+
+    /// Whether the weights are spread over ranks: gathering them is a collective every rank of
+    /// the role's instance takes part in.
+    pub fn sharded(&self) -> bool {
+        !matches!(self.model, Model::Whole(_))
+    }
+
+    /// Clips the gradients to a global norm of `max_norm` (over the whole model, whatever the
+    /// layout); returns the norm before clipping.
+    pub fn clip_grad_norm(&self, params: &[Tensor], max_norm: f64) -> Result<f64> {
+        Ok(match &self.model {
+            Model::Whole(_) => crate::optim::clip_grad_norm(params, max_norm),
+            Model::Tp(m) => m.clip_grad_norm(max_norm)?,
+        })
+    }
+
+    /// The full parameters by name, in name order (what a checkpoint stores). Under a sharded
+    /// layout every rank of the instance must call it.
+    pub fn weights(&self) -> Result<Vec<(String, Tensor)>> {
+        Ok(match &self.model {
+            Model::Whole(_) => {
+                let mut vars: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+                vars.sort_by(|a, b| a.0.cmp(&b.0));
+                vars
+            }
+            Model::Tp(m) => m.full_weights()?.into_iter().collect(),
+        })
+    }
+
+    /// The optimizer's moments as full tensors (`{param}.exp_avg`, `{param}.exp_avg_sq`) and
+    /// its step count. Under a sharded layout every rank of the instance must call it.
+    pub fn optimizer_state(&self) -> Result<(Vec<(String, Tensor)>, u64)> {
+        let Some(training) = &self.training else {
+            return Ok((Vec::new(), 0));
+        };
+        let steps = training.optimizer.steps();
+        let tensors = training.optimizer.state_tensors();
+        let Some(groups) = self.groups else {
+            return Ok((tensors, steps));
+        };
+        let mut full = Vec::with_capacity(tensors.len());
+        for (name, t) in tensors {
+            let whole = match self.split(moment_of(&name))? {
+                Split::Replicated => t,
+                Split::Along(dim) => Tensor::cat(&groups.tp.all_gather(&t)?, dim),
+            };
+            full.push((name, whole));
+        }
+        Ok((full, steps))
+    }
+
+    /// How the parameter `name` is split over the TP group.
+    fn split(&self, name: &str) -> Result<Split> {
+        match &self.model {
+            Model::Whole(_) => Ok(Split::Replicated),
+            Model::Tp(m) => m
+                .params()
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| p.split)
+                .ok_or_else(|| RunError::Plan(format!("the model has no parameter `{name}`"))),
+        }
+    }
+
+    /// This rank's part of the full tensor `full` of parameter `name`.
+    fn local_part(&self, name: &str, full: &Tensor, what: &str) -> Result<Tensor> {
+        let (Split::Along(dim), Some(groups)) = (self.split(name)?, self.groups) else {
+            return Ok(full.shallow_clone());
+        };
+        let (rank, size) = (groups.tp.rank() as i64, groups.tp.world_size() as i64);
+        let extent = full.size().get(dim as usize).copied().unwrap_or(0);
+        if extent % size != 0 {
+            return Err(RunError::Plan(format!(
+                "{what}: `{name}` is {:?}, which does not split over {size} tensor-parallel ranks",
+                full.size()
+            )));
+        }
+        Ok(full.narrow(dim, rank * (extent / size), extent / size))
+    }
+
+    /// Overwrites the parameters with the full `weights` (names and shapes must match); a
+    /// sharded rank keeps its part of each.
     pub fn load_weights(&mut self, weights: &[(String, Tensor)], what: &str) -> Result<()> {
         let vars = self.vs.variables();
         if vars.len() != weights.len() {
@@ -92,8 +214,12 @@ impl RoleState {
                 vars.len()
             )));
         }
+        let mut parts = Vec::with_capacity(weights.len());
+        for (name, value) in weights {
+            parts.push((name, self.local_part(name, value, what)?));
+        }
         tch::no_grad(|| {
-            for (name, value) in weights {
+            for (name, value) in parts {
                 let Some(var) = vars.get(name) else {
                     return Err(RunError::Plan(format!("{what}: the model has no `{name}`")));
                 };
@@ -104,11 +230,39 @@ impl RoleState {
                         var.size()
                     )));
                 }
-                var.shallow_clone().copy_(value);
+                var.shallow_clone().copy_(&value);
             }
             Ok(())
         })
     }
+
+    /// Restores the optimizer from full moments (what [`RoleState::optimizer_state`] gave).
+    pub fn load_optimizer(
+        &mut self,
+        steps: u64,
+        tensors: Vec<(String, Tensor)>,
+        what: &str,
+    ) -> Result<()> {
+        let mut local = HashMap::with_capacity(tensors.len());
+        for (name, t) in tensors {
+            let part = self.local_part(moment_of(&name), &t, what)?;
+            local.insert(name, part);
+        }
+        if let Some(training) = &mut self.training {
+            training
+                .optimizer
+                .load_state(steps, &local)
+                .map_err(|e| RunError::Plan(format!("{what}: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// The parameter an optimizer moment belongs to (`{param}.exp_avg` → `{param}`).
+fn moment_of(name: &str) -> &str {
+    name.strip_suffix(".exp_avg_sq")
+        .or_else(|| name.strip_suffix(".exp_avg"))
+        .unwrap_or(name)
 }
 
 fn heads_of(role: &Role) -> Result<Heads> {

@@ -3,10 +3,11 @@
 use tch::{Device, Kind, Tensor};
 
 use super::error::Result;
+use super::roles::Model;
 use super::values::Rollout;
 use crate::data::{Sample, Specials};
-use crate::generate::{GenerateConfig, SamplingConfig, generate, left_pad};
-use crate::model::Transformer;
+use crate::generate::{Decode, GenerateConfig, SamplingConfig, generate, left_pad};
+use crate::parallel::Tape;
 
 pub struct Sampling {
     pub n: i64,
@@ -21,7 +22,7 @@ pub struct Sampling {
 /// `total` prompts: row ids and random numbers are those of the whole batch, so the result does
 /// not depend on how the batch is split over data ranks.
 pub fn rollout(
-    model: &Transformer,
+    model: &dyn Decode,
     samples: &[Sample],
     first: i64,
     total: i64,
@@ -98,28 +99,49 @@ fn pad_columns(rows: i64, width: i64, max_new: i64, device: Device) -> Tensor {
         .expand([rows, max_new], false)
 }
 
-/// Log-probability `[R, N]` of each response token under `model` (with autograd when enabled).
-pub fn logprobs(model: &Transformer, r: &Rollout) -> Tensor {
-    model
-        .logprobs(&r.ids, &r.attention)
-        .narrow(1, r.prompt_len - 1, r.response_len)
+/// What a model call reads off a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Log-probability `[R, N]` of each response token.
+    Logprobs,
+    /// The critic's value `[R, N]` of the state before each response token.
+    Values,
+    /// The reward model's score `[R]` of each sequence, read at its last real token.
+    Scores,
 }
 
-/// The critic's value `[R, N]` of the state before each response token.
-pub fn values(model: &Transformer, r: &Rollout) -> Tensor {
-    model
-        .values(&r.ids, &r.attention)
-        .narrow(1, r.prompt_len - 1, r.response_len)
+impl Output {
+    /// The output an `update` of a role of model kind `kind` trains.
+    pub fn of_kind(kind: Option<&str>) -> Output {
+        match kind {
+            Some("ValueModel") => Output::Values,
+            Some("RewardModel") => Output::Scores,
+            _ => Output::Logprobs,
+        }
+    }
 }
 
-/// The reward model's score `[R]` of each sequence, read at its last real token.
-pub fn scores(model: &Transformer, r: &Rollout) -> Tensor {
-    let mask = r.field("mask").map_or_else(
+/// `what` of rollout `r` under `model` (with autograd when enabled; a tensor-parallel model
+/// records its cuts on `tape`, for the backward pass of an update).
+pub fn output<'c>(model: &Model<'c>, what: Output, r: &Rollout, tape: &Tape<'c>) -> Result<Tensor> {
+    let responses = |t: Tensor| t.narrow(1, r.prompt_len - 1, r.response_len);
+    Ok(match (model, what) {
+        (Model::Whole(m), Output::Logprobs) => responses(m.logprobs(&r.ids, &r.attention)),
+        (Model::Whole(m), Output::Values) => responses(m.values(&r.ids, &r.attention)),
+        (Model::Whole(m), Output::Scores) => m.scores(&r.ids, &score_mask(r)),
+        (Model::Tp(m), Output::Logprobs) => responses(m.logprobs(tape, &r.ids, &r.attention)?),
+        (Model::Tp(m), Output::Values) => responses(m.values(tape, &r.ids, &r.attention)?),
+        (Model::Tp(m), Output::Scores) => m.scores(tape, &r.ids, &score_mask(r))?,
+    })
+}
+
+/// The positions a score reads: the prompt and the response up to its end.
+fn score_mask(r: &Rollout) -> Tensor {
+    r.field("mask").map_or_else(
         || r.attention.shallow_clone(),
         |m| {
             let prompt = r.attention.narrow(1, 0, r.prompt_len);
             Tensor::cat(&[&prompt, &m.to_kind(Kind::Int64)], 1)
         },
-    );
-    model.scores(&r.ids, &mask)
+    )
 }

@@ -15,12 +15,13 @@ use tch::{Kind, Tensor};
 
 use super::error::{Result, RunError};
 use super::rank::Rank;
-use super::rollout;
+use super::roles::Model;
+use super::rollout::{self, Output};
 use super::values::{Rollout, Val};
 use crate::collectives::ReduceOp;
 use crate::kernels::fused::{Fused, FusedError, scope_key, seed_backward};
 use crate::kernels::reference::{Bound, Evaluator};
-use crate::optim::clip_grad_norm;
+use crate::parallel::Tape;
 use rlc_kernel::KernelError;
 use rlc_syntax::ast::Block;
 use std::rc::Rc;
@@ -68,24 +69,27 @@ impl Rank<'_> {
             .ok_or_else(|| RunError::Plan(format!("rank {} does not hold `{role}`", self.rank)))?;
         let result = (|| {
             let kind = self.job.plan.role(role).map(|r| r.kind.clone());
-            let training = state.training.as_mut().ok_or_else(|| {
-                RunError::Plan(format!("`{role}` is updated but has no optimizer"))
-            })?;
+            let what = Output::of_kind(kind.as_deref());
+            if state.training.is_none() {
+                return Err(RunError::Plan(format!(
+                    "`{role}` is updated but has no optimizer"
+                )));
+            }
             let eval = Evaluator::new(self.job.modules).with_device(self.device);
             for _ in 0..*epochs {
                 for k in 0..minibatches {
                     let mine: Vec<i64> = (0..rows)
                         .filter(|i| (first + i) % minibatches == k)
                         .collect();
-                    training.optimizer.zero_grad();
+                    if let Some(training) = state.training.as_mut() {
+                        training.optimizer.zero_grad();
+                    }
                     for chunk in mine.chunks(mine.len().div_ceil(accumulation as usize).max(1)) {
                         let idx = Tensor::from_slice(chunk).to_device(self.device);
                         let part = batch.select(&idx);
-                        let output = match kind.as_deref() {
-                            Some("ValueModel") => rollout::values(&state.model, &part),
-                            Some("RewardModel") => rollout::scores(&state.model, &part),
-                            _ => rollout::logprobs(&state.model, &part),
-                        };
+                        // A tensor-parallel model records its cuts here for the backward pass.
+                        let tape = Tape::new();
+                        let output = rollout::output(&state.model, what, &part, &tape)?;
                         let mut scope: Vec<(&str, Bound)> =
                             vec![(loss.param.as_str(), Bound::Tensor(output.shallow_clone()))];
                         for (name, capture) in &captures {
@@ -104,7 +108,14 @@ impl Rank<'_> {
                                     if !x.is_finite() {
                                         return Err(RunError::NonFinite { step, value: x });
                                     }
-                                    seed_backward(&output, &out[1], scale).map_err(|e| {
+                                    let seeded = match &state.model {
+                                        Model::Whole(_) => seed_backward(&output, &out[1], scale),
+                                        Model::Tp(_) => {
+                                            seed_tape(&tape, &output, &out[1], scale)?;
+                                            Ok(())
+                                        }
+                                    };
+                                    seeded.map_err(|e| {
                                         RunError::Unsupported(format!(
                                             "the loss of `{}`: {e}",
                                             op.label
@@ -135,8 +146,15 @@ impl Rank<'_> {
                         if !x.is_finite() {
                             return Err(RunError::NonFinite { step, value: x });
                         }
-                        (value / accumulation as f64).backward();
+                        let value = value / accumulation as f64;
+                        match &state.model {
+                            Model::Whole(_) => value.backward(),
+                            Model::Tp(_) => tape.backward(&[(&value, None)])?,
+                        }
                     }
+                    let Some(training) = state.training.as_ref() else {
+                        continue;
+                    };
                     let params = training.optimizer.params();
                     let comm = self.comm(op)?;
                     if comm.world_size() > 1 {
@@ -150,9 +168,11 @@ impl Rank<'_> {
                             Ok(())
                         })?;
                     }
-                    clip_grad_norm(&params, training.clip);
-                    let lr = training.schedule.lr(training.optimizer.steps());
-                    training.optimizer.step(lr);
+                    state.clip_grad_norm(&params, training.clip)?;
+                    if let Some(training) = state.training.as_mut() {
+                        let lr = training.schedule.lr(training.optimizer.steps());
+                        training.optimizer.step(lr);
+                    }
                 }
             }
             Ok(())
@@ -184,6 +204,14 @@ impl Rank<'_> {
             })
             .clone()
     }
+}
+
+/// Backpropagates through a tensor-parallel model from its output `output`, seeded with the
+/// loss's gradient `grad` w.r.t. it, times `scale`.
+fn seed_tape(tape: &Tape, output: &Tensor, grad: &Tensor, scale: f64) -> Result<()> {
+    let grad = grad.f_to_kind(output.kind())?.f_mul_scalar(scale)?;
+    tape.backward(&[(output, Some(&grad))])?;
+    Ok(())
 }
 
 /// A value the loss closure reads.
