@@ -253,6 +253,12 @@ fn a_tensor_parallel_job_matches_one_device() {
 
 #[cfg(feature = "runtime")]
 #[test]
+fn a_sharded_job_matches_one_device() {
+    layout_matches_one_device("fsdp", "fsdp(2)");
+}
+
+#[cfg(feature = "runtime")]
+#[test]
 fn a_plan_without_sources_is_refused() {
     let (dir, source) = job("nosources", str::to_string);
     let plan = dir.join("job.plan.json");

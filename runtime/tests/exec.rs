@@ -334,3 +334,35 @@ place critic.values   on local[0..2] with dp(2)";
     assert!(diffs[0] < 1e-4, "{diffs:?}");
     assert!(diffs.iter().all(|d| *d < 1e-3), "{diffs:?}");
 }
+
+/// An FSDP checkpoint holds the full weights and moments (gathered from the flat shards);
+/// resuming shards them again, bit-exactly.
+#[test]
+fn a_sharded_run_resumes_bit_exactly() {
+    let (whole, cut) = (scratch("fsdp-whole"), scratch("fsdp-cut"));
+    let source = program("0..2", "fsdp(2)", 4, 2);
+    run(&source, &whole, false, None).unwrap();
+    run(&source, &cut, false, Some(3)).unwrap();
+    run(&source, &cut, true, None).unwrap();
+    assert_eq!(metrics(&cut), metrics(&whole));
+    for ((name, a), (_, b)) in weights(&whole, 4).iter().zip(weights(&cut, 4)) {
+        assert!(a.equal(&b), "{name} differs after resuming");
+    }
+}
+
+/// FSDP shards LM-head models: a critic placed with fsdp is refused with a reason.
+#[test]
+fn a_sharded_critic_is_refused() {
+    let example = include_str!("../../examples/ppo_critic.rl")
+        .replace("steps = 200", "steps = 1")
+        .replace(
+            "place critic.train    on local[0..2] with dp(2)\nplace critic.values   on local[0..2] with dp(2)",
+            "place critic.train    on local[0..2] with fsdp(2)\nplace critic.values   on local[0..2] with fsdp(2)",
+        );
+    assert!(example.contains("critic.values   on local[0..2] with fsdp(2)"));
+    let error = run(&example, &scratch("fsdp-critic"), false, None).unwrap_err();
+    assert!(
+        matches!(&error, RunError::Unsupported(m) if m.contains("LM head")),
+        "{error}"
+    );
+}

@@ -1,4 +1,5 @@
-//! `checkpoint role`: the first rank of the role's training instance writes the weights, the
+//! `checkpoint role`: the first rank of the role's training instance writes the full weights (a
+//! sharded layout gathers them and the moments over its group first), the
 //! optimizer state and the position of the run; every data rank holds the same copy.
 //! A resumed run loads them on every rank, and the values the loop carries (saved by the
 //! writing rank when it holds them) on every rank that holds them.

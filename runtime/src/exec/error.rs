@@ -55,4 +55,14 @@ impl From<crate::parallel::tp::TpError> for RunError {
     }
 }
 
+impl From<crate::parallel::fsdp::FsdpError> for RunError {
+    fn from(e: crate::parallel::fsdp::FsdpError) -> Self {
+        use crate::parallel::fsdp::FsdpError;
+        match e {
+            FsdpError::Collective(e) => RunError::Collective(e),
+            other => RunError::Parallel(format!("FSDP: {other}")),
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, RunError>;

@@ -3,11 +3,12 @@
 //! with in-process collectives; rank 0 reports each step's metrics.
 //!
 //! What runs: data-parallel (`dp`) and tensor-parallel (`tp`, `dp × tp`) layouts of every role,
+//! sharded layouts (`fsdp`, `dp × fsdp`) of LM-head roles,
 //! colocated instances of a role sharing one model per rank, sampling from std's tasks and JSONL
 //! files, generation, log-probs / values / scores, kernels (the reference evaluator), `update`
 //! with its loss closure, `log` and `checkpoint`. Each rank builds its communicators for every
 //! instance it belongs to (`parallel::process_groups`) in its own thread; the models borrow
-//! them. Pipeline, sequence and sharded (`fsdp`) layouts, a role placed in two different
+//! them. Pipeline and sequence layouts, `fsdp` with `tp`, a role placed in two different
 //! layouts (a weight sync that re-shards) and transfers between layouts are refused with
 //! [`RunError::Unsupported`].
 //!
@@ -220,11 +221,12 @@ fn rank_devices(plan: &Plan, request: DeviceRequest) -> Vec<tch::Device> {
 fn supported(plan: &Plan) -> Result<()> {
     for instance in &plan.instances {
         let l = &instance.layout;
-        if l.pp > 1 || l.fsdp > 1 || l.sp > 1 {
+        if l.pp > 1 || l.sp > 1 || (l.fsdp > 1 && l.tp > 1) {
             return Err(RunError::Unsupported(format!(
-                "`{}` is placed with pipeline, sequence or sharded parallelism (pp {}, sp {}, \
-                 fsdp {}); the CPU runtime executes data- and tensor-parallel layouts (`dp`, `tp`)",
-                instance.id, l.pp, l.sp, l.fsdp
+                "`{}` is placed with pipeline or sequence parallelism, or FSDP with TP (pp {}, \
+                 sp {}, fsdp {}, tp {}); the CPU runtime executes `dp`, `tp`, `fsdp`, `dp × tp` \
+                 and `dp × fsdp` layouts",
+                instance.id, l.pp, l.sp, l.fsdp, l.tp
             )));
         }
     }

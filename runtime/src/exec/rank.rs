@@ -8,7 +8,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::error::{Result, RunError};
 use super::job::Job;
-use super::roles::RoleState;
+use super::roles::{Model, RoleState};
 use super::rollout::{self, Output, Sampling};
 use super::values::{Rollout, Val};
 use crate::collectives::{Communicator, ReduceOp};
@@ -228,10 +228,20 @@ impl<'j> Rank<'j> {
                 let (index, parts) = self.data_rank(op)?;
                 let share = total / parts as i64;
                 let first = index as i64 * share;
+                let fsdp = self.fsdp_rank(op)?;
                 let sampler = self
                     .samplers
                     .get_mut(dataset)
                     .ok_or_else(|| RunError::Plan(format!("no dataset `{dataset}`")))?;
+                // Under FSDP the group's ranks decode together: each also draws the group's.
+                let group = match fsdp {
+                    Some((f, size)) => {
+                        let group_first = first - f as i64 * share;
+                        sampler.seek(step * total as u64 + group_first as u64);
+                        Some((sampler.next((share * size as i64) as usize), group_first))
+                    }
+                    None => None,
+                };
                 // The stream position depends on the step alone: a resumed run draws the same.
                 sampler.seek(step * total as u64 + first as u64);
                 let samples = sampler.next(share as usize);
@@ -242,6 +252,7 @@ impl<'j> Rank<'j> {
                         samples,
                         first,
                         specials,
+                        group,
                     },
                 );
             }
@@ -254,12 +265,13 @@ impl<'j> Rank<'j> {
                 top_k,
                 ..
             } => {
-                let (samples, first, specials) = match self.input(op, 0)? {
+                let (samples, first, specials, group) = match self.input(op, 0)? {
                     Val::Prompts {
                         samples,
                         first,
                         specials,
-                    } => (samples, *first, *specials),
+                        group,
+                    } => (samples, *first, *specials, group),
                     _ => return Err(RunError::Plan(format!("`{}` needs prompts", op.label))),
                 };
                 let (_, parts) = self.data_rank(op)?;
@@ -277,8 +289,29 @@ impl<'j> Rank<'j> {
                     specials,
                 };
                 let total = samples.len() as i64 * parts as i64;
-                let model = self.role(role)?.decode();
-                let rollout = rollout::rollout(model, samples, first, total, &how, self.device)?;
+                let state = self.role(role)?;
+                let model = state.decode();
+                let rollout = match (&state.model, group) {
+                    (Model::Fsdp(_), Some((group, group_first))) => {
+                        // The group's rows, then this rank's: rows `first..` of the batch.
+                        let all =
+                            rollout::rollout(model, group, *group_first, total, &how, self.device)?;
+                        let start = (first - group_first) * how.n;
+                        let count = samples.len() as i64 * how.n;
+                        all.select(&Tensor::arange_start(
+                            start,
+                            start + count,
+                            (Kind::Int64, self.device),
+                        ))
+                    }
+                    (Model::Fsdp(_), None) => {
+                        return Err(RunError::Unsupported(format!(
+                            "`{}`: generating under FSDP from prompts sampled in another layout",
+                            op.label
+                        )));
+                    }
+                    _ => rollout::rollout(model, samples, first, total, &how, self.device)?,
+                };
                 let local = rollout
                     .field("mask")
                     .map_or(0.0, |m| m.sum(Kind::Double).double_value(&[]));
@@ -383,6 +416,23 @@ impl<'j> Rank<'j> {
             .coord_of(self.rank)
             .ok_or_else(|| RunError::Plan(format!("rank {} is not in `{id}`", self.rank)))?;
         Ok((d * instance.layout.fsdp + f, instance.layout.data_ranks()))
+    }
+
+    /// This rank's FSDP coordinate in `op`'s instance and the FSDP degree, under an FSDP layout.
+    fn fsdp_rank(&self, op: &Op) -> Result<Option<(u32, u32)>> {
+        let Some(id) = op.instance.as_deref() else {
+            return Ok(None);
+        };
+        let Some(instance) = self.job.plan.instance(id) else {
+            return Ok(None);
+        };
+        if instance.layout.fsdp <= 1 {
+            return Ok(None);
+        }
+        let (_, _, f, _) = instance
+            .coord_of(self.rank)
+            .ok_or_else(|| RunError::Plan(format!("rank {} is not in `{id}`", self.rank)))?;
+        Ok(Some((f, instance.layout.fsdp)))
     }
 
     /// The communicator over the data ranks of `op`'s instance (its `dp` and `fsdp` axes), in

@@ -19,6 +19,7 @@ use crate::generate::Decode;
 use crate::model::{Heads, ModelConfig, Transformer};
 use crate::optim::{AdamW, AdamWConfig, CosineSchedule};
 use crate::parallel::RankGroups;
+use crate::parallel::fsdp::Fsdp;
 use crate::parallel::tp::{Split, TpTransformer};
 
 /// A role's model on one rank, in the layout of its instance.
@@ -27,6 +28,9 @@ pub enum Model<'c> {
     Whole(Transformer),
     /// This rank's tensor-parallel shard; every rank of its TP group runs each call together.
     Tp(TpTransformer<'c>),
+    /// This rank's flat ZeRO-3 shards (`fsdp`, `dp × fsdp`; LM-head models), with their own
+    /// AdamW; every rank of its FSDP group runs each call together.
+    Fsdp(Fsdp<'c>),
 }
 
 pub struct RoleState<'c> {
@@ -35,10 +39,13 @@ pub struct RoleState<'c> {
     pub training: Option<Training>,
     /// The rank's communicators in the role's instance (absent for the whole model).
     groups: Option<&'c RankGroups>,
+    /// The optimizer's settings (an FSDP model is rebuilt with them when a run resumes).
+    adamw: AdamWConfig,
 }
 
 /// A trainable role's optimizer, schedule and clipping.
 pub struct Training {
+    /// The AdamW over the var store (an FSDP model steps its own: see [`RoleState::adam`]).
     pub optimizer: AdamW,
     pub schedule: CosineSchedule,
     pub clip: f64,
@@ -61,8 +68,27 @@ impl<'c> RoleState<'c> {
             .ok_or_else(|| RunError::Plan(format!("no role `{name}`")))?;
         let heads = heads_of(role)?;
         let (whole_vs, whole) = initial_weights(plan, role, heads, source_dir, device, 0)?;
+        let adamw = AdamWConfig {
+            weight_decay: role
+                .optimizer
+                .as_ref()
+                .map_or(AdamWConfig::default().weight_decay, |o| o.weight_decay),
+            ..AdamWConfig::default()
+        };
         let layout = groups.layout;
-        let (mut vs, model, groups) = if layout.tp > 1 {
+        let (mut vs, model, groups) = if layout.fsdp > 1 {
+            if heads != Heads::POLICY {
+                return Err(RunError::Unsupported(format!(
+                    "`{name}` ({}) placed with fsdp({}): the sharded layout runs models with an \
+                     LM head only (policies and references); place it with `dp` or `tp`",
+                    role.kind, layout.fsdp
+                )));
+            }
+            let weights: BTreeMap<String, Tensor> = whole_vs.variables().into_iter().collect();
+            let model = Fsdp::for_rank(&weights, whole.config(), groups, adamw.clone())
+                .map_err(|e| RunError::Unsupported(format!("`{name}` under FSDP: {e}")))?;
+            (nn::VarStore::new(device), Model::Fsdp(model), Some(groups))
+        } else if layout.tp > 1 {
             let weights: BTreeMap<String, Tensor> = whole_vs.variables().into_iter().collect();
             let vs = nn::VarStore::new(device);
             let model = TpTransformer::new(&vs.root(), &weights, whole.config(), heads, &groups.tp)
@@ -81,12 +107,8 @@ impl<'c> RoleState<'c> {
                         opt.name
                     )));
                 }
-                let config = AdamWConfig {
-                    weight_decay: opt.weight_decay,
-                    ..AdamWConfig::default()
-                };
                 Some(Training {
-                    optimizer: AdamW::for_var_store(&vs, config),
+                    optimizer: AdamW::for_var_store(&vs, adamw.clone()),
                     schedule: CosineSchedule {
                         peak_lr: opt.lr,
                         min_lr: opt.lr * 0.1,
@@ -106,6 +128,24 @@ impl<'c> RoleState<'c> {
             model,
             training,
             groups,
+            adamw,
+        })
+    }
+
+    /// The role's optimizer (none when it does not train).
+    pub fn adam(&self) -> Option<&AdamW> {
+        let training = self.training.as_ref()?;
+        Some(match &self.model {
+            Model::Fsdp(m) => m.optimizer(),
+            _ => &training.optimizer,
+        })
+    }
+
+    pub fn adam_mut(&mut self) -> Option<&mut AdamW> {
+        let training = self.training.as_mut()?;
+        Some(match &mut self.model {
+            Model::Fsdp(m) => m.optimizer_mut(),
+            _ => &mut training.optimizer,
         })
     }
 
@@ -113,6 +153,7 @@ impl<'c> RoleState<'c> {
         match &self.model {
             Model::Whole(m) => m.config(),
             Model::Tp(m) => m.config(),
+            Model::Fsdp(m) => m.config(),
         }
     }
 
@@ -121,6 +162,7 @@ impl<'c> RoleState<'c> {
         match &self.model {
             Model::Whole(m) => m,
             Model::Tp(m) => m,
+            Model::Fsdp(m) => m,
         }
     }
 
@@ -132,10 +174,11 @@ impl<'c> RoleState<'c> {
 
     /// Clips the gradients to a global norm of `max_norm` (over the whole model, whatever the
     /// layout); returns the norm before clipping.
-    pub fn clip_grad_norm(&self, params: &[Tensor], max_norm: f64) -> Result<f64> {
-        Ok(match &self.model {
+    pub fn clip_grad_norm(&mut self, params: &[Tensor], max_norm: f64) -> Result<f64> {
+        Ok(match &mut self.model {
             Model::Whole(_) => crate::optim::clip_grad_norm(params, max_norm),
             Model::Tp(m) => m.clip_grad_norm(max_norm)?,
+            Model::Fsdp(m) => m.clip_grad_norm(max_norm)?,
         })
     }
 
@@ -149,20 +192,35 @@ impl<'c> RoleState<'c> {
                 vars
             }
             Model::Tp(m) => m.full_weights()?.into_iter().collect(),
+            Model::Fsdp(m) => m.full_weights()?.into_iter().collect(),
         })
     }
 
     /// The optimizer's moments as full tensors (`{param}.exp_avg`, `{param}.exp_avg_sq`) and
     /// its step count. Under a sharded layout every rank of the instance must call it.
     pub fn optimizer_state(&self) -> Result<(Vec<(String, Tensor)>, u64)> {
-        let Some(training) = &self.training else {
+        let Some(adam) = self.adam() else {
             return Ok((Vec::new(), 0));
         };
-        let steps = training.optimizer.steps();
-        let tensors = training.optimizer.state_tensors();
+        let steps = adam.steps();
+        let tensors = adam.state_tensors();
         let Some(groups) = self.groups else {
             return Ok((tensors, steps));
         };
+        if let Model::Fsdp(m) = &self.model {
+            // Padded flat shards, in rank order: the whole flat tensor and then the padding.
+            let shapes = m.shapes();
+            let mut full = Vec::with_capacity(tensors.len());
+            for (name, t) in tensors {
+                let shape = shapes.get(moment_of(&name)).ok_or_else(|| {
+                    RunError::Plan(format!("the model has no parameter `{}`", moment_of(&name)))
+                })?;
+                let flat = Tensor::cat(&m.shard_group().all_gather(&t)?, 0);
+                let numel: i64 = shape.iter().product();
+                full.push((name, flat.narrow(0, 0, numel).view(shape.as_slice())));
+            }
+            return Ok((full, steps));
+        }
         let mut full = Vec::with_capacity(tensors.len());
         for (name, t) in tensors {
             let whole = match self.split(moment_of(&name))? {
@@ -177,7 +235,7 @@ impl<'c> RoleState<'c> {
     /// How the parameter `name` is split over the TP group.
     fn split(&self, name: &str) -> Result<Split> {
         match &self.model {
-            Model::Whole(_) => Ok(Split::Replicated),
+            Model::Whole(_) | Model::Fsdp(_) => Ok(Split::Replicated),
             Model::Tp(m) => m
                 .params()
                 .iter()
@@ -206,6 +264,17 @@ impl<'c> RoleState<'c> {
     /// Overwrites the parameters with the full `weights` (names and shapes must match); a
     /// sharded rank keeps its part of each.
     pub fn load_weights(&mut self, weights: &[(String, Tensor)], what: &str) -> Result<()> {
+        if let (Model::Fsdp(m), Some(groups)) = (&self.model, self.groups) {
+            // Shard the full weights again (with a fresh optimizer: see `load_optimizer`).
+            let full: BTreeMap<String, Tensor> = weights
+                .iter()
+                .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                .collect();
+            let model = Fsdp::for_rank(&full, m.config(), groups, self.adamw.clone())
+                .map_err(|e| RunError::Plan(format!("{what}: {e}")))?;
+            self.model = Model::Fsdp(model);
+            return Ok(());
+        }
         let vars = self.vs.variables();
         if vars.len() != weights.len() {
             return Err(RunError::Plan(format!(
@@ -244,14 +313,33 @@ impl<'c> RoleState<'c> {
         what: &str,
     ) -> Result<()> {
         let mut local = HashMap::with_capacity(tensors.len());
+        let shards: HashMap<String, Tensor> = self
+            .adam()
+            .map(|a| a.state_tensors().into_iter().collect())
+            .unwrap_or_default();
         for (name, t) in tensors {
-            let part = self.local_part(moment_of(&name), &t, what)?;
+            let part = match (&self.model, shards.get(&name)) {
+                // This rank's padded flat shard of the moment.
+                (Model::Fsdp(m), Some(like)) => {
+                    let group = m.shard_group();
+                    let len = like.numel() as i64;
+                    let (rank, world) = (group.rank() as i64, group.world_size() as i64);
+                    let flat = t.flatten(0, -1);
+                    if flat.numel() as i64 > len * world {
+                        return Err(RunError::Plan(format!(
+                            "{what}: `{name}` has {} elements, more than the model's",
+                            flat.numel()
+                        )));
+                    }
+                    let padded = flat.constant_pad_nd([0, len * world - flat.numel() as i64]);
+                    padded.narrow(0, rank * len, len)
+                }
+                _ => self.local_part(moment_of(&name), &t, what)?,
+            };
             local.insert(name, part);
         }
-        if let Some(training) = &mut self.training {
-            training
-                .optimizer
-                .load_state(steps, &local)
+        if let Some(adam) = self.adam_mut() {
+            adam.load_state(steps, &local)
                 .map_err(|e| RunError::Plan(format!("{what}: {e}")))?;
         }
         Ok(())

@@ -2,11 +2,12 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::error::Result;
+use super::error::{Result, RunError};
 use super::roles::Model;
 use super::values::Rollout;
 use crate::data::{Sample, Specials};
 use crate::generate::{Decode, GenerateConfig, SamplingConfig, generate, left_pad};
+use crate::model::token_logprobs;
 use crate::parallel::Tape;
 
 pub struct Sampling {
@@ -132,6 +133,14 @@ pub fn output<'c>(model: &Model<'c>, what: Output, r: &Rollout, tape: &Tape<'c>)
         (Model::Tp(m), Output::Logprobs) => responses(m.logprobs(tape, &r.ids, &r.attention)?),
         (Model::Tp(m), Output::Values) => responses(m.values(tape, &r.ids, &r.attention)?),
         (Model::Tp(m), Output::Scores) => m.scores(tape, &r.ids, &score_mask(r))?,
+        (Model::Fsdp(m), Output::Logprobs) => {
+            responses(token_logprobs(&m.logits(&r.ids, &r.attention)?, &r.ids))
+        }
+        (Model::Fsdp(_), _) => {
+            return Err(RunError::Unsupported(
+                "values and scores under FSDP (it shards LM-head models only)".into(),
+            ));
+        }
     })
 }
 

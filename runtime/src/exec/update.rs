@@ -76,20 +76,33 @@ impl Rank<'_> {
                 )));
             }
             let eval = Evaluator::new(self.job.modules).with_device(self.device);
+            let data_ranks = self.comm(op)?.world_size() as f64;
             for _ in 0..*epochs {
                 for k in 0..minibatches {
                     let mine: Vec<i64> = (0..rows)
                         .filter(|i| (first + i) % minibatches == k)
                         .collect();
-                    if let Some(training) = state.training.as_mut() {
-                        training.optimizer.zero_grad();
+                    if let Some(adam) = state.adam_mut() {
+                        adam.zero_grad();
                     }
                     for chunk in mine.chunks(mine.len().div_ceil(accumulation as usize).max(1)) {
                         let idx = Tensor::from_slice(chunk).to_device(self.device);
                         let part = batch.select(&idx);
                         // A tensor-parallel model records its cuts here for the backward pass.
                         let tape = Tape::new();
-                        let output = rollout::output(&state.model, what, &part, &tape)?;
+                        // An FSDP model's forward pass, kept for its backward pass.
+                        let (output, mut pass) = match &state.model {
+                            Model::Fsdp(m) if what == Output::Logprobs => {
+                                let pass = m.forward(&part.ids, &part.attention)?;
+                                let logp = pass.logprobs().narrow(
+                                    1,
+                                    part.prompt_len - 1,
+                                    part.response_len,
+                                );
+                                (logp, Some(pass))
+                            }
+                            model => (rollout::output(model, what, &part, &tape)?, None),
+                        };
                         let mut scope: Vec<(&str, Bound)> =
                             vec![(loss.param.as_str(), Bound::Tensor(output.shallow_clone()))];
                         for (name, capture) in &captures {
@@ -108,10 +121,22 @@ impl Rank<'_> {
                                     if !x.is_finite() {
                                         return Err(RunError::NonFinite { step, value: x });
                                     }
-                                    let seeded = match &state.model {
+                                    let seeded = match &mut state.model {
                                         Model::Whole(_) => seed_backward(&output, &out[1], scale),
                                         Model::Tp(_) => {
                                             seed_tape(&tape, &output, &out[1], scale)?;
+                                            Ok(())
+                                        }
+                                        Model::Fsdp(m) => {
+                                            // FSDP sums gradients over the data ranks.
+                                            let g = out[1]
+                                                .f_to_kind(output.kind())?
+                                                .f_mul_scalar(scale / data_ranks)?;
+                                            let loss = (&output * g.detach()).sum(Kind::Float);
+                                            let pass = pass.take().ok_or_else(|| {
+                                                RunError::Plan("no FSDP forward pass".into())
+                                            })?;
+                                            m.backward(pass, &loss)?;
                                             Ok(())
                                         }
                                     };
@@ -147,17 +172,25 @@ impl Rank<'_> {
                             return Err(RunError::NonFinite { step, value: x });
                         }
                         let value = value / accumulation as f64;
-                        match &state.model {
+                        match &mut state.model {
                             Model::Whole(_) => value.backward(),
                             Model::Tp(_) => tape.backward(&[(&value, None)])?,
+                            Model::Fsdp(m) => {
+                                let pass = pass
+                                    .take()
+                                    .ok_or_else(|| RunError::Plan("no FSDP forward pass".into()))?;
+                                m.backward(pass, &(value / data_ranks))?;
+                            }
                         }
                     }
                     let Some(training) = state.training.as_ref() else {
                         continue;
                     };
+                    let (clip, schedule) = (training.clip, training.schedule.clone());
                     let params = training.optimizer.params();
                     let comm = self.comm(op)?;
-                    if comm.world_size() > 1 {
+                    // FSDP reduced its gradient shards over the data ranks in its backward pass.
+                    if comm.world_size() > 1 && !matches!(state.model, Model::Fsdp(_)) {
                         tch::no_grad(|| -> Result<()> {
                             for p in &params {
                                 let mut grad = p.grad();
@@ -168,10 +201,10 @@ impl Rank<'_> {
                             Ok(())
                         })?;
                     }
-                    state.clip_grad_norm(&params, training.clip)?;
-                    if let Some(training) = state.training.as_mut() {
-                        let lr = training.schedule.lr(training.optimizer.steps());
-                        training.optimizer.step(lr);
+                    state.clip_grad_norm(&params, clip)?;
+                    if let Some(adam) = state.adam_mut() {
+                        let lr = schedule.lr(adam.steps());
+                        adam.step(lr);
                     }
                 }
             }

@@ -11,6 +11,10 @@ pub enum Val {
         first: i64,
         /// The end-of-answer and padding ids of the dataset's text.
         specials: Specials,
+        /// Under an FSDP layout, the prompts of the rank's whole FSDP group and the first's
+        /// index: its ranks decode together (each step gathers the model), so they generate
+        /// the group's rows and each keeps its own.
+        group: Option<(Vec<Sample>, i64)>,
     },
     Rollout(Rollout),
     Tensor(Tensor),

@@ -404,6 +404,21 @@ impl<'c> Fsdp<'c> {
         self.adam.zero_grad();
     }
 
+    /// The AdamW over this rank's padded flat shards (its step count and moments, for
+    /// checkpoints).
+    pub fn optimizer(&self) -> &AdamW {
+        &self.adam
+    }
+
+    pub fn optimizer_mut(&mut self) -> &mut AdamW {
+        &mut self.adam
+    }
+
+    /// This rank's FSDP group.
+    pub fn shard_group(&self) -> &'c Communicator {
+        self.shards
+    }
+
     /// Zero gradients, forward, `loss` of the log-probabilities, backward, clipping to
     /// `max_norm` (when given) and one AdamW step.
     pub fn train_step(
