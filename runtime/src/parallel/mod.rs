@@ -5,6 +5,7 @@
 //! Every layout computes what one rank holding the whole model computes; the equivalence tests
 //! (`runtime/tests/layouts/`) hold them to it.
 
+pub mod combined;
 pub mod fsdp;
 pub mod groups;
 pub mod pp;

@@ -2,6 +2,7 @@
 //! 1e-5, weights after three training steps within 1e-4, the same generated tokens. Ranks are
 //! threads of this process with the in-process collectives.
 
+mod combined;
 mod fixture;
 mod fsdp;
 mod pp;

@@ -9,12 +9,13 @@
 //! a stage may be made of tensor-parallel layers that cut the graph themselves (`parts`).
 //!
 //! Models with an LM head only (no value or score head under PP yet). Gradient clipping sums over
-//! the `pp` group alone; a stage of sharded layers would add its own group's sum.
+//! the `pp` group alone; a stage of TP layers adds its group's sum ([`TpPipeline`]).
 //!
 //! With tied embeddings the first and the last stage both hold `model.embed_tokens.weight`; they
 //! add their gradients in the same order, so both copies get the same update and stay identical.
 //!
 //! [`Tape`]: crate::parallel::Tape
+//! [`TpPipeline`]: crate::parallel::combined::TpPipeline
 
 mod decode;
 mod model;
@@ -24,6 +25,7 @@ mod stage;
 mod train;
 
 pub use model::PipelineModel;
+pub(crate) use model::gather_stages;
 pub use schedule::{Op, one_f_one_b};
 pub use stage::Stage;
 pub use train::MicroBatch;

@@ -111,32 +111,10 @@ impl<'c> PipelineModel<'c> {
     }
 
     /// Every stage's weights under their Hugging Face names, on every stage (for checkpoints and
-    /// tests). Names travel as bytes, then each weight is broadcast from the stage that holds it.
+    /// tests).
     pub fn full_weights(&self) -> Result<BTreeMap<String, Tensor>, PipelineError> {
         let own: BTreeMap<String, Tensor> = self.vs.variables().into_iter().collect();
-        let names = own.keys().cloned().collect::<Vec<_>>().join("\n");
-        let per_stage = self
-            .pp
-            .all_gather(&Tensor::from_slice(names.as_bytes()))?
-            .into_iter()
-            .map(|bytes| {
-                let bytes = Vec::<u8>::try_from(bytes)?;
-                Ok(String::from_utf8_lossy(&bytes).into_owned())
-            })
-            .collect::<Result<Vec<String>, PipelineError>>()?;
-        let mut full = BTreeMap::new();
-        for (root, names) in per_stage.iter().enumerate() {
-            for name in names.split('\n').filter(|n| !n.is_empty()) {
-                // A tied embedding comes from the first stage; the last one's copy is equal.
-                if full.contains_key(name) {
-                    continue;
-                }
-                let mine = (root == self.stage.index).then(|| own[name].detach());
-                let weight = self.pp.broadcast(mine.as_ref(), root)?;
-                full.insert(name.to_string(), weight);
-            }
-        }
-        Ok(full)
+        gather_stages(&own, self.stage.index, self.pp)
     }
 
     /// Checks `ids` `[B, T]` and `mask` `[B, cached + T]`; every stage checks the same inputs, so
@@ -234,6 +212,37 @@ impl<'c> PipelineModel<'c> {
             }
         }
     }
+}
+
+/// Every stage's `own` weights (this one is `stage`) on every stage of `pp`: names travel as
+/// bytes, then each weight is broadcast from the stage that holds it.
+pub(crate) fn gather_stages(
+    own: &BTreeMap<String, Tensor>,
+    stage: usize,
+    pp: &Communicator,
+) -> Result<BTreeMap<String, Tensor>, PipelineError> {
+    let names = own.keys().cloned().collect::<Vec<_>>().join("\n");
+    let per_stage = pp
+        .all_gather(&Tensor::from_slice(names.as_bytes()))?
+        .into_iter()
+        .map(|bytes| {
+            let bytes = Vec::<u8>::try_from(bytes)?;
+            Ok(String::from_utf8_lossy(&bytes).into_owned())
+        })
+        .collect::<Result<Vec<String>, PipelineError>>()?;
+    let mut full = BTreeMap::new();
+    for (root, names) in per_stage.iter().enumerate() {
+        for name in names.split('\n').filter(|n| !n.is_empty()) {
+            // A tied embedding comes from the first stage; the last one's copy is equal.
+            if full.contains_key(name) {
+                continue;
+            }
+            let mine = (root == stage).then(|| own[name].detach());
+            let weight = pp.broadcast(mine.as_ref(), root)?;
+            full.insert(name.to_string(), weight);
+        }
+    }
+    Ok(full)
 }
 
 /// Copies each variable of `vs` from the weight of the same name.
