@@ -262,3 +262,46 @@ fn tp_parts<'c>(
         head,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::thread;
+
+    use super::*;
+    use crate::collectives::Group;
+
+    /// A rank whose parameter got no gradient (e.g. it was not used by its rows) still joins the
+    /// sum and ends with it.
+    #[test]
+    fn sum_gradients_adds_over_ranks_and_fills_missing_gradients() {
+        let grads: Vec<(Vec<f32>, Vec<f32>)> = thread::scope(|scope| {
+            let handles: Vec<_> = Group::new(2)
+                .into_iter()
+                .map(|comm| {
+                    scope.spawn(move || {
+                        let a = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
+                        let b = Tensor::from_slice(&[3.0f32, 4.0, 5.0])
+                            .view([3, 1])
+                            .set_requires_grad(true);
+                        let r = comm.rank() as f64 + 1.0;
+                        let loss = (&a * r).sum(Kind::Float);
+                        let loss = match comm.rank() {
+                            0 => loss + (&b * 10.0).sum(Kind::Float),
+                            _ => loss,
+                        };
+                        loss.backward();
+                        sum_gradients(&[a.shallow_clone(), b.shallow_clone()], &comm).unwrap();
+                        let flat =
+                            |t: &Tensor| Vec::<f32>::try_from(t.grad().reshape([-1])).unwrap();
+                        (flat(&a), flat(&b))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (a, b) in grads {
+            assert_eq!(a, [3.0, 3.0]);
+            assert_eq!(b, [10.0, 10.0, 10.0]);
+        }
+    }
+}

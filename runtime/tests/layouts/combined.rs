@@ -8,7 +8,7 @@ use rlc_runtime::generate::generate;
 use rlc_runtime::model::{Heads, ModelConfig, token_logprobs};
 use rlc_runtime::optim::{AdamW, grad_norm};
 use rlc_runtime::parallel::combined::{CombinedError, TpPipeline, data_rows, sum_gradients};
-use rlc_runtime::parallel::tp::{TpError, TpTransformer};
+use rlc_runtime::parallel::tp::{Split, TpError, TpTransformer};
 use rlc_runtime::parallel::{RankGroups, Tape};
 use tch::{Device, Tensor, nn};
 
@@ -126,10 +126,27 @@ fn run_tp_pp(config: &ModelConfig, layout: Layout, micro: usize) -> Vec<Outcome>
             norms.push(pipeline.clip_grad_norm(CLIP).expect("clip"));
             adam.step(LR);
         }
+        let weights = pipeline.full_weights().expect("gathered weights");
+        // Each rank's shards, the tied embedding's second copy included, are the gathered ones.
+        for param in pipeline.params() {
+            let full = &weights[&param.name];
+            let own = match param.split {
+                Split::Replicated => full.shallow_clone(),
+                Split::Along(dim) => {
+                    let len = full.size()[dim as usize] / i64::from(layout.tp);
+                    full.narrow(dim, groups.tp_rank as i64 * len, len)
+                }
+            };
+            assert!(
+                param.tensor.equal(&own),
+                "shard of `{}` differs",
+                param.name
+            );
+        }
         Outcome {
             logits,
             tokens,
-            weights: pipeline.full_weights().expect("gathered weights"),
+            weights,
             first_norm: norms[0],
         }
     })
