@@ -1,5 +1,6 @@
 //! Combined layouts against the whole model on one rank: TP 2 × DP 2 (tensor-parallel replicas),
-//! TP 2 × PP 2 (tensor-parallel pipeline stages) and DP 2 × TP 2 × PP 2 (eight ranks).
+//! TP 2 × PP 2 (tensor-parallel pipeline stages), DP 2 × TP 2 × PP 2 (eight ranks) and FSDP 2 × TP 2
+//! (TP shards sharded again), alone and under DP.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +8,9 @@ use rlc_plan::model::Layout;
 use rlc_runtime::generate::generate;
 use rlc_runtime::model::{Heads, ModelConfig, token_logprobs};
 use rlc_runtime::optim::{AdamW, grad_norm};
-use rlc_runtime::parallel::combined::{CombinedError, TpPipeline, data_rows, sum_gradients};
+use rlc_runtime::parallel::combined::{
+    CombinedError, FsdpTp, TpPipeline, data_rows, sum_gradients,
+};
 use rlc_runtime::parallel::tp::{Split, TpError, TpTransformer};
 use rlc_runtime::parallel::{RankGroups, Tape};
 use tch::{Device, Tensor, nn};
@@ -152,6 +155,41 @@ fn run_tp_pp(config: &ModelConfig, layout: Layout, micro: usize) -> Vec<Outcome>
     })
 }
 
+/// FSDP over each TP rank's shards (HSDP with `dp > 1`).
+fn run_fsdp_tp(config: &ModelConfig, layout: Layout) -> Vec<Outcome> {
+    fixture::run_ranks(layout, |groups| {
+        let weights = fixture::named_weights(&fixture::model(config).0);
+        let mut model =
+            FsdpTp::new(&weights, config, &groups, fixture::adamw_config()).expect("sharded model");
+        let (ids, mask) = replica_batch(&groups);
+        let logits = model.logits(&ids, &mask).expect("logits");
+
+        // The ranks of an FSDP group decode the same rows (they share the gathers).
+        let (prompt_ids, prompt_mask, generation) = replica_prompts(&groups);
+        let tokens = model
+            .with_model(|tp| generate(tp, &prompt_ids, &prompt_mask, &generation))
+            .expect("gathered model")
+            .expect("generation")
+            .response_ids;
+
+        let norms: Vec<f64> = (0..STEPS)
+            .map(|_| {
+                let loss =
+                    |logprobs: &Tensor| fixture::sft_loss(logprobs, &mask, fixture::batch_tokens());
+                model
+                    .train_step(&ids, &mask, loss, Some(CLIP), LR)
+                    .expect("training step")
+            })
+            .collect();
+        Outcome {
+            logits: Some(logits),
+            tokens,
+            weights: model.full_weights().expect("gathered weights"),
+            first_norm: norms[0],
+        }
+    })
+}
+
 /// The global gradient norm of the whole batch's first step on one rank.
 fn reference_norm(config: &ModelConfig) -> f64 {
     let (vs, model) = fixture::model(config);
@@ -237,6 +275,20 @@ fn dp2_tp2_pp2_matches_one_rank() {
 }
 
 #[test]
+fn fsdp2_tp2_matches_one_rank() {
+    for layout in [fixture::layout(1, 2, 2, 1), fixture::layout(2, 2, 2, 1)] {
+        let label = format!("dp{}·fsdp2·tp2", layout.dp);
+        for (name, config) in configs() {
+            if layout.dp == 2 && name == "tied" {
+                continue;
+            }
+            let outcomes = run_fsdp_tp(&config, layout);
+            assert_matches_one_rank(&format!("{name} {label}"), &config, layout, &outcomes);
+        }
+    }
+}
+
+#[test]
 fn indivisible_tp_and_uneven_batches_are_typed_errors_on_every_rank() {
     let config = fixture::config();
     let results = fixture::run_ranks(fixture::layout(1, 1, 3, 2), |groups| {
@@ -253,6 +305,15 @@ fn indivisible_tp_and_uneven_batches_are_typed_errors_on_every_rank() {
             }))
         );
     }
+    let staged = fixture::run_ranks(fixture::layout(1, 2, 1, 2), |groups| {
+        let weights = fixture::named_weights(&fixture::model(&config).0);
+        FsdpTp::new(&weights, &config, &groups, fixture::adamw_config()).err()
+    });
+    assert!(
+        staged
+            .iter()
+            .all(|e| *e == Some(CombinedError::FsdpWithStages(2)))
+    );
     let groups = rlc_runtime::parallel::process_groups(fixture::layout(2, 1, 2, 1));
     assert_eq!(
         data_rows(&groups[3], 7),

@@ -1,4 +1,4 @@
-//! Combined layouts: tensor parallelism inside data-parallel replicas and inside pipeline stages,
+//! Combined layouts: tensor parallelism inside data-parallel replicas, pipeline stages and FSDP,
 //! with the communicators [`process_groups`](super::process_groups) gives each rank.
 //!
 //! - **TP × DP**: each replica is a [`TpTransformer`] over `tp`, trained on its share of the batch
@@ -10,11 +10,14 @@
 //!   over `pp`, which links the same TP rank of adjacent stages; each TP rank of a stage sends and
 //!   receives the replicated residual stream, so the pipeline never sees the sharding.
 //! - **DP × TP × PP**: the two together, gradients summed over `data` after the pipeline's step.
-//!
-//! FSDP × TP is not here: FSDP's units are the single-rank model's blocks (see `parallel::fsdp`),
-//! and sharding TP-local shards needs units built from the TP pieces instead.
+//! - **FSDP × TP** (and HSDP × TP): [`FsdpTp`] shards each TP-local shard over `fsdp`, the whole
+//!   TP-local model one unit.
 //!
 //! [`TpTransformer`]: super::tp::TpTransformer
+
+mod fsdp_tp;
+
+pub use fsdp_tp::FsdpTp;
 
 use std::collections::BTreeMap;
 
@@ -43,6 +46,8 @@ pub enum CombinedError {
     Pipeline(#[from] PipelineError),
     #[error("{rows} batch rows do not split evenly over {data_ranks} data ranks")]
     UnevenBatch { rows: i64, data_ranks: u32 },
+    #[error("FSDP × TP runs without pipeline stages, got pp {0}")]
+    FsdpWithStages(u32),
     #[error("across ranks of a combined layout: {0}")]
     Collective(#[from] CollectiveError),
 }
