@@ -1,7 +1,7 @@
 //! `checkpoint role`: the first rank of the role's training instance writes the full weights (a
 //! sharded layout gathers them and the moments over its group first), the
 //! optimizer state and the position of the run; every data rank holds the same copy.
-//! A resumed run loads them on every rank, and the values the loop carries (saved by the
+//! A resumed run loads them on every rank (into every layout of the role it holds), and the values the loop carries (saved by the
 //! writing rank when it holds them) on every rank that holds them.
 
 use std::path::{Path, PathBuf};
@@ -69,6 +69,10 @@ impl Rank<'_> {
             .get_mut(role)
             .ok_or_else(|| RunError::Plan(format!("rank does not hold `{role}`")))?;
         state.load_weights(&saved.weights, &what)?;
+        // The role's other layouts on this rank serve the same weights.
+        for other in self.other_layouts_mut(role) {
+            other.load_weights(&saved.weights, &what)?;
+        }
         let carried = &saved.state["carried"];
         if !self.carried_restored && self.carried_names().all(|name| carried.get(name).is_some()) {
             self.restore_carried(carried, &what)?;

@@ -4,12 +4,14 @@
 //!
 //! What runs: data-parallel (`dp`) and tensor-parallel (`tp`, `dp × tp`) layouts of every role,
 //! sharded layouts (`fsdp`, `dp × fsdp`) of LM-head roles,
-//! colocated instances of a role sharing one model per rank, sampling from std's tasks and JSONL
+//! colocated instances of a role with one layout sharing one model per rank, a role placed in
+//! two layouts holding one model per layout (the weight sync after its update re-shards the
+//! trained weights into the other layout's model, `parallel::reshard`), sampling from std's tasks and JSONL
 //! files, generation, log-probs / values / scores, kernels (the reference evaluator), `update`
 //! with its loss closure, `log` and `checkpoint`. Each rank builds its communicators for every
 //! instance it belongs to (`parallel::process_groups`) in its own thread; the models borrow
-//! them. Pipeline and sequence layouts, `fsdp` with `tp`, a role placed in two different
-//! layouts (a weight sync that re-shards) and transfers between layouts are refused with
+//! them. Pipeline and sequence layouts, `fsdp` with `tp` and transfers between layouts are
+//! refused with
 //! [`RunError::Unsupported`].
 //!
 //! Devices: ranks of a GPU cluster (or of any cluster with `--device cuda`) hold their models
@@ -230,26 +232,6 @@ fn supported(plan: &Plan) -> Result<()> {
             )));
         }
     }
-    // One model per role per rank: every instance of a role on a rank must hold it the same way.
-    for (i, a) in plan.instances.iter().enumerate() {
-        for b in &plan.instances[i + 1..] {
-            let overlap = a.ranks.iter().any(|r| b.ranks.contains(r));
-            if a.role == b.role
-                && overlap
-                && !(a.ranks == b.ranks && same_shards(&a.layout, &b.layout))
-            {
-                return Err(RunError::Unsupported(format!(
-                    "`{}` is placed as `{}` ({}) and as `{}` ({}) on shared devices: re-sharding \
-                     its weights between two layouts is not executed yet",
-                    a.role,
-                    a.id,
-                    describe(&a.layout),
-                    b.id,
-                    describe(&b.layout)
-                )));
-            }
-        }
-    }
     Ok(())
 }
 
@@ -259,17 +241,20 @@ pub(crate) fn same_shards(a: &Layout, b: &Layout) -> bool {
     (a.dp, a.fsdp, a.tp, a.pp, a.sp) == (b.dp, b.fsdp, b.tp, b.pp, b.sp)
 }
 
-fn describe(l: &Layout) -> String {
-    format!(
-        "dp {}, fsdp {}, tp {}, pp {}, sp {}",
-        l.dp, l.fsdp, l.tp, l.pp, l.sp
-    )
-}
-
 /// Each rank's communicators in every instance it belongs to: the layout's groups along each
 /// axis (`parallel::process_groups`), instance rank `i` being the instance's `i`-th device.
 fn communicators(plan: &Plan) -> Result<BTreeMap<u32, Comms>> {
     let mut out: BTreeMap<u32, Comms> = BTreeMap::new();
+    // A weight sync that re-shards exchanges pieces over a communicator of every rank (rank `r`
+    // is global rank `r`).
+    if plan.ops.iter().any(|op| resharding(plan, op)) {
+        for (rank, world) in crate::collectives::Group::new(plan.world_size as usize)
+            .into_iter()
+            .enumerate()
+        {
+            out.entry(rank as u32).or_default().world = Some(world);
+        }
+    }
     for instance in &plan.instances {
         for groups in crate::parallel::process_groups(instance.layout) {
             let rank = instance.ranks.nth(groups.rank as u32).ok_or_else(|| {
@@ -281,10 +266,23 @@ fn communicators(plan: &Plan) -> Result<BTreeMap<u32, Comms>> {
             })?;
             out.entry(rank)
                 .or_default()
+                .groups
                 .insert(instance.id.clone(), groups);
         }
     }
     Ok(out)
+}
+
+/// Whether `op` is a weight sync between two layouts that hold the weights differently (one
+/// between the same layout on the same ranks is free: its instances share the model).
+pub(crate) fn resharding(plan: &Plan, op: &rlc_plan::model::Op) -> bool {
+    let OpKind::WeightSync { from, to, .. } = &op.kind else {
+        return false;
+    };
+    match (plan.instance(from), plan.instance(to)) {
+        (Some(a), Some(b)) => !(a.ranks == b.ranks && same_shards(&a.layout, &b.layout)),
+        _ => true,
+    }
 }
 
 /// Where a resumed run starts: the steps done, and the checkpoint folder of each checkpointed role.

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use rlc_plan::model::{Carried, Input, Op, OpKind, RankProgram, Step};
+use rlc_plan::model::{Carried, Input, Instance, Op, OpKind, RankProgram, ShardMove, Split, Step};
 use tch::{Device, Kind, Tensor};
 
 use super::error::{Result, RunError};
@@ -14,6 +14,7 @@ use super::values::{Rollout, Val};
 use crate::collectives::{Communicator, ReduceOp};
 use crate::data::Sampler;
 use crate::generate::SamplingConfig;
+use crate::parallel::reshard::{ReshardError, reshard};
 use crate::parallel::{RankGroups, Tape};
 
 /// What a rank reports to the run after a step (rank 0's counts for the whole job).
@@ -26,9 +27,14 @@ pub struct StepOutput {
 }
 
 /// A rank's communicators in each instance it belongs to (instance id → its groups along every
-/// axis of the instance's layout). Built in the rank's thread before the [`Rank`]: the models
-/// borrow them.
-pub type Comms = BTreeMap<String, RankGroups>;
+/// axis of the instance's layout), and over all ranks where a weight sync re-shards. Built before
+/// the [`Rank`]: the models borrow them.
+#[derive(Default)]
+pub struct Comms {
+    pub groups: BTreeMap<String, RankGroups>,
+    /// Rank `r` is global rank `r` (present when the plan re-shards weights).
+    pub world: Option<Communicator>,
+}
 
 pub struct Rank<'j> {
     pub job: &'j Job<'j>,
@@ -38,8 +44,16 @@ pub struct Rank<'j> {
     program: &'j RankProgram,
     /// The communicators of each instance this rank belongs to.
     comms: &'j Comms,
+    /// Each role's model in the instance that trains it (or, where this rank does not train it,
+    /// in its first instance on this rank); instances with the same layout and ranks share it.
     pub roles: BTreeMap<String, RoleState<'j>>,
+    /// The models of the role's other layouts on this rank, by instance id (a weight sync
+    /// re-shards the trained weights into them).
+    layouts: BTreeMap<String, RoleState<'j>>,
     values: HashMap<u32, Val>,
+    /// The current op's inputs cut to the rows its instance's data rank reads, where they were
+    /// produced in a layout with fewer data ranks (value id → this rank's rows).
+    views: HashMap<u32, Val>,
     /// The values the loop carries that this rank holds, with what the next step reads.
     carried: Vec<(&'j Carried, Tensor)>,
     /// A resumed run found the carried values in a checkpoint.
@@ -76,23 +90,49 @@ impl<'j> Rank<'j> {
             .find(|p| p.ranks.contains(rank))
             .ok_or_else(|| RunError::Plan(format!("rank {rank} has no program")))?;
         let mut roles = BTreeMap::new();
-        for instance in plan.instances.iter().filter(|i| i.ranks.contains(rank)) {
-            if roles.contains_key(&instance.role) {
+        let mut layouts = BTreeMap::new();
+        let mine: Vec<&Instance> = plan
+            .instances
+            .iter()
+            .filter(|i| i.ranks.contains(rank))
+            .collect();
+        // The instance that trains a role comes first.
+        let trains = |i: &Instance| {
+            plan.ops.iter().any(|op| {
+                matches!(op.kind, OpKind::Update { .. }) && op.instance.as_deref() == Some(&i.id)
+            })
+        };
+        let mut ordered: Vec<&Instance> = mine.iter().copied().filter(|i| trains(i)).collect();
+        ordered.extend(mine.iter().copied().filter(|i| !trains(i)));
+        let mut primary: BTreeMap<&str, &Instance> = BTreeMap::new();
+        for instance in ordered {
+            let role = instance.role.as_str();
+            let shared = primary.get(role).is_some_and(|p| {
+                p.ranks == instance.ranks && super::same_shards(&p.layout, &instance.layout)
+            });
+            if shared {
                 continue;
             }
-            let optimizer_steps = job.steps * optimizer_steps_per_step(job, &instance.role);
-            let groups = comms.get(&instance.id).ok_or_else(|| {
+            let optimizer_steps = job.steps * optimizer_steps_per_step(job, role);
+            let groups = comms.groups.get(&instance.id).ok_or_else(|| {
                 RunError::Plan(format!("rank {rank} has no groups for `{}`", instance.id))
             })?;
+            let first = !primary.contains_key(role);
             let state = RoleState::new(
                 plan,
-                &instance.role,
+                role,
+                first,
                 optimizer_steps,
                 source_dir,
                 device,
                 groups,
             )?;
-            roles.insert(instance.role.clone(), state);
+            if first {
+                primary.insert(role, instance);
+                roles.insert(role.to_string(), state);
+            } else {
+                layouts.insert(instance.id.clone(), state);
+            }
         }
         let carried = plan
             .carried
@@ -112,7 +152,9 @@ impl<'j> Rank<'j> {
             program,
             comms,
             roles,
+            layouts,
             values: HashMap::new(),
+            views: HashMap::new(),
             carried,
             carried_restored: false,
             samplers,
@@ -216,6 +258,7 @@ impl<'j> Rank<'j> {
     }
 
     fn run_op(&mut self, op: &Op, step: u64, out: &mut StepOutput) -> Result<()> {
+        self.localize(op)?;
         match &op.kind {
             OpKind::Sample { form: Some(_), .. } => {
                 let value = self.supervised(op, step)?;
@@ -289,7 +332,7 @@ impl<'j> Rank<'j> {
                     specials,
                 };
                 let total = samples.len() as i64 * parts as i64;
-                let state = self.role(role)?;
+                let state = self.role_in(role, op)?;
                 let model = state.decode();
                 let rollout = match (&state.model, group) {
                     (Model::Fsdp(_), Some((group, group_first))) => {
@@ -323,7 +366,7 @@ impl<'j> Rank<'j> {
             | OpKind::Values { role, .. }
             | OpKind::Score { role, .. } => {
                 let rollout = self.rollout_input(op)?;
-                let model = &self.role(role)?.model;
+                let model = &self.role_in(role, op)?.model;
                 let what = match &op.kind {
                     OpKind::Logprobs { .. } => Output::Logprobs,
                     OpKind::Values { .. } => Output::Values,
@@ -353,18 +396,16 @@ impl<'j> Rank<'j> {
             }
             // Written after the step's metrics line (see `write_checkpoints`).
             OpKind::Checkpoint { role, .. } => self.pending.push((op.id, role.clone())),
+            // Between two instances that share the model there is nothing to move.
             OpKind::WeightSync {
                 role,
                 from,
                 to,
-                colocated,
+                moves,
                 ..
             } => {
-                if !colocated || !self.same_ranks(from, to) {
-                    return Err(RunError::Unsupported(format!(
-                        "re-sharding the weights of `{role}` from `{from}` to `{to}` across \
-                         devices (the CPU runtime runs colocated instances of a role)"
-                    )));
+                if super::resharding(self.job.plan, op) {
+                    self.weight_sync(role, from, to, moves)?;
                 }
             }
             OpKind::Transfer { .. } => {
@@ -387,18 +428,155 @@ impl<'j> Rank<'j> {
         Ok(())
     }
 
-    fn same_ranks(&self, a: &str, b: &str) -> bool {
-        let plan = self.job.plan;
-        match (plan.instance(a), plan.instance(b)) {
-            (Some(a), Some(b)) => a.ranks == b.ranks && super::same_shards(&a.layout, &b.layout),
-            _ => false,
-        }
-    }
-
     pub fn role(&self, name: &str) -> Result<&RoleState<'j>> {
         self.roles
             .get(name)
             .ok_or_else(|| RunError::Plan(format!("rank {} does not hold `{name}`", self.rank)))
+    }
+
+    /// Role `name`'s model in the layout of `op`'s instance.
+    fn role_in(&self, name: &str, op: &Op) -> Result<&RoleState<'j>> {
+        match op.instance.as_deref().and_then(|id| self.layouts.get(id)) {
+            Some(state) => Ok(state),
+            None => self.role(name),
+        }
+    }
+
+    /// Role `role`'s model in instance `id` on this rank, mutably.
+    fn role_in_mut(&mut self, role: &str, id: &str) -> Result<&mut RoleState<'j>> {
+        let rank = self.rank;
+        match self.layouts.get_mut(id) {
+            Some(state) => Ok(state),
+            None => self
+                .roles
+                .get_mut(role)
+                .ok_or_else(|| RunError::Plan(format!("rank {rank} does not hold `{role}`"))),
+        }
+    }
+
+    /// Every model of `role` this rank holds besides the one [`Rank::role`] gives.
+    pub(super) fn other_layouts_mut(
+        &mut self,
+        role: &str,
+    ) -> impl Iterator<Item = &mut RoleState<'j>> {
+        let plan = self.job.plan;
+        self.layouts
+            .iter_mut()
+            .filter(move |(id, _)| plan.instance(id).is_some_and(|i| i.role == role))
+            .map(|(_, state)| state)
+    }
+
+    /// Re-shards `role`'s weights from instance `from`'s layout into instance `to`'s as the plan's
+    /// `moves` say (`parallel::reshard`); every rank of either instance takes part. The
+    /// destination's parameters are overwritten in place.
+    fn weight_sync(&mut self, role: &str, from: &str, to: &str, moves: &[ShardMove]) -> Result<()> {
+        let plan = self.job.plan;
+        let instance = |id: &str| {
+            plan.instance(id)
+                .ok_or_else(|| RunError::Plan(format!("no instance `{id}`")))
+        };
+        let (src, dst) = (instance(from)?, instance(to)?);
+        let (in_src, in_dst) = (src.ranks.contains(self.rank), dst.ranks.contains(self.rank));
+        if !in_src && !in_dst {
+            return Ok(());
+        }
+        let world = self.comms.world.as_ref().ok_or_else(|| {
+            RunError::Plan(format!(
+                "rank {} has no communicator for weight syncs",
+                self.rank
+            ))
+        })?;
+        let what = format!("the weight sync of `{role}` from `{from}` to `{to}`");
+        let either = if in_src { from } else { to };
+        let (shapes, config) = {
+            let state = self.role_in_mut(role, either)?;
+            (state.shapes().clone(), state.config().clone())
+        };
+        let local = if in_src {
+            self.role_in_mut(role, from)?.local_shards()
+        } else {
+            BTreeMap::new()
+        };
+        let (shards, _) =
+            reshard(src, dst, moves, &shapes, &config, world, &local).map_err(|e| match e {
+                ReshardError::Collective(e) => RunError::Collective(e),
+                other => RunError::Parallel(format!("{what}: {other}")),
+            })?;
+        drop(local);
+        if in_dst {
+            self.role_in_mut(role, to)?
+                .set_local_shards(&shards, &what)?;
+        }
+        Ok(())
+    }
+
+    /// Cuts `op`'s inputs produced in a layout with fewer data ranks than `op`'s instance to the
+    /// rows this rank's data rank reads (the plan moves nothing there: this rank already holds
+    /// them).
+    fn localize(&mut self, op: &Op) -> Result<()> {
+        self.views.clear();
+        let plan = self.job.plan;
+        let Some(dst) = op.instance.as_deref().and_then(|id| plan.instance(id)) else {
+            return Ok(());
+        };
+        let mut ids: Vec<u32> = op.inputs.iter().map(|i| i.value).collect();
+        if let OpKind::Update { loss, .. } = &op.kind {
+            ids.extend(loss.captures.iter().map(|i| i.value));
+        }
+        for id in ids {
+            let Some(value) = plan.values.get(id as usize) else {
+                continue;
+            };
+            if value.at == dst.id
+                || value.producer.is_none()
+                || !matches!(value.split, Split::Rows { .. })
+                || self.views.contains_key(&id)
+            {
+                continue;
+            }
+            let Some(src) = plan.instance(&value.at) else {
+                continue;
+            };
+            let data_index = |i: &Instance| {
+                i.coord_of(self.rank)
+                    .map(|(_, d, f, _)| (d * i.layout.fsdp + f, i.layout.data_ranks()))
+            };
+            let (Some((i_s, d_s)), Some((i_d, d_d))) = (data_index(src), data_index(dst)) else {
+                continue;
+            };
+            if d_s == d_d && i_s == i_d {
+                continue;
+            }
+            let Some(val) = self.values.get(&id) else {
+                continue;
+            };
+            let rows = match val {
+                Val::Tensor(t) if t.dim() > 0 => t.size()[0],
+                Val::Rollout(r) => r.rows(),
+                _ => continue,
+            };
+            let total = rows * i64::from(d_s);
+            let need = total / i64::from(d_d);
+            let start = i64::from(i_d) * need - i64::from(i_s) * rows;
+            if total % i64::from(d_d) != 0 || start < 0 || start + need > rows {
+                return Err(RunError::Unsupported(format!(
+                    "`{}` reads `{}` on rank {} in rows that rank does not hold (from `{}` with {d_s} \
+                     data ranks to `{}` with {d_d})",
+                    op.label, value.name, self.rank, src.id, dst.id
+                )));
+            }
+            let cut = match val {
+                Val::Tensor(t) => Val::Tensor(t.narrow(0, start, need)),
+                Val::Rollout(r) => Val::Rollout(r.select(&Tensor::arange_start(
+                    start,
+                    start + need,
+                    (Kind::Int64, self.device),
+                ))),
+                _ => continue,
+            };
+            self.views.insert(id, cut);
+        }
+        Ok(())
     }
 
     /// This rank's data-rank index in `op`'s instance, and how many data ranks it has.
@@ -440,6 +618,7 @@ impl<'j> Rank<'j> {
     pub fn comm(&self, op: &Op) -> Result<&'j Communicator> {
         let id = op.instance.as_deref().unwrap_or_default();
         self.comms
+            .groups
             .get(id)
             .map(|groups| &groups.data)
             .ok_or_else(|| RunError::Plan(format!("rank {} has no group for `{id}`", self.rank)))
@@ -477,6 +656,9 @@ impl<'j> Rank<'j> {
     }
 
     pub fn value(&self, op: &Op, id: u32) -> Result<&Val> {
+        if let Some(view) = self.views.get(&id) {
+            return Ok(view);
+        }
         self.values.get(&id).ok_or_else(|| {
             RunError::Plan(format!(
                 "`{}` reads value {id}, which no earlier op of rank {} produced",

@@ -41,6 +41,8 @@ pub struct RoleState<'c> {
     groups: Option<&'c RankGroups>,
     /// The optimizer's settings (an FSDP model is rebuilt with them when a run resumes).
     adamw: AdamWConfig,
+    /// Every parameter's full shape by name (what a weight sync re-shards).
+    shapes: BTreeMap<String, Vec<i64>>,
 }
 
 /// A trainable role's optimizer, schedule and clipping.
@@ -54,10 +56,12 @@ pub struct Training {
 impl<'c> RoleState<'c> {
     /// Builds role `name` with its initial weights, in the layout of `groups` (the rank's
     /// communicators in the role's instance). `optimizer_steps`: optimizer steps the whole run
-    /// takes (the schedule's length).
+    /// takes (the schedule's length). `trains`: this instance runs the role's updates (another
+    /// layout of a trained role only serves, and receives its weights by weight syncs).
     pub fn new(
         plan: &Plan,
         name: &str,
+        trains: bool,
         optimizer_steps: u64,
         source_dir: &Path,
         device: Device,
@@ -68,6 +72,11 @@ impl<'c> RoleState<'c> {
             .ok_or_else(|| RunError::Plan(format!("no role `{name}`")))?;
         let heads = heads_of(role)?;
         let (whole_vs, whole) = initial_weights(plan, role, heads, source_dir, device, 0)?;
+        let shapes = whole_vs
+            .variables()
+            .into_iter()
+            .map(|(name, t)| (name, t.size()))
+            .collect();
         let adamw = AdamWConfig {
             weight_decay: role
                 .optimizer
@@ -100,7 +109,7 @@ impl<'c> RoleState<'c> {
             (whole_vs, Model::Whole(whole), None)
         };
         let training = match (&role.optimizer, role.frozen) {
-            (Some(opt), false) => {
+            (Some(opt), false) if trains => {
                 if opt.name != "adamw" {
                     return Err(RunError::Unsupported(format!(
                         "optimizer `{}` of `{name}`",
@@ -129,6 +138,75 @@ impl<'c> RoleState<'c> {
             training,
             groups,
             adamw,
+            shapes,
+        })
+    }
+
+    /// Every parameter's full shape by name.
+    pub fn shapes(&self) -> &BTreeMap<String, Vec<i64>> {
+        &self.shapes
+    }
+
+    /// This rank's part of every parameter, flat, in the order `parallel::shards::holding` gives
+    /// for its coordinate (the source of a weight sync): views of the parameters.
+    pub fn local_shards(&self) -> BTreeMap<String, Tensor> {
+        match &self.model {
+            Model::Whole(_) => self
+                .vs
+                .variables()
+                .into_iter()
+                .map(|(name, t)| (name, t.detach().reshape([-1])))
+                .collect(),
+            Model::Tp(m) => m
+                .params()
+                .iter()
+                .map(|p| (p.name.clone(), p.tensor.detach().reshape([-1])))
+                .collect(),
+            Model::Fsdp(m) => m.local_shards(),
+        }
+    }
+
+    /// Overwrites the parameters in place with this rank's flat parts `shards` (what
+    /// [`RoleState::local_shards`] gives under this layout: the destination of a weight sync).
+    pub fn set_local_shards(
+        &mut self,
+        shards: &BTreeMap<String, Tensor>,
+        what: &str,
+    ) -> Result<()> {
+        let targets: Vec<(String, Tensor)> = match &self.model {
+            Model::Whole(_) => self.vs.variables().into_iter().collect(),
+            Model::Tp(m) => m
+                .params()
+                .iter()
+                .map(|p| (p.name.clone(), p.tensor.shallow_clone()))
+                .collect(),
+            Model::Fsdp(m) => m.local_shards().into_iter().collect(),
+        };
+        if targets.len() != shards.len() {
+            return Err(RunError::Plan(format!(
+                "{what}: {} tensors arrived for a model of {}",
+                shards.len(),
+                targets.len()
+            )));
+        }
+        tch::no_grad(|| {
+            for (name, mut target) in targets {
+                let Some(value) = shards.get(&name) else {
+                    return Err(RunError::Plan(format!(
+                        "{what}: nothing arrived for `{name}`"
+                    )));
+                };
+                if value.numel() != target.numel() {
+                    return Err(RunError::Plan(format!(
+                        "{what}: `{name}` arrived with {} elements, the model holds {}",
+                        value.numel(),
+                        target.numel()
+                    )));
+                }
+                let value = value.to_device(target.device()).to_kind(target.kind());
+                target.copy_(&value.reshape(target.size()));
+            }
+            Ok(())
         })
     }
 
