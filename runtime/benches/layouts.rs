@@ -5,7 +5,8 @@
 //! Model: 4 layers, hidden 256, 8 query / 4 key-value heads, MLP 768, vocabulary 1024 (3.7 M
 //! parameters, untied, no q/k/v biases: what the checker's parameter count assumes); batch 8 × 64
 //! tokens, supervised token-mean loss. Layouts: one rank, TP 2 and 4, FSDP 2 and 4, PP 2 (4
-//! micro-batches, 1F1B) and DP 2 (replicas on half the batch each, gradients all-reduced).
+//! micro-batches, 1F1B), DP 2 (replicas on half the batch each, gradients all-reduced) and TP 2 ×
+//! DP 2.
 //!
 //! Ranks are threads of this process (in-process collectives), one libtorch thread each, on
 //! whatever cores the machine has: on a 2-core machine 4 ranks cannot be faster than one, so the
@@ -35,6 +36,7 @@ use rlc_plan::model::Layout;
 use rlc_runtime::collectives::{Communicator, ReduceOp};
 use rlc_runtime::model::{Heads, ModelConfig, Transformer, token_logprobs};
 use rlc_runtime::optim::{AdamW, AdamWConfig, clip_grad_norm};
+use rlc_runtime::parallel::combined::sum_gradients;
 use rlc_runtime::parallel::fsdp::{Fsdp, checker_estimate};
 use rlc_runtime::parallel::pp::PipelineModel;
 use rlc_runtime::parallel::tp::TpTransformer;
@@ -102,6 +104,7 @@ fn cases() -> Vec<Case> {
         case("FSDP 4", Scheme::Fsdp, layout(1, 4, 1, 1)),
         case("PP 2 (4 micro)", Scheme::Pp, layout(1, 1, 1, 2)),
         case("DP 2", Scheme::Dp, layout(2, 1, 1, 1)),
+        case("TP 2 x DP 2", Scheme::Tp, layout(2, 1, 2, 1)),
     ]
 }
 
@@ -203,12 +206,14 @@ impl Rank for One<'_> {
     }
 }
 
+/// A tensor-parallel rank; under `dp` its group's rows, gradients summed over the replicas.
 struct Tp<'c> {
     vs: nn::VarStore,
     model: TpTransformer<'c>,
     adam: AdamW,
     ids: Tensor,
     mask: Tensor,
+    replicas: Option<&'c Communicator>,
 }
 
 impl Rank for Tp<'_> {
@@ -221,6 +226,9 @@ impl Rank for Tp<'_> {
             .expect("TP forward");
         tape.backward(&[(&sft_loss(&logprobs), None)])
             .expect("TP backward");
+        if let Some(replicas) = self.replicas {
+            sum_gradients(&self.adam.params(), replicas).expect("data all-reduce");
+        }
         self.model.clip_grad_norm(CLIP).expect("TP clip");
         self.adam.step(LR);
     }
@@ -312,6 +320,7 @@ fn serve(
             })
         }
         Scheme::Tp => {
+            let (first, n) = rows_of(groups);
             let vs = nn::VarStore::new(Device::Cpu);
             let model =
                 TpTransformer::new(&vs.root(), &weights, &config, Heads::POLICY, &groups.tp)
@@ -321,8 +330,9 @@ fn serve(
                 vs,
                 model,
                 adam,
-                ids,
-                mask,
+                ids: ids.narrow(0, first, n),
+                mask: mask.narrow(0, first, n),
+                replicas: (case.layout.dp > 1).then_some(&groups.data),
             })
         }
         Scheme::Fsdp => {
