@@ -86,6 +86,29 @@ fn place_auto_reports_the_chosen_placement() {
     // The emitted plan is a valid plan file that simulates as it is.
     let again = rlc(&["plan", plan_path.to_str().unwrap()]);
     assert!(again.status.success(), "{}", text(&again));
+    // `rlc build` plans the same way: the same instances, with the planner's layouts.
+    let built_path = dir.join("auto.built.json");
+    let built = rlc(&[
+        "build",
+        path.to_str().unwrap(),
+        "-o",
+        built_path.to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "{}", text(&built));
+    let instances = |p: &PathBuf| {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        v["instances"].clone()
+    };
+    let planned = instances(&plan_path);
+    assert_eq!(instances(&built_path), planned);
+    // Not the `dp` over every device that lowering alone would give an auto placement.
+    let sharded = |i: &serde_json::Value| {
+        ["fsdp", "tp", "pp"]
+            .iter()
+            .any(|axis| i["layout"][axis].as_u64().unwrap_or(1) > 1)
+    };
+    assert!(planned.as_array().unwrap().iter().any(sharded), "{planned}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -3,7 +3,9 @@
 use super::{OutputArgs, output, sources};
 use rlc_diagnostics::Files;
 use rlc_plan::Plan;
+use rlc_plan::cost::CostParams;
 use rlc_plan::model::OpKind;
+use rlc_plan::planner::apply::PlanFailure;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,8 +49,16 @@ pub(super) fn compile_checked(
         Ok(checked) => checked,
         Err(code) => return Ok(Err(code)),
     };
-    match rlc_plan::lower::lower(&checked) {
-        Ok(mut plan) => {
+    let all_cpu = checked.program.clusters.iter().all(|c| c.is_cpu);
+    match plan_checked(&checked, &CostParams::defaults(all_cpu)) {
+        Err(PlanFailure::Diagnostics(mut diags)) => Ok(Err(output::emit(&mut diags, &files, args))),
+        Err(PlanFailure::Messages(errors)) => {
+            for e in errors {
+                eprintln!("error: `{}` cannot be lowered: {e}", path.display());
+            }
+            Ok(Err(ExitCode::from(1)))
+        }
+        Ok((mut plan, _)) => {
             plan.sources = Some(embedded_sources(&checked, &files));
             let problems = rlc_plan::validate(&plan);
             if let Some(first) = problems.first() {
@@ -59,12 +69,26 @@ pub(super) fn compile_checked(
             }
             Ok(Ok((plan, checked)))
         }
-        Err(errors) => {
-            for e in errors {
-                eprintln!("error: `{}` cannot be lowered: {e}", path.display());
-            }
-            Ok(Err(ExitCode::from(1)))
+    }
+}
+
+/// The plan of a checked program: its `place … auto` placements decided by the planner under
+/// the cost model `params` (`rlc build` and `rlc run` take the defaults for the program's
+/// hardware), the others lowered as written. With auto placements, also the planner's report.
+pub(super) fn plan_checked(
+    checked: &rlc_check::Checked,
+    params: &CostParams,
+) -> Result<(Plan, Option<String>), PlanFailure> {
+    match rlc_plan::planner::plan_auto(checked, params)? {
+        Some(planned) => {
+            let report = rlc_plan::planner::report::describe(&planned);
+            Ok((planned.plan, Some(report)))
         }
+        None => rlc_plan::lower::lower(checked)
+            .map(|plan| (plan, None))
+            .map_err(|errors| {
+                PlanFailure::Messages(errors.iter().map(ToString::to_string).collect())
+            }),
     }
 }
 

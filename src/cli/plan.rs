@@ -68,20 +68,11 @@ fn plan_of(
     };
     let all_cpu = checked.program.clusters.iter().all(|c| c.is_cpu);
     let params = given.unwrap_or_else(|| CostParams::defaults(all_cpu));
-    match rlc_plan::planner::plan_auto(&checked, &params) {
-        Ok(Some(planned)) => {
-            report.push_str(&rlc_plan::planner::report::describe(&planned));
-            Ok(Ok((planned.plan, params)))
+    match build::plan_checked(&checked, &params) {
+        Ok((plan, planned_report)) => {
+            report.push_str(planned_report.as_deref().unwrap_or(""));
+            Ok(Ok((plan, params)))
         }
-        Ok(None) => match rlc_plan::lower::lower(&checked) {
-            Ok(plan) => Ok(Ok((plan, params))),
-            Err(errors) => {
-                for e in errors {
-                    eprintln!("error: `{}` cannot be lowered: {e}", path.display());
-                }
-                Ok(Err(ExitCode::from(1)))
-            }
-        },
         Err(PlanFailure::Diagnostics(mut diags)) => {
             Ok(Err(output::emit(&mut diags, &files, &args.output)))
         }
