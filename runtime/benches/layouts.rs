@@ -84,14 +84,7 @@ struct Case {
 }
 
 fn layout(dp: u32, fsdp: u32, tp: u32, pp: u32) -> Layout {
-    Layout {
-        dp,
-        fsdp,
-        tp,
-        pp,
-        sp: 1,
-        micro: None,
-    }
+    Layout::new(dp, fsdp, tp, pp)
 }
 
 fn cases() -> Vec<Case> {

@@ -281,6 +281,19 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// `dp · fsdp · tp · pp`, without sequence parallelism, each data rank's whole batch as one
+    /// micro-batch.
+    pub const fn new(dp: u32, fsdp: u32, tp: u32, pp: u32) -> Layout {
+        Layout {
+            dp,
+            fsdp,
+            tp,
+            pp,
+            sp: 1,
+            micro: None,
+        }
+    }
+
     /// Data-parallel groups: each holds a different slice of the batch.
     pub fn data_ranks(&self) -> u32 {
         self.dp * self.fsdp

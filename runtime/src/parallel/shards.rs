@@ -219,14 +219,7 @@ mod tests {
     use super::*;
 
     fn layout(dp: u32, fsdp: u32, tp: u32, pp: u32) -> Layout {
-        Layout {
-            dp,
-            fsdp,
-            tp,
-            pp,
-            sp: 1,
-            micro: None,
-        }
+        Layout::new(dp, fsdp, tp, pp)
     }
 
     fn at(pp: i64, fsdp: i64, tp: i64) -> Coord {

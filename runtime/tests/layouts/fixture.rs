@@ -51,14 +51,7 @@ pub fn tied_config() -> ModelConfig {
 }
 
 pub fn layout(dp: u32, fsdp: u32, tp: u32, pp: u32) -> Layout {
-    Layout {
-        dp,
-        fsdp,
-        tp,
-        pp,
-        sp: 1,
-        micro: None,
-    }
+    Layout::new(dp, fsdp, tp, pp)
 }
 
 /// The whole model on one rank, as every layout starts from it.

@@ -18,22 +18,8 @@ use tch::{Device, Tensor, nn};
 
 use crate::fixture;
 
-const TRAIN: Layout = Layout {
-    dp: 1,
-    fsdp: 4,
-    tp: 1,
-    pp: 1,
-    sp: 1,
-    micro: None,
-};
-const GENERATE: Layout = Layout {
-    dp: 2,
-    fsdp: 1,
-    tp: 2,
-    pp: 1,
-    sp: 1,
-    micro: None,
-};
+const TRAIN: Layout = Layout::new(1, 4, 1, 1);
+const GENERATE: Layout = Layout::new(2, 1, 2, 1);
 
 /// The role's instance with `layout` on ranks `0..4` (training and generation colocated).
 fn instance(layout: Layout) -> Instance {

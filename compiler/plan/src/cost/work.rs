@@ -229,14 +229,7 @@ mod tests {
     }
 
     fn layout(dp: u32, tp: u32) -> Layout {
-        Layout {
-            dp,
-            fsdp: 1,
-            tp,
-            pp: 1,
-            sp: 1,
-            micro: None,
-        }
+        Layout::new(dp, 1, tp, 1)
     }
 
     #[test]

@@ -30,14 +30,7 @@ fn instance(ranks: std::ops::Range<u32>, dp: u32, fsdp: u32, tp: u32, pp: u32) -
         cluster: "local".into(),
         phases: Vec::new(),
         ranks: RankSet::range(ranks.start, ranks.end),
-        layout: Layout {
-            dp,
-            fsdp,
-            tp,
-            pp,
-            sp: 1,
-            micro: None,
-        },
+        layout: Layout::new(dp, fsdp, tp, pp),
         auto: false,
         memory: Default::default(),
     }
