@@ -328,6 +328,110 @@ fn a_data_parallel_policy_syncs_its_weights_to_a_tensor_parallel_generation() {
     two_layouts_match_one("dp-tp", "dp(2)", "tp(2)");
 }
 
+/// PROGRAM with a two-layer policy (a pipeline stage per layer).
+#[cfg(feature = "runtime")]
+fn two_layers(p: &str) -> String {
+    p.replace("layers: 1,", "layers: 2,")
+}
+
+/// A run of `edit(PROGRAM)` with `extra` arguments, which must succeed.
+#[cfg(feature = "runtime")]
+fn run_ok(name: &str, edit: impl Fn(&str) -> String, extra: &[&str]) -> PathBuf {
+    let (dir, source) = job(name, edit);
+    let run = dir.join("run");
+    let out = run_into(&source, &run, extra);
+    assert!(out.status.success(), "{name}: {}", text(&out));
+    run
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn a_pipelined_job_matches_one_device_and_resumes() {
+    let one = run_ok("pp-one", |p| one_device(&two_layers(p)), &[]);
+    let pp = |p: &str| two_layers(p).replace("with dp(2)", "with pp(2)");
+    let run = run_ok("pp", pp, &[]);
+    let (a, b) = (numbers(&run), numbers(&one));
+    assert_eq!((a.len(), b.len()), (4, 4));
+    for step in 0..4 {
+        let diff = metric_diff(&a, &b, step);
+        eprintln!("pp(2) step {step}: metrics within {diff:e} of one device");
+        let bound = if step == 0 { 1e-4 } else { 1e-3 };
+        assert!(
+            diff < bound,
+            "pp(2) step {step}: {:?} vs {:?}",
+            a[step],
+            b[step]
+        );
+    }
+    assert!(
+        run.join("checkpoints/policy/step-000004/model.safetensors")
+            .is_file()
+    );
+    // Stopped after two steps and resumed from the checkpoint of step 2: the same run.
+    let (dir, source) = job("pp-cut", pp);
+    let cut = dir.join("run");
+    let out = run_into(&source, &cut, &["--stop-after", "2"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run_into(&source, &cut, &["--resume"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(metrics(&cut), metrics(&run));
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn a_pipelined_policy_syncs_its_weights_to_a_tensor_parallel_generation() {
+    let one = run_ok("pp-tp-one", |p| one_device(&two_layers(p)), &[]);
+    let run = run_ok(
+        "pp-tp",
+        |p| {
+            two_layers(p)
+                .replace(
+                    "place policy    on local[0..2] with dp(2)",
+                    "place policy.train    on local[0..2] with pp(2)\n\
+                     place policy.generate on local[0..2] with tp(2)",
+                )
+                .replace("with dp(2)", "with pp(2)")
+        },
+        &[],
+    );
+    let (a, b) = (numbers(&run), numbers(&one));
+    assert_eq!((a.len(), b.len()), (4, 4));
+    for step in 0..4 {
+        let diff = metric_diff(&a, &b, step);
+        eprintln!("pp(2) → tp(2) step {step}: metrics within {diff:e} of one device");
+        let bound = if step == 0 { 1e-4 } else { 1e-3 };
+        assert!(diff < bound, "step {step}: {:?} vs {:?}", a[step], b[step]);
+    }
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn a_data_parallel_pipelined_job_matches_data_parallelism() {
+    // dp(2) × pp(2) on four devices computes what dp(2) does on two.
+    let dp = run_ok("dppp-dp", two_layers, &[]);
+    let run = run_ok(
+        "dppp",
+        |p| {
+            two_layers(p)
+                .replace("cpu(devices: 2)", "cpu(devices: 4)")
+                .replace("local[0..2] with dp(2)", "local[0..4] with dp(2), pp(2)")
+        },
+        &[],
+    );
+    let (a, b) = (numbers(&run), numbers(&dp));
+    assert_eq!((a.len(), b.len()), (4, 4));
+    for step in 0..4 {
+        let diff = metric_diff(&a, &b, step);
+        eprintln!("dp(2), pp(2) step {step}: metrics within {diff:e} of dp(2)");
+        assert!(
+            diff < 1e-6,
+            "step {step}: {:?} vs dp(2) {:?}",
+            a[step],
+            b[step]
+        );
+    }
+}
+
 #[cfg(feature = "runtime")]
 #[test]
 fn a_plan_without_sources_is_refused() {

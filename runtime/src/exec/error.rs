@@ -65,4 +65,14 @@ impl From<crate::parallel::fsdp::FsdpError> for RunError {
     }
 }
 
+impl From<crate::parallel::pp::PipelineError> for RunError {
+    fn from(e: crate::parallel::pp::PipelineError) -> Self {
+        use crate::parallel::pp::PipelineError;
+        match e {
+            PipelineError::Collective(e) => RunError::Collective(e),
+            other => RunError::Parallel(format!("pipeline parallelism: {other}")),
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, RunError>;

@@ -3,15 +3,15 @@
 //! with in-process collectives; rank 0 reports each step's metrics.
 //!
 //! What runs: data-parallel (`dp`) and tensor-parallel (`tp`, `dp × tp`) layouts of every role,
-//! sharded layouts (`fsdp`, `dp × fsdp`) of LM-head roles,
+//! sharded (`fsdp`, `dp × fsdp`) and pipelined (`pp`, `dp × pp`) layouts of LM-head roles,
 //! colocated instances of a role with one layout sharing one model per rank, a role placed in
 //! two layouts holding one model per layout (the weight sync after its update re-shards the
-//! trained weights into the other layout's model, `parallel::reshard`), sampling from std's tasks and JSONL
-//! files, generation, log-probs / values / scores, kernels (the reference evaluator), `update`
-//! with its loss closure, `log` and `checkpoint`. Each rank builds its communicators for every
-//! instance it belongs to (`parallel::process_groups`) in its own thread; the models borrow
-//! them. Pipeline and sequence layouts, `fsdp` with `tp` and transfers between layouts are
-//! refused with
+//! trained weights into the other layout's model, `parallel::reshard`), sampling from std's
+//! tasks and JSONL files, generation, log-probs / values / scores, kernels (the reference
+//! evaluator), `update` with its loss closure, `log` and `checkpoint`. Each rank's
+//! communicators for every instance it belongs to (`parallel::process_groups`) are built before
+//! its thread starts its interpreter; the models borrow them. Sequence layouts, `fsdp` with `tp`,
+//! `pp` with `tp` or `fsdp`, and transfers between layouts are refused with
 //! [`RunError::Unsupported`].
 //!
 //! Devices: ranks of a GPU cluster (or of any cluster with `--device cuda`) hold their models
@@ -223,11 +223,11 @@ fn rank_devices(plan: &Plan, request: DeviceRequest) -> Vec<tch::Device> {
 fn supported(plan: &Plan) -> Result<()> {
     for instance in &plan.instances {
         let l = &instance.layout;
-        if l.pp > 1 || l.sp > 1 || (l.fsdp > 1 && l.tp > 1) {
+        if l.sp > 1 || (l.fsdp > 1 && l.tp > 1) || (l.pp > 1 && (l.tp > 1 || l.fsdp > 1)) {
             return Err(RunError::Unsupported(format!(
-                "`{}` is placed with pipeline or sequence parallelism, or FSDP with TP (pp {}, \
-                 sp {}, fsdp {}, tp {}); the CPU runtime executes `dp`, `tp`, `fsdp`, `dp × tp` \
-                 and `dp × fsdp` layouts",
+                "`{}` is placed with sequence parallelism, FSDP with TP or pipelining with TP or \
+                 FSDP (pp {}, sp {}, fsdp {}, tp {}); the CPU runtime executes `dp`, `tp`, \
+                 `fsdp`, `pp`, `dp × tp`, `dp × fsdp` and `dp × pp` layouts",
                 instance.id, l.pp, l.sp, l.fsdp, l.tp
             )));
         }

@@ -1,10 +1,11 @@
-//! The models a rank holds: one per role it serves (every instance of a role on this rank
-//! shares it, so a colocated weight sync is free), built from the plan's init and trained
-//! with the role's optimizer.
+//! The models a rank holds: one per role and layout it serves (instances of a role with one
+//! layout on the same ranks share it, so their weight sync is free), built from the plan's init
+//! and trained with the role's optimizer (in the instance that runs the role's updates).
 //!
 //! Under `dp` a rank holds the whole model ([`Model::Whole`]); under `tp(n)` its tensor-parallel
-//! shard ([`Model::Tp`]), cut from the same initial full weights and borrowing the rank's
-//! communicators. Weights and optimizer moments leave and enter a role as full tensors under
+//! shard ([`Model::Tp`]), under `fsdp(n)` its flat shards ([`Model::Fsdp`]), under `pp(n)` its
+//! pipeline stage ([`Model::Pp`]), each cut from the same initial full weights and borrowing the
+//! rank's communicators. Weights and optimizer moments leave and enter a role as full tensors under
 //! Hugging Face names, so a checkpoint is the same folder whatever the layout.
 
 use std::collections::{BTreeMap, HashMap};
@@ -15,11 +16,14 @@ use rlc_plan::model::{Init, Role};
 use tch::{Device, Tensor, nn};
 
 use super::error::{Result, RunError};
+use crate::collectives::Communicator;
 use crate::generate::Decode;
 use crate::model::{Heads, ModelConfig, Transformer};
 use crate::optim::{AdamW, AdamWConfig, CosineSchedule};
 use crate::parallel::RankGroups;
 use crate::parallel::fsdp::Fsdp;
+use crate::parallel::pp::PipelineModel;
+use crate::parallel::shards::stage_holds;
 use crate::parallel::tp::{Split, TpTransformer};
 
 /// A role's model on one rank, in the layout of its instance.
@@ -31,6 +35,9 @@ pub enum Model<'c> {
     /// This rank's flat ZeRO-3 shards (`fsdp`, `dp × fsdp`; LM-head models), with their own
     /// AdamW; every rank of its FSDP group runs each call together.
     Fsdp(Fsdp<'c>),
+    /// This rank's pipeline stage (`pp`, `dp × pp`; LM-head models) and the stage group: every
+    /// stage runs each call together, the last one holds the outputs.
+    Pp(PipelineModel<'c>, &'c Communicator),
 }
 
 pub struct RoleState<'c> {
@@ -85,7 +92,23 @@ impl<'c> RoleState<'c> {
             ..AdamWConfig::default()
         };
         let layout = groups.layout;
-        let (mut vs, model, groups) = if layout.fsdp > 1 {
+        let (mut vs, model, groups) = if layout.pp > 1 {
+            if heads != Heads::POLICY {
+                return Err(RunError::Unsupported(format!(
+                    "`{name}` ({}) placed with pp({}): the pipeline layout runs models with an \
+                     LM head only (policies and references); place it with `dp` or `tp`",
+                    role.kind, layout.pp
+                )));
+            }
+            let weights: BTreeMap<String, Tensor> = whole_vs.variables().into_iter().collect();
+            let model = PipelineModel::new(&weights, whole.config(), &groups.pp)
+                .map_err(|e| RunError::Unsupported(format!("`{name}` under pipelining: {e}")))?;
+            (
+                nn::VarStore::new(device),
+                Model::Pp(model, &groups.pp),
+                Some(groups),
+            )
+        } else if layout.fsdp > 1 {
             if heads != Heads::POLICY {
                 return Err(RunError::Unsupported(format!(
                     "`{name}` ({}) placed with fsdp({}): the sharded layout runs models with an \
@@ -116,8 +139,12 @@ impl<'c> RoleState<'c> {
                         opt.name
                     )));
                 }
+                let trained = match &model {
+                    Model::Pp(m, _) => m.var_store(),
+                    _ => &vs,
+                };
                 Some(Training {
-                    optimizer: AdamW::for_var_store(&vs, adamw.clone()),
+                    optimizer: AdamW::for_var_store(trained, adamw.clone()),
                     schedule: CosineSchedule {
                         peak_lr: opt.lr,
                         min_lr: opt.lr * 0.1,
@@ -163,6 +190,12 @@ impl<'c> RoleState<'c> {
                 .map(|p| (p.name.clone(), p.tensor.detach().reshape([-1])))
                 .collect(),
             Model::Fsdp(m) => m.local_shards(),
+            Model::Pp(m, _) => m
+                .var_store()
+                .variables()
+                .into_iter()
+                .map(|(name, t)| (name, t.detach().reshape([-1])))
+                .collect(),
         }
     }
 
@@ -181,6 +214,7 @@ impl<'c> RoleState<'c> {
                 .map(|p| (p.name.clone(), p.tensor.shallow_clone()))
                 .collect(),
             Model::Fsdp(m) => m.local_shards().into_iter().collect(),
+            Model::Pp(m, _) => m.var_store().variables().into_iter().collect(),
         };
         if targets.len() != shards.len() {
             return Err(RunError::Plan(format!(
@@ -232,6 +266,7 @@ impl<'c> RoleState<'c> {
             Model::Whole(m) => m.config(),
             Model::Tp(m) => m.config(),
             Model::Fsdp(m) => m.config(),
+            Model::Pp(m, _) => m.config(),
         }
     }
 
@@ -241,6 +276,7 @@ impl<'c> RoleState<'c> {
             Model::Whole(m) => m,
             Model::Tp(m) => m,
             Model::Fsdp(m) => m,
+            Model::Pp(m, _) => m,
         }
     }
 
@@ -257,6 +293,7 @@ impl<'c> RoleState<'c> {
             Model::Whole(_) => crate::optim::clip_grad_norm(params, max_norm),
             Model::Tp(m) => m.clip_grad_norm(max_norm)?,
             Model::Fsdp(m) => m.clip_grad_norm(max_norm)?,
+            Model::Pp(m, _) => m.clip_grad_norm(max_norm)?,
         })
     }
 
@@ -271,6 +308,7 @@ impl<'c> RoleState<'c> {
             }
             Model::Tp(m) => m.full_weights()?.into_iter().collect(),
             Model::Fsdp(m) => m.full_weights()?.into_iter().collect(),
+            Model::Pp(m, _) => m.full_weights()?.into_iter().collect(),
         })
     }
 
@@ -285,6 +323,23 @@ impl<'c> RoleState<'c> {
         let Some(groups) = self.groups else {
             return Ok((tensors, steps));
         };
+        if let Model::Pp(m, pp) = &self.model {
+            // Each moment from the first stage that holds its parameter, in name order.
+            let mine: BTreeMap<String, Tensor> = tensors.into_iter().collect();
+            let stages = pp.world_size() as i64;
+            let mut full = Vec::new();
+            for name in self.shapes.keys() {
+                let root = (0..stages)
+                    .find(|&s| stage_holds(name, m.config(), stages, s))
+                    .ok_or_else(|| RunError::Plan(format!("no stage holds `{name}`")))?;
+                for moment in ["exp_avg", "exp_avg_sq"] {
+                    let key = format!("{name}.{moment}");
+                    let t = pp.broadcast(mine.get(&key), root as usize)?;
+                    full.push((key, t));
+                }
+            }
+            return Ok((full, steps));
+        }
         if let Model::Fsdp(m) = &self.model {
             // Padded flat shards, in rank order: the whole flat tensor and then the padding.
             let shapes = m.shapes();
@@ -313,7 +368,7 @@ impl<'c> RoleState<'c> {
     /// How the parameter `name` is split over the TP group.
     fn split(&self, name: &str) -> Result<Split> {
         match &self.model {
-            Model::Whole(_) | Model::Fsdp(_) => Ok(Split::Replicated),
+            Model::Whole(_) | Model::Fsdp(_) | Model::Pp(..) => Ok(Split::Replicated),
             Model::Tp(m) => m
                 .params()
                 .iter()
@@ -353,7 +408,18 @@ impl<'c> RoleState<'c> {
             self.model = Model::Fsdp(model);
             return Ok(());
         }
-        let vars = self.vs.variables();
+        let vars = match &self.model {
+            Model::Pp(m, _) => m.var_store().variables(),
+            _ => self.vs.variables(),
+        };
+        // A pipeline stage keeps the weights of its own layers.
+        let weights: Vec<&(String, Tensor)> = match &self.model {
+            Model::Pp(..) => weights
+                .iter()
+                .filter(|(n, _)| vars.contains_key(n))
+                .collect(),
+            _ => weights.iter().collect(),
+        };
         if vars.len() != weights.len() {
             return Err(RunError::Plan(format!(
                 "{what} has {} tensors but the model {}",
@@ -396,6 +462,10 @@ impl<'c> RoleState<'c> {
             .map(|a| a.state_tensors().into_iter().collect())
             .unwrap_or_default();
         for (name, t) in tensors {
+            if matches!(self.model, Model::Pp(..)) && !shards.contains_key(&name) {
+                // Another stage's moment.
+                continue;
+            }
             let part = match (&self.model, shards.get(&name)) {
                 // This rank's padded flat shard of the moment.
                 (Model::Fsdp(m), Some(like)) => {

@@ -136,6 +136,19 @@ pub fn output<'c>(model: &Model<'c>, what: Output, r: &Rollout, tape: &Tape<'c>)
         (Model::Fsdp(m), Output::Logprobs) => {
             responses(token_logprobs(&m.logits(&r.ids, &r.attention)?, &r.ids))
         }
+        (Model::Pp(m, pp), Output::Logprobs) => {
+            // The last stage's, broadcast so every stage's kernels see them.
+            let last = pp.world_size() - 1;
+            let mine = m
+                .logits(&r.ids, &r.attention)?
+                .map(|logits| responses(token_logprobs(&logits, &r.ids)));
+            pp.broadcast(mine.as_ref(), last)?
+        }
+        (Model::Pp(..), _) => {
+            return Err(RunError::Unsupported(
+                "values and scores under pipelining (it runs LM-head models only)".into(),
+            ));
+        }
         (Model::Fsdp(_), _) => {
             return Err(RunError::Unsupported(
                 "values and scores under FSDP (it shards LM-head models only)".into(),

@@ -21,9 +21,12 @@ use super::values::{Rollout, Val};
 use crate::collectives::ReduceOp;
 use crate::kernels::fused::{Fused, FusedError, scope_key, seed_backward};
 use crate::kernels::reference::{Bound, Evaluator};
+use crate::model::token_logprobs;
 use crate::parallel::Tape;
+use crate::parallel::pp::PipelineModel;
 use rlc_kernel::KernelError;
 use rlc_syntax::ast::Block;
+use std::cell::RefCell;
 use std::rc::Rc;
 
 impl Rank<'_> {
@@ -88,6 +91,19 @@ impl Rank<'_> {
                     for chunk in mine.chunks(mine.len().div_ceil(accumulation as usize).max(1)) {
                         let idx = Tensor::from_slice(chunk).to_device(self.device);
                         let part = batch.select(&idx);
+                        if let Model::Pp(m, _) = &state.model {
+                            let how = PpLoss {
+                                op,
+                                step,
+                                body: &closure.body,
+                                param: &loss.param,
+                                captures: &captures,
+                                eval: &eval,
+                                scale: 1.0 / accumulation as f64,
+                            };
+                            self.pp_backward(m, &part, &idx, &how)?;
+                            continue;
+                        }
                         // A tensor-parallel model records its cuts here for the backward pass.
                         let tape = Tape::new();
                         // An FSDP model's forward pass, kept for its backward pass.
@@ -126,6 +142,9 @@ impl Rank<'_> {
                                         Model::Tp(_) => {
                                             seed_tape(&tape, &output, &out[1], scale)?;
                                             Ok(())
+                                        }
+                                        Model::Pp(..) => {
+                                            return Err(RunError::Plan(PP_ELSEWHERE.into()));
                                         }
                                         Model::Fsdp(m) => {
                                             // FSDP sums gradients over the data ranks.
@@ -175,6 +194,7 @@ impl Rank<'_> {
                         match &mut state.model {
                             Model::Whole(_) => value.backward(),
                             Model::Tp(_) => tape.backward(&[(&value, None)])?,
+                            Model::Pp(..) => return Err(RunError::Plan(PP_ELSEWHERE.into())),
                             Model::Fsdp(m) => {
                                 let pass = pass
                                     .take()
@@ -215,7 +235,96 @@ impl Rank<'_> {
     }
 }
 
+const PP_ELSEWHERE: &str = "a pipeline stage's loss runs through `pp_backward`";
+
+/// What a pipeline stage's loss needs of an `update`.
+struct PpLoss<'a> {
+    op: &'a Op,
+    step: u64,
+    body: &'a Block,
+    param: &'a str,
+    captures: &'a [(String, Capture)],
+    eval: &'a Evaluator<'a>,
+    /// The loss's weight (1 / micro-batches accumulated).
+    scale: f64,
+}
+
 impl Rank<'_> {
+    /// Forward and backward passes of one micro-batch (rows `idx` of the batch) through the
+    /// pipeline: the last stage turns its logits into the response log-probs and the loss (the
+    /// fused kernel's gradient as the surrogate `(logp · grad).sum()`, or the reference
+    /// evaluator's loss); every stage's gradients accumulate.
+    fn pp_backward(
+        &self,
+        m: &PipelineModel,
+        part: &Rollout,
+        idx: &Tensor,
+        how: &PpLoss,
+    ) -> Result<()> {
+        let failed: RefCell<Option<RunError>> = RefCell::new(None);
+        m.forward_backward(&part.ids, &part.attention, 1, |logits, _| {
+            let logp =
+                token_logprobs(logits, &part.ids).narrow(1, part.prompt_len - 1, part.response_len);
+            match self.pp_loss(&logp, idx, how) {
+                Ok(loss) => loss,
+                Err(e) => {
+                    failed.borrow_mut().get_or_insert(e);
+                    logits.sum(Kind::Float) * 0.0
+                }
+            }
+        })?;
+        match failed.into_inner() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The loss whose gradient w.r.t. `logp` is the closure's (times `how.scale`).
+    fn pp_loss(&self, logp: &Tensor, idx: &Tensor, how: &PpLoss) -> Result<Tensor> {
+        let mut scope: Vec<(&str, Bound)> = vec![(how.param, Bound::Tensor(logp.shallow_clone()))];
+        for (name, capture) in how.captures {
+            scope.push((name.as_str(), capture.rows(idx)));
+        }
+        if let Some(fused) = self.loss_kernel(how.op, how.param, how.body, &scope) {
+            match fused.run_scope(&scope, 1) {
+                Ok(out) => {
+                    let x = out[0].double_value(&[]);
+                    if !x.is_finite() {
+                        return Err(RunError::NonFinite {
+                            step: how.step,
+                            value: x,
+                        });
+                    }
+                    let g = out[1].f_to_kind(logp.kind())?.f_mul_scalar(how.scale)?;
+                    return Ok((logp * g.detach()).sum(Kind::Float));
+                }
+                Err(FusedError::Kernel(KernelError::Inputs(_)) | FusedError::Input(_)) => {}
+                Err(e) => {
+                    return Err(RunError::Unsupported(format!(
+                        "the fused loss of `{}`: {e}",
+                        how.op.label
+                    )));
+                }
+            }
+        }
+        let value = how
+            .eval
+            .eval_block(how.body, &scope)
+            .map_err(|source| RunError::Kernel {
+                function: format!("the loss of `{}`", how.op.label),
+                step: how.step,
+                source,
+            })?;
+        let x = value.double_value(&[]);
+        if !x.is_finite() {
+            return Err(RunError::NonFinite {
+                step: how.step,
+                value: x,
+            });
+        }
+        Ok(value * how.scale)
+    }
+
     /// The fused kernel of `op`'s loss closure for a scope of these kinds, shapes and devices,
     /// compiled on first use (cached with the kernel ops'); `None` where the fused back end
     /// does not cover it.
