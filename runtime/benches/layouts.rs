@@ -27,7 +27,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::mpsc;
+use std::sync::{Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -290,8 +290,13 @@ fn serve(
     groups: RankGroups,
     commands: mpsc::Receiver<Command>,
     done: mpsc::Sender<Option<Memory>>,
+    start: &Barrier,
 ) {
     tch::set_num_threads(1);
+    // libtorch's per-thread set-up happens here, before any model: the memory baseline.
+    let _ = Tensor::ones([8], (Kind::Float, Device::Cpu)).sum(Kind::Float);
+    start.wait();
+    start.wait();
     let config = config();
     let weights = full_weights(&config);
     let (ids, mask) = batch(config.vocab);
@@ -388,17 +393,32 @@ struct Row {
     peak: Option<u64>,
 }
 
+/// Starts `case`'s ranks; `between` runs once every rank thread is set up and before any
+/// builds its model.
+fn start_ranks<'s>(
+    scope: &'s thread::Scope<'s, '_>,
+    case: Case,
+    start: &'s Barrier,
+    between: impl FnOnce(),
+) -> Ranks {
+    let (done_tx, done) = mpsc::channel();
+    let mut commands = Vec::new();
+    for groups in process_groups(case.layout) {
+        let (tx, rx) = mpsc::channel();
+        commands.push(tx);
+        let done_tx = done_tx.clone();
+        scope.spawn(move || serve(case, groups, rx, done_tx, start));
+    }
+    start.wait();
+    between();
+    start.wait();
+    Ranks { commands, done }
+}
+
 fn measure(criterion: &mut Criterion, case: Case, budget: Duration) -> Row {
+    let start = Barrier::new(case.layout.devices() as usize + 1);
     thread::scope(|scope| {
-        let (done_tx, done) = mpsc::channel();
-        let mut commands = Vec::new();
-        for groups in process_groups(case.layout) {
-            let (tx, rx) = mpsc::channel();
-            commands.push(tx);
-            let done_tx = done_tx.clone();
-            scope.spawn(move || serve(case, groups, rx, done_tx));
-        }
-        let ranks = Ranks { commands, done };
+        let ranks = start_ranks(scope, case, &start, || {});
         ranks.run(|| Command::Step); // warm-up: the first step allocates the moments
 
         let mut group = criterion.benchmark_group("layouts");
@@ -432,12 +452,95 @@ fn measure(criterion: &mut Criterion, case: Case, budget: Duration) -> Row {
     })
 }
 
+/// Set in a child process of the bench: measure the peak resident memory of this case alone.
+const PEAK_CASE: &str = "RLC_LAYOUTS_PEAK_CASE";
+
+/// `VmRSS` or `VmHWM` of this process, in bytes.
+fn proc_status_bytes(key: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(key)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .map_or(0, |kib: u64| kib * 1024)
+}
+
+/// Hands freed heap back to the system, so resident memory is what is in use.
+fn trim_heap() {
+    // SAFETY: malloc_trim only releases free memory of glibc's arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// In a child process: the case's ranks start (the resident memory then, threads and libtorch
+/// set up but no model, is the baseline) and train; after a warm-up step (which allocates the
+/// moments) the freed construction garbage is trimmed, the resident high-water mark reset
+/// (`/proc/self/clear_refs`), three steps run, and the peak above the model-less process is
+/// printed — every byte the ranks hold at once: state, activations, gathered units, autograd's
+/// saved tensors, collective copies.
+fn print_peak_rss(name: &str) {
+    let case = cases()
+        .into_iter()
+        .find(|c| c.name == name)
+        .expect("a case of the bench");
+    // Tensors of 64 KiB and more get pages of their own, returned when freed: the resident
+    // memory follows the live tensors instead of what glibc's heap keeps after frees.
+    // SAFETY: a malloc tuning call, made before the ranks start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
+    }
+    let start = Barrier::new(case.layout.devices() as usize + 1);
+    let mut baseline = 0;
+    thread::scope(|scope| {
+        let ranks = start_ranks(scope, case, &start, || {
+            trim_heap();
+            baseline = proc_status_bytes("VmRSS:");
+        });
+        ranks.run(|| Command::Step);
+        trim_heap();
+        std::fs::write("/proc/self/clear_refs", "5").expect("resetting the peak RSS");
+        for _ in 0..3 {
+            ranks.run(|| Command::Step);
+        }
+        let peak = proc_status_bytes("VmHWM:");
+        println!("peak_rss_above_baseline {}", peak.saturating_sub(baseline));
+    });
+}
+
+/// The peak resident memory per rank of `case`, measured in a child process of its own
+/// (`None` when it cannot be: no `/proc`, or not benchmarking).
+fn peak_rss_per_rank(case: &Case) -> Option<f64> {
+    let out = std::process::Command::new(std::env::current_exe().ok()?)
+        .env(PEAK_CASE, case.name)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let bytes: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("peak_rss_above_baseline "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(bytes / f64::from(case.layout.devices()))
+}
+
 fn mib(b: f64) -> String {
     format!("{:.2} MiB", b / (1024.0 * 1024.0))
 }
 
 fn main() {
     tch::set_num_threads(1);
+    if let Ok(name) = std::env::var(PEAK_CASE) {
+        print_peak_rss(&name);
+        return;
+    }
     let mut criterion = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
@@ -474,16 +577,28 @@ fn main() {
     );
     println!(
         "state = parameters + gradients + AdamW moments of the largest rank (counted tensors); \
-         peak = FSDP's measured peak (state + gathered units + kept activations); the checker's \
-         estimate compared term for term (state with state, total with peak)\n"
+         peak RSS = the process's resident high-water mark over three steps above the process \
+         without models (a child process per layout), per rank; FSDP counted = FSDP's own count \
+         (state + gathered units + kept activations); the checker's estimate compared term for \
+         term (state with state, total with the peak)\n"
     );
     println!(
         "| layout | ranks | step ms | x one rank | state/rank | x one rank | checker state | error \
-         | FSDP peak/rank | checker total | error |"
+         | peak RSS/rank | x one rank | checker total | error | FSDP counted |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let peaks: Vec<Option<f64>> = rows
+        .iter()
+        .map(|row| {
+            if budget.is_zero() {
+                None
+            } else {
+                peak_rss_per_rank(&row.case)
+            }
+        })
+        .collect();
     let (one_step, one_state) = (rows[0].step, rows[0].state as f64);
-    for row in &rows {
+    for (row, rss) in rows.iter().zip(&peaks) {
         let mut checked = row.case.layout;
         if row.case.kind == Scheme::Pp {
             // Sequences per micro-batch, as the plan's layout gives it.
@@ -491,19 +606,20 @@ fn main() {
         }
         let estimate = checker_estimate(&config, checked, ROWS, SEQ);
         let state = estimate.weights + estimate.gradients + estimate.optimizer_state;
-        let error = |est: f64, measured: u64| {
-            format!("{:+.1}%", 100.0 * (est - measured as f64) / measured as f64)
-        };
-        let (peak, total, total_error) = match row.peak {
-            Some(peak) => (
-                mib(peak as f64),
-                mib(estimate.total()),
-                error(estimate.total(), peak),
+        let error =
+            |est: f64, measured: f64| format!("{:+.1}%", 100.0 * (est - measured) / measured);
+        let (rss_text, rss_ratio, total_error) = match (rss, peaks[0]) {
+            (Some(rss), Some(one)) => (
+                mib(*rss),
+                format!("{:.2}", rss / one),
+                error(estimate.total(), *rss),
             ),
-            None => ("-".into(), "-".into(), "-".into()),
+            _ => ("-".into(), "-".into(), "-".into()),
         };
+        let counted = row.peak.map_or_else(|| "-".into(), |p| mib(p as f64));
         println!(
-            "| {} | {} | {:.1} | {:.2} | {} | {:.2} | {} | {} | {peak} | {total} | {total_error} |",
+            "| {} | {} | {:.1} | {:.2} | {} | {:.2} | {} | {} | {rss_text} | {rss_ratio} | {} | \
+             {total_error} | {counted} |",
             row.case.name,
             row.case.layout.devices(),
             row.step * 1e3,
@@ -511,7 +627,8 @@ fn main() {
             mib(row.state as f64),
             row.state as f64 / one_state,
             mib(state),
-            error(state, row.state),
+            error(state, row.state as f64),
+            mib(estimate.total()),
         );
     }
     criterion.final_summary();
