@@ -279,11 +279,14 @@ fn data_and_tensor_parallel_ranks_train_as_one_rank_does() {
     assert!(metrics.iter().all(|d| *d < 1e-3), "{metrics:?}");
 }
 
-/// A tensor-parallel checkpoint holds the full weights and moments; resuming re-shards them.
-#[test]
-fn a_tensor_parallel_run_resumes_bit_exactly() {
-    let (whole, cut) = (scratch("tp-whole"), scratch("tp-cut"));
-    let source = program("0..2", "tp(2)", 4, 2);
+/// Runs `layout` on two ranks for 4 steps whole, and stopped after 3 and resumed: the same
+/// metrics and weights, bit for bit. Returns the whole run's folder.
+fn assert_resumes_bit_exactly(layout: &str, name: &str) -> PathBuf {
+    let (whole, cut) = (
+        scratch(&format!("{name}-whole")),
+        scratch(&format!("{name}-cut")),
+    );
+    let source = program("0..2", layout, 4, 2);
     run(&source, &whole, false, None).unwrap();
     run(&source, &cut, false, Some(3)).unwrap();
     run(&source, &cut, true, None).unwrap();
@@ -291,6 +294,13 @@ fn a_tensor_parallel_run_resumes_bit_exactly() {
     for ((name, a), (_, b)) in weights(&whole, 4).iter().zip(weights(&cut, 4)) {
         assert!(a.equal(&b), "{name} differs after resuming");
     }
+    whole
+}
+
+/// A tensor-parallel checkpoint holds the full weights and moments; resuming re-shards them.
+#[test]
+fn a_tensor_parallel_run_resumes_bit_exactly() {
+    let whole = assert_resumes_bit_exactly("tp(2)", "tp");
     // The checkpoint is the whole model, as under dp.
     let one = scratch("tp-one");
     run(&program("0..1", "dp(1)", 2, 2), &one, false, None).unwrap();
@@ -339,15 +349,7 @@ place critic.values   on local[0..2] with dp(2)";
 /// resuming shards them again, bit-exactly.
 #[test]
 fn a_sharded_run_resumes_bit_exactly() {
-    let (whole, cut) = (scratch("fsdp-whole"), scratch("fsdp-cut"));
-    let source = program("0..2", "fsdp(2)", 4, 2);
-    run(&source, &whole, false, None).unwrap();
-    run(&source, &cut, false, Some(3)).unwrap();
-    run(&source, &cut, true, None).unwrap();
-    assert_eq!(metrics(&cut), metrics(&whole));
-    for ((name, a), (_, b)) in weights(&whole, 4).iter().zip(weights(&cut, 4)) {
-        assert!(a.equal(&b), "{name} differs after resuming");
-    }
+    assert_resumes_bit_exactly("fsdp(2)", "fsdp");
 }
 
 /// FSDP shards LM-head models: a critic placed with fsdp is refused with a reason.
