@@ -1,8 +1,8 @@
 //! Calibration end to end: a few steps of the CPU example run with `rlc run`, `rlc plan
 //! --calibrate` fits the cost model to its step time, and the fitted model predicts the step
 //! time of the run's later steps (within 25 %) and of a variant with a larger policy (within a
-//! factor of two: timing on a shared machine moves too much between runs for more). (The other CPU example, `ppo_critic.rl`, moves values between layouts, which the
-//! CPU runtime does not run yet.)
+//! factor of two: timing on a shared machine moves too much between runs for more). (The other
+//! CPU example, `ppo_critic.rl`, runs too since transfers run, but is not calibrated here.)
 
 #![cfg(feature = "runtime")]
 

@@ -158,23 +158,59 @@ fn a_program_trains_and_leaves_its_run_folder() {
 #[cfg(feature = "runtime")]
 #[test]
 fn what_the_runtime_cannot_execute_is_refused() {
-    // The policy trained on one device and generating on two: the rollout would have to be
-    // gathered from the generation layout's two data ranks onto the training one.
     let (dir, source) = job("refused", |p| {
         p.replace(
             "place policy    on local[0..2] with dp(2)",
-            "place policy.train    on local[0..1] with dp(1)\n\
-             place policy.generate on local[0..2] with dp(2)",
+            "place policy    on local[0..2] with tp(2), sp(2)",
         )
     });
     let out = run_into(&source, &dir.join("run"), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        text(&out).contains("cannot run the plan")
-            && text(&out).contains("moving values between layouts"),
+        text(&out).contains("cannot run the plan") && text(&out).contains("sequence parallelism"),
         "{}",
         text(&out)
     );
+}
+
+/// `examples/ppo_critic.rl` as written: the reference on device 0 alone and the scorer on device
+/// 1 alone (`dp(1)` each) read the rollout the two generation ranks hold half each, and the
+/// policy's two data ranks read their log-probs and scores — four transfers. Its metrics are
+/// those of the same job with every role on both devices (`dp(2)`, no transfer), step for step.
+#[cfg(feature = "runtime")]
+#[test]
+fn values_move_between_layouts() {
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ppo_critic.rl"),
+    )
+    .unwrap()
+    .replace("steps = 200", "steps = 3");
+    let split = "place reference       on local[0..1] with dp(1)\n\
+                 place scorer          on local[1..2] with dp(1)";
+    assert!(example.contains(split));
+    let together = example.replace(
+        split,
+        "place reference       on local[0..2] with dp(2)\n\
+         place scorer          on local[0..2] with dp(2)",
+    );
+    let runs: Vec<PathBuf> = [("transfers", example.clone()), ("together", together)]
+        .into_iter()
+        .map(|(name, source)| {
+            let dir = scratch(name);
+            let path = dir.join("job.rl");
+            std::fs::write(&path, source).unwrap();
+            let run = dir.join("run");
+            let out = run_into(&path, &run, &[]);
+            assert!(out.status.success(), "{name}: {}", text(&out));
+            run
+        })
+        .collect();
+    let (a, b) = (numbers(&runs[0]), numbers(&runs[1]));
+    assert_eq!(a.len(), 3);
+    for step in 0..3 {
+        let diff = metric_diff(&a, &b, step);
+        assert!(diff < 1e-5, "step {step}: metrics differ by {diff}");
+    }
 }
 
 /// Every metric of every line of two runs' metrics.jsonl, by step: (name, value).

@@ -10,9 +10,9 @@
 //! tasks and JSONL files, generation, log-probs / values / scores, kernels (the reference
 //! evaluator), `update` with its loss closure, `log` and `checkpoint`. Each rank's
 //! communicators for every instance it belongs to (`parallel::process_groups`) are built before
-//! its thread starts its interpreter; the models borrow them. Sequence layouts, `fsdp` with `tp`,
-//! `pp` with `tp` or `fsdp`, and transfers between layouts are refused with
-//! [`RunError::Unsupported`].
+//! its thread starts its interpreter; the models borrow them. Values read by a layout whose data
+//! ranks hold other rows move with the plan's `transfer` sends. Sequence layouts, `fsdp` with
+//! `tp`, and `pp` with `tp` or `fsdp` are refused with [`RunError::Unsupported`].
 //!
 //! Devices: ranks of a GPU cluster (or of any cluster with `--device cuda`) hold their models
 //! and tensors on the CUDA devices libtorch sees, round-robin; without CUDA they run on the
@@ -26,6 +26,7 @@ mod rank;
 mod roles;
 mod rollout;
 mod supervised;
+mod transfer;
 mod update;
 mod values;
 
@@ -247,7 +248,13 @@ fn communicators(plan: &Plan) -> Result<BTreeMap<u32, Comms>> {
     let mut out: BTreeMap<u32, Comms> = BTreeMap::new();
     // A weight sync that re-shards exchanges pieces over a communicator of every rank (rank `r`
     // is global rank `r`).
-    if plan.ops.iter().any(|op| resharding(plan, op)) {
+    // So does a transfer of a value between two layouts' data ranks.
+    let moves_values = |op: &rlc_plan::model::Op| matches!(op.kind, OpKind::Transfer { .. });
+    if plan
+        .ops
+        .iter()
+        .any(|op| resharding(plan, op) || moves_values(op))
+    {
         for (rank, world) in crate::collectives::Group::new(plan.world_size as usize)
             .into_iter()
             .enumerate()

@@ -43,14 +43,17 @@ pub struct Rank<'j> {
     pub device: Device,
     program: &'j RankProgram,
     /// The communicators of each instance this rank belongs to.
-    comms: &'j Comms,
+    pub(super) comms: &'j Comms,
     /// Each role's model in the instance that trains it (or, where this rank does not train it,
     /// in its first instance on this rank); instances with the same layout and ranks share it.
     pub roles: BTreeMap<String, RoleState<'j>>,
     /// The models of the role's other layouts on this rank, by instance id (a weight sync
     /// re-shards the trained weights into them).
     layouts: BTreeMap<String, RoleState<'j>>,
-    values: HashMap<u32, Val>,
+    pub(super) values: HashMap<u32, Val>,
+    /// Values a `transfer` re-laid for another instance's data ranks: (value id, instance id) →
+    /// this rank's rows in that instance.
+    pub(super) relaid: HashMap<(u32, String), Val>,
     /// The current op's inputs cut to the rows its instance's data rank reads, where they were
     /// produced in a layout with fewer data ranks (value id → this rank's rows).
     views: HashMap<u32, Val>,
@@ -155,6 +158,7 @@ impl<'j> Rank<'j> {
             layouts,
             values: HashMap::new(),
             views: HashMap::new(),
+            relaid: HashMap::new(),
             carried,
             carried_restored: false,
             samplers,
@@ -169,6 +173,7 @@ impl<'j> Rank<'j> {
     /// Runs loop iteration `step`.
     pub fn step(&mut self, step: u64) -> Result<StepOutput> {
         self.values.clear();
+        self.relaid.clear();
         // Every read of a carried value in this step sees what the step started with.
         for (c, t) in &self.carried {
             self.values.insert(c.value, Val::Tensor(t.shallow_clone()));
@@ -408,13 +413,7 @@ impl<'j> Rank<'j> {
                     self.weight_sync(role, from, to, moves)?;
                 }
             }
-            OpKind::Transfer { .. } => {
-                return Err(RunError::Unsupported(format!(
-                    "`{}`: moving values between layouts (the CPU runtime runs layouts whose \
-                     data ranks line up)",
-                    op.label
-                )));
-            }
+            OpKind::Transfer { .. } => self.transfer(op)?,
         }
         Ok(())
     }
@@ -524,6 +523,10 @@ impl<'j> Rank<'j> {
             ids.extend(loss.captures.iter().map(|i| i.value));
         }
         for id in ids {
+            if let Some(relaid) = self.relaid.get(&(id, dst.id.clone())) {
+                self.views.insert(id, relaid.shallow_clone());
+                continue;
+            }
             let Some(value) = plan.values.get(id as usize) else {
                 continue;
             };

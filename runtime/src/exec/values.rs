@@ -20,6 +20,37 @@ pub enum Val {
     Tensor(Tensor),
 }
 
+impl Val {
+    /// The same value sharing its tensors.
+    pub fn shallow_clone(&self) -> Val {
+        match self {
+            Val::Prompts {
+                samples,
+                first,
+                specials,
+                group,
+            } => Val::Prompts {
+                samples: samples.clone(),
+                first: *first,
+                specials: *specials,
+                group: group.clone(),
+            },
+            Val::Rollout(r) => Val::Rollout(Rollout {
+                fields: r
+                    .fields
+                    .iter()
+                    .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                    .collect(),
+                ids: r.ids.shallow_clone(),
+                attention: r.attention.shallow_clone(),
+                prompt_len: r.prompt_len,
+                response_len: r.response_len,
+            }),
+            Val::Tensor(t) => Val::Tensor(t.shallow_clone()),
+        }
+    }
+}
+
 /// What `generate` produced on this rank, as the program sees it (`rollout.response`, …) plus
 /// what the model calls need.
 pub struct Rollout {
