@@ -1,8 +1,8 @@
 //! Calibration end to end: a few steps of the CPU example run with `rlc run`, `rlc plan
 //! --calibrate` fits the cost model to its step time, and the fitted model predicts the step
 //! time of the run's later steps (within 25 %) and of a variant with a larger policy (within a
-//! factor of two: timing on a shared machine moves too much between runs for more). (The other
-//! CPU example, `ppo_critic.rl`, runs too since transfers run, but is not calibrated here.)
+//! factor of two: timing on a shared machine moves too much between runs for more); the same
+//! within one run of the other CPU example, `ppo_critic.rl`.
 
 #![cfg(feature = "runtime")]
 
@@ -90,13 +90,28 @@ fn wider_variant(dir: &Path) -> PathBuf {
     path
 }
 
-#[test]
-fn calibrated_on_a_cpu_run_the_model_predicts_its_later_steps_within_25_percent() {
-    let dir = scratch();
-    let example = "examples/grpo_digits.rl";
-    // One run of the example: the model is fitted to its first steps and predicts the later
-    // ones (separate runs minutes apart differ by tens of percent on a shared machine).
-    let lines = run(example, &dir.join("example"), 13);
+/// `rlc plan PROGRAM --cost COST`'s predicted step, in seconds.
+fn predict(program: &str, cost: &Path) -> f64 {
+    let out = rlc(&["plan", program, "--cost", cost.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    predicted(&out)
+}
+
+/// Prints and returns the relative error of a prediction.
+fn report(program: &str, predicted: f64, measured: f64) -> f64 {
+    let error = predicted / measured - 1.0;
+    println!(
+        "{program}: predicted {predicted:.4} s, measured {measured:.4} s ({:+.1} %)",
+        error * 100.0
+    );
+    error
+}
+
+/// One run of `example`: the model is fitted to its first steps and predicts the later ones
+/// within 25 % (separate runs minutes apart differ by tens of percent on a shared machine).
+/// Returns the fitted cost model's file.
+fn calibrated_within_a_run(example: &str, dir: &Path) -> PathBuf {
+    let lines = run(example, &dir.join("run"), 13);
     let (fit, later) = lines.split_at(7);
     let metrics = dir.join("fit.jsonl");
     std::fs::write(&metrics, fit.join("\n") + "\n").unwrap();
@@ -110,31 +125,28 @@ fn calibrated_on_a_cpu_run_the_model_predicts_its_later_steps_within_25_percent(
         cost.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    let predict = |program: &str| {
-        let out = rlc(&["plan", program, "--cost", cost.to_str().unwrap()]);
-        assert!(out.status.success(), "{}", text(&out));
-        predicted(&out)
-    };
-    let report = |program: &str, predicted: f64, measured: f64| {
-        let error = predicted / measured - 1.0;
-        println!(
-            "{program}: predicted {predicted:.4} s, measured {measured:.4} s ({:+.1} %)",
-            error * 100.0
-        );
-        error
-    };
-    let error = report(example, predict(example), median(later, false));
-    assert!(error.abs() < 0.25, "the example: {:+.1} %", error * 100.0);
+    let error = report(example, predict(example, &cost), median(later, false));
+    assert!(error.abs() < 0.25, "{example}: {:+.1} %", error * 100.0);
+    cost
+}
+
+#[test]
+fn calibrated_on_a_cpu_run_the_model_predicts_its_later_steps_within_25_percent() {
+    let dir = scratch();
+    let example = "examples/grpo_digits.rl";
+    let cost = calibrated_within_a_run(example, &dir.join("grpo"));
     // Another program: the model's shape, not only the fitted speed, decides this one, and it
     // runs later, under whatever else the machine does then; only a gross error fails here.
     let wider = wider_variant(&dir);
     let wider = wider.to_str().unwrap();
     let wider_time = median(&run(wider, &dir.join("wider"), 7), true);
-    let error = report(wider, predict(wider), wider_time);
+    let error = report(wider, predict(wider, &cost), wider_time);
     assert!(
         (0.5..2.0).contains(&(1.0 + error)),
         "the wider variant: {:+.1} %",
         error * 100.0
     );
+    // The other CPU example: PPO with a critic, a reward model and four transfers.
+    calibrated_within_a_run("examples/ppo_critic.rl", &dir.join("ppo"));
     let _ = std::fs::remove_dir_all(&dir);
 }
