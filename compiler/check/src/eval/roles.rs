@@ -210,7 +210,15 @@ impl Evaluator<'_> {
                     model.arch_origin.span,
                     format!("vocab {}", arch.vocab),
                 )
-                .help(format!("set `vocab: {}.vocab` in the model's arch", d.name)),
+                .help(match &model.init {
+                    // The weights fix the vocabulary: a file's text must be in that model's
+                    // tokens (a task's alphabet is fixed).
+                    Some(Init::HuggingFace { path }) if d.kind == "jsonl" => format!(
+                        "encode `{}` with the model's own tokenizer: `tokenizer: \"{path}\"`",
+                        d.name
+                    ),
+                    _ => format!("set `vocab: {}.vocab` in the model's arch", d.name),
+                }),
             );
         }
     }
