@@ -19,7 +19,7 @@ use super::roles::Model;
 use super::rollout::{self, Output};
 use super::values::{Rollout, Val};
 use crate::collectives::ReduceOp;
-use crate::kernels::fused::{Fused, FusedError, scope_key, seed_backward};
+use crate::kernels::fused::{Fused, FusedError, scope_key};
 use crate::kernels::reference::{Bound, Evaluator};
 use crate::model::token_logprobs;
 use crate::parallel::Tape;
@@ -99,7 +99,7 @@ impl Rank<'_> {
                                 param: &loss.param,
                                 captures: &captures,
                                 eval: &eval,
-                                scale: 1.0 / accumulation as f64,
+                                micro_batches: accumulation as f64,
                             };
                             self.pp_backward(m, &part, &idx, &how)?;
                             continue;
@@ -124,82 +124,36 @@ impl Rank<'_> {
                         for (name, capture) in &captures {
                             scope.push((name.as_str(), capture.rows(&idx)));
                         }
-                        // One fused kernel gives the loss and its gradient w.r.t. the model's
-                        // output, which seeds the model's backward pass; the reference
-                        // evaluator with autograd where the fused back end does not cover it.
-                        let scale = 1.0 / accumulation as f64;
-                        if let Some(fused) =
-                            self.loss_kernel(op, &loss.param, &closure.body, &scope)
-                        {
-                            match fused.run_scope(&scope, 1) {
-                                Ok(out) => {
-                                    let x = out[0].double_value(&[]);
-                                    if !x.is_finite() {
-                                        return Err(RunError::NonFinite { step, value: x });
-                                    }
-                                    let seeded = match &mut state.model {
-                                        Model::Whole(_) => seed_backward(&output, &out[1], scale),
-                                        Model::Tp(_) => {
-                                            seed_tape(&tape, &output, &out[1], scale)?;
-                                            Ok(())
-                                        }
-                                        Model::Pp(..) => {
-                                            return Err(RunError::Plan(PP_ELSEWHERE.into()));
-                                        }
-                                        Model::Fsdp(m) => {
-                                            // FSDP sums gradients over the data ranks.
-                                            let g = out[1]
-                                                .f_to_kind(output.kind())?
-                                                .f_mul_scalar(scale / data_ranks)?;
-                                            let loss = (&output * g.detach()).sum(Kind::Float);
-                                            let pass = pass.take().ok_or_else(|| {
-                                                RunError::Plan("no FSDP forward pass".into())
-                                            })?;
-                                            m.backward(pass, &loss)?;
-                                            Ok(())
-                                        }
-                                    };
-                                    seeded.map_err(|e| {
-                                        RunError::Unsupported(format!(
-                                            "the loss of `{}`: {e}",
-                                            op.label
-                                        ))
-                                    })?;
-                                    continue;
-                                }
-                                Err(
-                                    FusedError::Kernel(KernelError::Inputs(_))
-                                    | FusedError::Input(_),
-                                ) => {}
-                                Err(e) => {
-                                    return Err(RunError::Unsupported(format!(
-                                        "the fused loss of `{}`: {e}",
-                                        op.label
-                                    )));
-                                }
-                            }
-                        }
-                        let value = eval.eval_block(&closure.body, &scope).map_err(|source| {
-                            RunError::Kernel {
-                                function: format!("the loss of `{}`", op.label),
-                                step,
-                                source,
-                            }
-                        })?;
-                        let x = value.double_value(&[]);
-                        if !x.is_finite() {
-                            return Err(RunError::NonFinite { step, value: x });
-                        }
-                        let value = value / accumulation as f64;
+                        // FSDP sums gradients over the data ranks; the others average them below.
+                        let over = match &state.model {
+                            Model::Fsdp(_) => data_ranks,
+                            _ => 1.0,
+                        };
+                        let how = LossWeight {
+                            micro_batches: accumulation as f64,
+                            data_ranks: over,
+                        };
+                        let value = self.surrogate_loss(
+                            op,
+                            step,
+                            &closure.body,
+                            &loss.param,
+                            &scope,
+                            &eval,
+                            &output,
+                            how,
+                        )?;
                         match &mut state.model {
-                            Model::Whole(_) => value.backward(),
+                            Model::Whole(_) => value.f_backward().map_err(|e| {
+                                RunError::Unsupported(format!("the loss of `{}`: {e}", op.label))
+                            })?,
                             Model::Tp(_) => tape.backward(&[(&value, None)])?,
                             Model::Pp(..) => return Err(RunError::Plan(PP_ELSEWHERE.into())),
                             Model::Fsdp(m) => {
                                 let pass = pass
                                     .take()
                                     .ok_or_else(|| RunError::Plan("no FSDP forward pass".into()))?;
-                                m.backward(pass, &(value / data_ranks))?;
+                                m.backward(pass, &value)?;
                             }
                         }
                     }
@@ -237,6 +191,14 @@ impl Rank<'_> {
 
 const PP_ELSEWHERE: &str = "a pipeline stage's loss runs through `pp_backward`";
 
+/// How one micro-batch's loss counts in the optimizer step's gradient.
+#[derive(Clone, Copy)]
+struct LossWeight {
+    micro_batches: f64,
+    /// Ranks whose gradients the model sums rather than averages (FSDP's data ranks), else 1.
+    data_ranks: f64,
+}
+
 /// What a pipeline stage's loss needs of an `update`.
 struct PpLoss<'a> {
     op: &'a Op,
@@ -245,8 +207,8 @@ struct PpLoss<'a> {
     param: &'a str,
     captures: &'a [(String, Capture)],
     eval: &'a Evaluator<'a>,
-    /// The loss's weight (1 / micro-batches accumulated).
-    scale: f64,
+    /// Micro-batches accumulated per optimizer step.
+    micro_batches: f64,
 }
 
 impl Rank<'_> {
@@ -279,50 +241,70 @@ impl Rank<'_> {
         }
     }
 
-    /// The loss whose gradient w.r.t. `logp` is the closure's (times `how.scale`).
+    /// The loss whose gradient w.r.t. `logp` is the closure's, weighted for its micro-batch.
     fn pp_loss(&self, logp: &Tensor, idx: &Tensor, how: &PpLoss) -> Result<Tensor> {
         let mut scope: Vec<(&str, Bound)> = vec![(how.param, Bound::Tensor(logp.shallow_clone()))];
         for (name, capture) in how.captures {
             scope.push((name.as_str(), capture.rows(idx)));
         }
-        if let Some(fused) = self.loss_kernel(how.op, how.param, how.body, &scope) {
-            match fused.run_scope(&scope, 1) {
+        let weight = LossWeight {
+            micro_batches: how.micro_batches,
+            data_ranks: 1.0,
+        };
+        self.surrogate_loss(
+            how.op, how.step, how.body, how.param, &scope, how.eval, logp, weight,
+        )
+    }
+
+    /// A scalar whose gradient w.r.t. `output` (the model's output bound to the closure's
+    /// parameter in `scope`) is the loss closure's, divided by `weight`'s micro-batches and data
+    /// ranks: from one fused kernel, the surrogate `(output · ∂loss/∂output).sum()`; where the
+    /// fused back end does not cover the closure, the reference evaluator's loss with autograd.
+    #[allow(clippy::too_many_arguments)]
+    fn surrogate_loss(
+        &self,
+        op: &Op,
+        step: u64,
+        body: &Block,
+        param: &str,
+        scope: &[(&str, Bound)],
+        eval: &Evaluator,
+        output: &Tensor,
+        weight: LossWeight,
+    ) -> Result<Tensor> {
+        let finite = |x: f64| {
+            if x.is_finite() {
+                Ok(())
+            } else {
+                Err(RunError::NonFinite { step, value: x })
+            }
+        };
+        if let Some(fused) = self.loss_kernel(op, param, body, scope) {
+            match fused.run_scope(scope, 1) {
                 Ok(out) => {
-                    let x = out[0].double_value(&[]);
-                    if !x.is_finite() {
-                        return Err(RunError::NonFinite {
-                            step: how.step,
-                            value: x,
-                        });
-                    }
-                    let g = out[1].f_to_kind(logp.kind())?.f_mul_scalar(how.scale)?;
-                    return Ok((logp * g.detach()).sum(Kind::Float));
+                    finite(out[0].double_value(&[]))?;
+                    let scale = 1.0 / weight.micro_batches / weight.data_ranks;
+                    let g = out[1].f_to_kind(output.kind())?.f_mul_scalar(scale)?;
+                    return Ok(output.f_mul(&g.detach())?.f_sum(output.kind())?);
                 }
                 Err(FusedError::Kernel(KernelError::Inputs(_)) | FusedError::Input(_)) => {}
                 Err(e) => {
                     return Err(RunError::Unsupported(format!(
                         "the fused loss of `{}`: {e}",
-                        how.op.label
+                        op.label
                     )));
                 }
             }
         }
-        let value = how
-            .eval
-            .eval_block(how.body, &scope)
+        let value = eval
+            .eval_block(body, scope)
             .map_err(|source| RunError::Kernel {
-                function: format!("the loss of `{}`", how.op.label),
-                step: how.step,
+                function: format!("the loss of `{}`", op.label),
+                step,
                 source,
             })?;
-        let x = value.double_value(&[]);
-        if !x.is_finite() {
-            return Err(RunError::NonFinite {
-                step: how.step,
-                value: x,
-            });
-        }
-        Ok(value * how.scale)
+        finite(value.double_value(&[]))?;
+        Ok(value / weight.micro_batches / weight.data_ranks)
     }
 
     /// The fused kernel of `op`'s loss closure for a scope of these kinds, shapes and devices,
@@ -346,14 +328,6 @@ impl Rank<'_> {
             })
             .clone()
     }
-}
-
-/// Backpropagates through a tensor-parallel model from its output `output`, seeded with the
-/// loss's gradient `grad` w.r.t. it, times `scale`.
-fn seed_tape(tape: &Tape, output: &Tensor, grad: &Tensor, scale: f64) -> Result<()> {
-    let grad = grad.f_to_kind(output.kind())?.f_mul_scalar(scale)?;
-    tape.backward(&[(output, Some(&grad))])?;
-    Ok(())
 }
 
 /// A value the loss closure reads.
