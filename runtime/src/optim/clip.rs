@@ -30,11 +30,18 @@ pub fn scale_grads(params: &[Tensor], factor: f64) {
 /// clipping.
 pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> f64 {
     let norm = grad_norm(params);
+    clip_to(params, norm, max_norm);
+    norm
+}
+
+/// Scales the gradients of `params`, whose global norm is `norm` (summed over ranks however the
+/// layout shards them), by `clip_grad_norm_`'s factor `max_norm / (norm + 1e-6)` when it is
+/// below 1.
+pub fn clip_to(params: &[Tensor], norm: f64, max_norm: f64) {
     let factor = max_norm / (norm + 1e-6);
     if factor < 1.0 {
         scale_grads(params, factor);
     }
-    norm
 }
 
 #[cfg(test)]

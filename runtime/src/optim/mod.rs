@@ -6,5 +6,5 @@ mod clip;
 mod schedule;
 
 pub use adamw::{AdamW, AdamWConfig, OptimError};
-pub use clip::{clip_grad_norm, grad_norm, scale_grads};
+pub use clip::{clip_grad_norm, clip_to, grad_norm, scale_grads};
 pub use schedule::CosineSchedule;

@@ -16,7 +16,7 @@ use tch::{Device, Kind, Tensor, nn};
 use super::CombinedError;
 use crate::collectives::{CollectiveError, Communicator, ReduceOp};
 use crate::model::{Heads, ModelConfig};
-use crate::optim::{AdamW, AdamWConfig, scale_grads};
+use crate::optim::{AdamW, AdamWConfig, clip_to};
 use crate::parallel::RankGroups;
 use crate::parallel::tape::Tape;
 use crate::parallel::tp::{Split, TpTransformer};
@@ -254,10 +254,7 @@ impl<'c> FsdpTp<'c> {
             .all_reduce(&over_shards.get(0), ReduceOp::Sum)?
             .double_value(&[]);
         let norm = (sharded + over_shards.double_value(&[1])).sqrt();
-        let factor = max_norm / (norm + 1e-6);
-        if factor < 1.0 {
-            scale_grads(&self.adam.params(), factor);
-        }
+        clip_to(&self.adam.params(), norm, max_norm);
         Ok(norm)
     }
 

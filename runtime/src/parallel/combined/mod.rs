@@ -33,10 +33,9 @@ use super::tp::{
 };
 use crate::collectives::{CollectiveError, Communicator, ReduceOp};
 use crate::model::{LayerCache, ModelConfig, RmsNorm, RopeAngles};
-use crate::optim::scale_grads;
+use crate::optim::clip_to;
 
 /// The weight the first and the last stage both hold (shard-wise) when the LM head is tied to it.
-const EMBEDDING: &str = "model.embed_tokens.weight";
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CombinedError {
@@ -192,13 +191,10 @@ impl<'c> TpPipeline<'c> {
     /// (shards summed over `tp`, replicated parameters once), then the stages' squares are summed
     /// over `pp`, the tied embedding's second copy left out.
     pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64, CollectiveError> {
-        let stage = self.model.stage();
-        let second_copy =
-            self.model.config().tie_embeddings && stage.count > 1 && !stage.is_first();
         let counted: Vec<ShardedParam> = self
             .params
             .iter()
-            .filter(|p| !(second_copy && p.name == EMBEDDING))
+            .filter(|p| !self.model.is_second_embedding_copy(&p.name))
             .map(|p| ShardedParam {
                 name: p.name.clone(),
                 tensor: p.tensor.shallow_clone(),
@@ -211,10 +207,7 @@ impl<'c> TpPipeline<'c> {
             .all_reduce(&Tensor::from(stage_norm.powi(2)), ReduceOp::Sum)?
             .double_value(&[])
             .sqrt();
-        let factor = max_norm / (norm + 1e-6);
-        if factor < 1.0 {
-            scale_grads(&self.tensors(), factor);
-        }
+        clip_to(&self.tensors(), norm, max_norm);
         Ok(norm)
     }
 

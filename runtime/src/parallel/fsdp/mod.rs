@@ -34,7 +34,7 @@ use crate::model::{
     ConfigError, Heads, ModelConfig, RopeAngles, Transformer, attention_bias, token_logprobs,
     token_positions,
 };
-use crate::optim::{AdamW, AdamWConfig, scale_grads};
+use crate::optim::{AdamW, AdamWConfig, clip_to};
 use crate::parallel::RankGroups;
 use flat::ParamSpec;
 use memory::{Account, Held, Ledger, bytes_of};
@@ -388,10 +388,7 @@ impl<'c> Fsdp<'c> {
             .all_reduce(&local, ReduceOp::Sum)?
             .double_value(&[])
             .sqrt();
-        let factor = max_norm / (norm + 1e-6);
-        if factor < 1.0 {
-            scale_grads(&self.adam.params(), factor);
-        }
+        clip_to(&self.adam.params(), norm, max_norm);
         Ok(norm)
     }
 

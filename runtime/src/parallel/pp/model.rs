@@ -94,6 +94,15 @@ impl<'c> PipelineModel<'c> {
         &self.vs
     }
 
+    /// Whether `name` is this stage's copy of a tied embedding that the first stage also holds
+    /// (the last stage's LM head): a whole-model gradient norm counts it once, on the first.
+    pub(crate) fn is_second_embedding_copy(&self, name: &str) -> bool {
+        self.config.tie_embeddings
+            && self.stage.count > 1
+            && !self.stage.is_first()
+            && name == EMBEDDING
+    }
+
     pub(super) fn pp(&self) -> &'c Communicator {
         self.pp
     }

@@ -8,7 +8,7 @@ use tch::{Kind, Tensor};
 use super::model::EMBEDDING;
 use super::{Op, PipelineError, PipelineModel, one_f_one_b};
 use crate::collectives::ReduceOp;
-use crate::optim::{grad_norm, scale_grads};
+use crate::optim::{clip_to, grad_norm};
 use crate::parallel::Tape;
 
 /// The rows of one micro-batch, as the loss sees them.
@@ -186,8 +186,6 @@ impl<'c> PipelineModel<'c> {
     /// `max_norm` (as `torch.nn.utils.clip_grad_norm_`), the tied embedding counted once; returns
     /// the norm before clipping, on every stage.
     pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64, PipelineError> {
-        let stage = self.stage();
-        let second_copy = self.config().tie_embeddings && stage.count > 1 && !stage.is_first();
         let params: Vec<(String, Tensor)> = self
             .var_store()
             .variables()
@@ -196,7 +194,7 @@ impl<'c> PipelineModel<'c> {
             .collect();
         let counted: Vec<Tensor> = params
             .iter()
-            .filter(|(name, _)| !(second_copy && name == EMBEDDING))
+            .filter(|(name, _)| !self.is_second_embedding_copy(name))
             .map(|(_, t)| t.shallow_clone())
             .collect();
         let squared = Tensor::from(grad_norm(&counted).powi(2));
@@ -205,11 +203,8 @@ impl<'c> PipelineModel<'c> {
             .all_reduce(&squared, ReduceOp::Sum)?
             .double_value(&[])
             .sqrt();
-        let factor = max_norm / (norm + 1e-6);
-        if factor < 1.0 {
-            let all: Vec<Tensor> = params.into_iter().map(|(_, t)| t).collect();
-            scale_grads(&all, factor);
-        }
+        let all: Vec<Tensor> = params.into_iter().map(|(_, t)| t).collect();
+        clip_to(&all, norm, max_norm);
         Ok(norm)
     }
 }

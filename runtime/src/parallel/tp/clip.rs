@@ -5,7 +5,7 @@ use tch::{Kind, Tensor};
 
 use super::shard::{ShardedParam, Split};
 use crate::collectives::{CollectiveError, Communicator, ReduceOp};
-use crate::optim::scale_grads;
+use crate::optim::clip_to;
 
 fn squared_norm<'a>(params: impl Iterator<Item = &'a ShardedParam>) -> f64 {
     params
@@ -34,10 +34,7 @@ pub fn tp_clip_grad_norm(
     tp: &Communicator,
 ) -> Result<f64, CollectiveError> {
     let norm = tp_grad_norm(params, tp)?;
-    let factor = max_norm / (norm + 1e-6);
-    if factor < 1.0 {
-        let tensors: Vec<Tensor> = params.iter().map(|p| p.tensor.shallow_clone()).collect();
-        scale_grads(&tensors, factor);
-    }
+    let tensors: Vec<Tensor> = params.iter().map(|p| p.tensor.shallow_clone()).collect();
+    clip_to(&tensors, norm, max_norm);
     Ok(norm)
 }
