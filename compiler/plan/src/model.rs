@@ -390,6 +390,13 @@ impl Instance {
         ))
     }
 
+    /// The data rank (`d·fsdp + f`, of `layout.data_ranks()`) of a rank of this instance: which
+    /// slice of the batch it holds.
+    pub fn data_rank_of(&self, rank: u32) -> Option<u32> {
+        let (_, d, f, _) = self.coord_of(rank)?;
+        Some(d * self.layout.fsdp + f)
+    }
+
     /// Every rank of data rank `data` (all its tensor and pipeline ranks).
     pub fn data_group(&self, data: u32) -> RankSet {
         let l = &self.layout;

@@ -541,8 +541,8 @@ impl<'j> Rank<'j> {
                 continue;
             };
             let data_index = |i: &Instance| {
-                i.coord_of(self.rank)
-                    .map(|(_, d, f, _)| (d * i.layout.fsdp + f, i.layout.data_ranks()))
+                i.data_rank_of(self.rank)
+                    .map(|index| (index, i.layout.data_ranks()))
             };
             let (Some((i_s, d_s)), Some((i_d, d_d))) = (data_index(src), data_index(dst)) else {
                 continue;
@@ -593,10 +593,10 @@ impl<'j> Rank<'j> {
             .plan
             .instance(id)
             .ok_or_else(|| RunError::Plan(format!("no instance `{id}`")))?;
-        let (_, d, f, _) = instance
-            .coord_of(self.rank)
+        let index = instance
+            .data_rank_of(self.rank)
             .ok_or_else(|| RunError::Plan(format!("rank {} is not in `{id}`", self.rank)))?;
-        Ok((d * instance.layout.fsdp + f, instance.layout.data_ranks()))
+        Ok((index, instance.layout.data_ranks()))
     }
 
     /// This rank's FSDP coordinate in `op`'s instance and the FSDP degree, under an FSDP layout.

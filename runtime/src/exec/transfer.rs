@@ -14,9 +14,8 @@ use crate::collectives::Communicator;
 
 /// Global rows `[first, first + rows)` held by `rank` in `instance` (contiguous per data rank).
 fn rows_of(instance: &Instance, rank: u32, total: i64) -> Option<(i64, i64)> {
-    let (_, d, f, _) = instance.coord_of(rank)?;
     let parts = i64::from(instance.layout.data_ranks());
-    let index = i64::from(d * instance.layout.fsdp + f);
+    let index = i64::from(instance.data_rank_of(rank)?);
     Some((index * total / parts, total / parts))
 }
 
