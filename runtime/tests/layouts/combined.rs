@@ -35,23 +35,6 @@ struct Outcome {
     first_norm: f64,
 }
 
-/// This replica's prompts and the generation settings that sample exactly the whole batch's
-/// tokens for them (each DP replica decodes its own prompts).
-fn replica_prompts(groups: &RankGroups) -> (Tensor, Tensor, rlc_runtime::generate::GenerateConfig) {
-    let (ids, mask) = fixture::prompts();
-    let prompts = ids.size()[0];
-    let per_replica = prompts / i64::from(groups.layout.dp);
-    let start = groups.dp_rank as i64 * per_replica;
-    let mut generation = fixture::generate_config();
-    let samples = generation.samples_per_prompt;
-    generation.rows_of = Some((start * samples, prompts * samples));
-    (
-        ids.narrow(0, start, per_replica),
-        mask.narrow(0, start, per_replica),
-        generation,
-    )
-}
-
 /// This data rank's rows of the batch.
 fn replica_batch(groups: &RankGroups) -> (Tensor, Tensor) {
     let (ids, mask) = fixture::batch();
@@ -69,7 +52,8 @@ fn run_tp_dp(config: &ModelConfig, layout: Layout) -> Vec<Outcome> {
         let (ids, mask) = replica_batch(&groups);
         let logits = tch::no_grad(|| model.logits(&Tape::new(), &ids, &mask)).expect("logits");
 
-        let (prompt_ids, prompt_mask, generation) = replica_prompts(&groups);
+        let (prompt_ids, prompt_mask, generation) =
+            fixture::replica_prompts(groups.layout.dp, groups.dp_rank);
         let tokens = generate(&model, &prompt_ids, &prompt_mask, &generation)
             .expect("generation")
             .response_ids;
@@ -109,7 +93,8 @@ fn run_tp_pp(config: &ModelConfig, layout: Layout, micro: usize) -> Vec<Outcome>
         let (ids, mask) = replica_batch(&groups);
         let logits = model.logits(&ids, &mask).expect("logits");
 
-        let (prompt_ids, prompt_mask, generation) = replica_prompts(&groups);
+        let (prompt_ids, prompt_mask, generation) =
+            fixture::replica_prompts(groups.layout.dp, groups.dp_rank);
         let tokens = generate(model, &prompt_ids, &prompt_mask, &generation)
             .expect("generation")
             .response_ids;
@@ -165,7 +150,8 @@ fn run_fsdp_tp(config: &ModelConfig, layout: Layout) -> Vec<Outcome> {
         let logits = model.logits(&ids, &mask).expect("logits");
 
         // The ranks of an FSDP group decode the same rows (they share the gathers).
-        let (prompt_ids, prompt_mask, generation) = replica_prompts(&groups);
+        let (prompt_ids, prompt_mask, generation) =
+            fixture::replica_prompts(groups.layout.dp, groups.dp_rank);
         let tokens = model
             .with_model(|tp| generate(tp, &prompt_ids, &prompt_mask, &generation))
             .expect("gathered model")

@@ -164,6 +164,23 @@ pub fn generate_config() -> GenerateConfig {
     }
 }
 
+/// Replica `replica` of `replicas`' share of [`prompts`] and the generation settings that sample
+/// exactly the whole batch's tokens for them (each data-parallel replica decodes its own prompts).
+pub fn replica_prompts(replicas: u32, replica: usize) -> (Tensor, Tensor, GenerateConfig) {
+    let (ids, mask) = prompts();
+    let count = ids.size()[0];
+    let per_replica = count / i64::from(replicas);
+    let start = replica as i64 * per_replica;
+    let mut generation = generate_config();
+    let samples = generation.samples_per_prompt;
+    generation.rows_of = Some((start * samples, count * samples));
+    (
+        ids.narrow(0, start, per_replica),
+        mask.narrow(0, start, per_replica),
+        generation,
+    )
+}
+
 /// Token ids `[8, 10]` one rank samples from [`prompts`] with [`generate_config`].
 pub fn reference_generation(config: &ModelConfig) -> Tensor {
     let (_, model) = model(config);

@@ -42,20 +42,11 @@ fn run(config: &ModelConfig, layout: Layout) -> Vec<Outcome> {
 
         // The ranks of an FSDP group decode the same rows (they share every all-gather); DP
         // replicas split the prompts.
-        let (prompt_ids, prompt_mask) = fixture::prompts();
-        let per_replica = prompt_ids.size()[0] / i64::from(layout.dp);
-        let start = groups.dp_rank as i64 * per_replica;
-        let mut generation = fixture::generate_config();
-        let samples = generation.samples_per_prompt;
-        generation.rows_of = Some((start * samples, prompt_ids.size()[0] * samples));
-        let tokens = generate(
-            &model,
-            &prompt_ids.narrow(0, start, per_replica),
-            &prompt_mask.narrow(0, start, per_replica),
-            &generation,
-        )
-        .expect("generation")
-        .response_ids;
+        let (prompt_ids, prompt_mask, generation) =
+            fixture::replica_prompts(layout.dp, groups.dp_rank);
+        let tokens = generate(&model, &prompt_ids, &prompt_mask, &generation)
+            .expect("generation")
+            .response_ids;
 
         model.reset_peak();
         for _ in 0..fixture::STEPS {

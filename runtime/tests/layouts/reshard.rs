@@ -178,21 +178,11 @@ fn train_reshard_serve(config: &ModelConfig, moves: &[ShardMove]) -> Vec<Served>
         let (ids, mask) = fixture::batch();
         let logits = tch::no_grad(|| model.logits(&Tape::new(), &ids, &mask)).expect("logits");
         // The two replicas split the prompts; the ranks of a TP group decode the same rows.
-        let (prompt_ids, prompt_mask) = fixture::prompts();
-        let prompts = prompt_ids.size()[0];
-        let per_replica = prompts / i64::from(GENERATE.dp);
-        let start = serve.dp_rank as i64 * per_replica;
-        let mut generation = fixture::generate_config();
-        let samples = generation.samples_per_prompt;
-        generation.rows_of = Some((start * samples, prompts * samples));
-        let tokens = generate(
-            &model,
-            &prompt_ids.narrow(0, start, per_replica),
-            &prompt_mask.narrow(0, start, per_replica),
-            &generation,
-        )
-        .expect("generation")
-        .response_ids;
+        let (prompt_ids, prompt_mask, generation) =
+            fixture::replica_prompts(GENERATE.dp, serve.dp_rank);
+        let tokens = generate(&model, &prompt_ids, &prompt_mask, &generation)
+            .expect("generation")
+            .response_ids;
         Served {
             logits,
             tokens,
