@@ -3,6 +3,7 @@
 use std::ops::Range;
 
 use super::PipelineError;
+use crate::parallel::shards::block;
 
 /// A stage's place in the pipeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,7 +17,7 @@ pub struct Stage {
 
 impl Stage {
     /// Stage `index` of `count` over `layers` decoder layers, split as the plan splits them
-    /// (`block` in `rlc_plan`'s lowering): layers `[index·L/count, (index+1)·L/count)`.
+    /// ([`block`]): layers `[index·L/count, (index+1)·L/count)`.
     pub fn new(layers: i64, count: usize, index: usize) -> Result<Self, PipelineError> {
         if count == 0 || count as i64 > layers || index >= count {
             return Err(PipelineError::TooManyStages {
@@ -24,11 +25,10 @@ impl Stage {
                 layers,
             });
         }
-        let bound = |i: usize| i as i64 * layers / count as i64;
         Ok(Self {
             index,
             count,
-            layers: bound(index)..bound(index + 1),
+            layers: block(layers, count as i64, index as i64),
         })
     }
 
