@@ -39,7 +39,26 @@ pub fn reduce_rows(op: Red, x: &[f32], mask: Option<&[u8]>) -> f32 {
 /// O(B): groups are numbered by a table over the ids' range when it is small (prompts' ids are
 /// consecutive), by sorting otherwise; sums run in row order, in `f64`.
 pub fn group(op: GroupOp, x: Option<&[f32]>, by: &[i32], out: &mut [f32]) {
-    let (slot, groups) = slots(by);
+    group_in(op, x, &Groups::of(by), out);
+}
+
+/// Rows numbered by group: each row's group as a dense number, and how many groups there are.
+/// Several statistics over the same ids (a mean and a std) share one numbering.
+pub struct Groups {
+    slot: Vec<usize>,
+    groups: usize,
+}
+
+impl Groups {
+    pub fn of(by: &[i32]) -> Groups {
+        let (slot, groups) = slots(by);
+        Groups { slot, groups }
+    }
+}
+
+/// [`group`] over rows already numbered by group.
+pub fn group_in(op: GroupOp, x: Option<&[f32]>, numbered: &Groups, out: &mut [f32]) {
+    let (slot, groups) = (&numbered.slot, numbered.groups);
     let mut first = vec![usize::MAX; groups];
     let mut count = vec![0f64; groups];
     for (i, &g) in slot.iter().enumerate() {
@@ -63,7 +82,7 @@ pub fn group(op: GroupOp, x: Option<&[f32]>, by: &[i32], out: &mut [f32]) {
             sq[g] += d * d;
         }
     }
-    for (o, &g) in out.iter_mut().zip(&slot) {
+    for (o, &g) in out.iter_mut().zip(slot) {
         let n = count[g];
         *o = match op {
             GroupOp::Count => n,

@@ -382,6 +382,8 @@ impl Jit {
     fn finish_barriers(&self, p: usize, ptrs: &[*mut u8], rows: usize) {
         let s = &self.schedule;
         let stored = |node: usize| s.buffer_of(Role::Stored(node)).map(|b| ptrs[b]);
+        // Each group id node's numbering, for the statistics that share it.
+        let mut numbered: Vec<(usize, host::Groups)> = Vec::new();
         for &b in &s.passes[p].host {
             let Some(out) = s.buffer_of(Role::Barrier(b)).map(|i| ptrs[i]) else {
                 continue;
@@ -404,12 +406,19 @@ impl Jit {
                         let xs = x
                             .and_then(&stored)
                             .map(|p| std::slice::from_raw_parts(p as *const f32, rows));
-                        let ids = std::slice::from_raw_parts(
-                            stored(*by).unwrap_or(out) as *const i32,
-                            rows,
-                        );
+                        let at = match numbered.iter().position(|(n, _)| n == by) {
+                            Some(at) => at,
+                            None => {
+                                let ids = std::slice::from_raw_parts(
+                                    stored(*by).unwrap_or(out) as *const i32,
+                                    rows,
+                                );
+                                numbered.push((*by, host::Groups::of(ids)));
+                                numbered.len() - 1
+                            }
+                        };
                         let o = std::slice::from_raw_parts_mut(out as *mut f32, rows);
-                        host::group(*op, xs, ids, o);
+                        host::group_in(*op, xs, &numbered[at].1, o);
                     }
                     _ => {}
                 }

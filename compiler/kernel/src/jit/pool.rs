@@ -1,9 +1,34 @@
 //! Worker threads kept between kernel runs: a run on `n` threads borrows `n − 1` idle workers
 //! (starting new ones only when none is idle) instead of spawning threads each call, which
-//! costs tens of microseconds — as much as a small kernel's whole work.
+//! costs tens of microseconds — as much as a small kernel's whole work. Waking a sleeping
+//! thread costs ~10 µs too, so a worker spins a little while for its next task, and the caller
+//! for the workers' end, before they sleep.
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long a thread spins for what it waits for before it sleeps: a few kernels' fixed cost,
+/// so that back-to-back runs (a step's kernels) find their workers awake, while an idle worker
+/// gives its core back soon.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Spins until `ready` or [`SPIN`] has passed; whether it became ready.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        if start.elapsed() > SPIN {
+            return false;
+        }
+        for _ in 0..64 {
+            std::hint::spin_loop();
+        }
+    }
+}
 
 /// A task borrowed for one run: the caller waits until every worker is done with it.
 #[derive(Clone, Copy)]
@@ -23,6 +48,9 @@ struct Slot {
 struct Worker {
     slot: Mutex<Slot>,
     cv: Condvar,
+    /// Mirrors of `slot.task.is_some()` and `slot.done`, read while spinning without the lock.
+    pending: AtomicBool,
+    finished: AtomicBool,
 }
 
 impl Worker {
@@ -45,10 +73,12 @@ fn start() -> Arc<Worker> {
         .name("rlc-kernel".into())
         .spawn(move || {
             loop {
+                spin_until(|| mine.pending.load(Ordering::Acquire));
                 let (task, index) = {
                     let mut s = mine.lock();
                     loop {
                         if let Some(t) = s.task.take() {
+                            mine.pending.store(false, Ordering::Relaxed);
                             break t;
                         }
                         s = mine.cv.wait(s).unwrap_or_else(PoisonError::into_inner);
@@ -60,6 +90,7 @@ fn start() -> Arc<Worker> {
                 let mut s = mine.lock();
                 s.done = true;
                 s.panicked = !ok;
+                mine.finished.store(true, Ordering::Release);
                 mine.cv.notify_all();
             }
         })
@@ -93,11 +124,14 @@ pub fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
         let mut s = w.lock();
         s.done = false;
         s.task = Some((task, i + 1));
+        w.finished.store(false, Ordering::Relaxed);
+        w.pending.store(true, Ordering::Release);
         w.cv.notify_all();
     }
     let result = catch_unwind(AssertUnwindSafe(|| f(0)));
     let mut worker_panicked = false;
     for w in &workers {
+        spin_until(|| w.finished.load(Ordering::Acquire));
         let mut s = w.lock();
         while !s.done {
             s = w.cv.wait(s).unwrap_or_else(PoisonError::into_inner);
