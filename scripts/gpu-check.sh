@@ -4,7 +4,9 @@
 #
 #   scripts/gpu-check.sh build [DIR]   where cargo is: builds, in release, `rlc` with its runtime,
 #                                      the GPU tests and the model benchmarks, and copies them
-#                                      into DIR (default .gpu/, git-ignored); prints DIR
+#                                      into DIR (default .gpu/, git-ignored); prints DIR. Where
+#                                      MPI can be built against (scripts/setup-mpi.sh), also
+#                                      `rlc-mpi` (feature mpi) and the NCCL test
 #   scripts/gpu-check.sh run [DIR]     on the GPU machine, from the repository root: runs them
 #   scripts/gpu-check.sh               both
 #
@@ -19,13 +21,22 @@
 #      the CPU, and runtime/tests/exec.rs's CUDA-vs-CPU run;
 #   3. benchmarks: the training step and generation (runtime/benches/train_step.rs, rollout.rs)
 #      and the fused kernels against libtorch's CUDA kernels (runtime/benches/kernels.rs)
-#      on CUDA for the example's model and a GPT-2-small-sized one (`cargo bench` gives the CPU's).
+#      on CUDA for the example's model and a GPT-2-small-sized one (`cargo bench` gives the CPU's);
+#   4. ranks as processes on the GPU (needs `mpirun`, which PyTorch's wheels do not bring: without
+#      it these are skipped, saying so, and the other steps still count): collectives of CUDA
+#      tensors through NCCL against the host path under `mpirun -np 1` (and -np 2 on one GPU:
+#      the host path; on two GPUs: NCCL), with a 64 MiB all-reduce timed both ways
+#      (runtime/tests/collectives_nccl.rs); then `mpirun -np 2 rlc run examples/grpo_digits.rl
+#      --device cuda --stop-after 3` (the example has two ranks) against the same run with ranks
+#      as threads: the same metrics.
 #
 # Libraries: `rlc` links libtorch_cpu.so and opens libtorch_cuda.so from the same folder when
 # CUDA is asked for; LD_LIBRARY_PATH gets PyTorch's lib folder (python3's torch, or $LIBTORCH/lib)
 # and every site-packages/nvidia/*/lib (cuBLAS, cuDNN, NVRTC…). NVRTC: cudarc opens `libnvrtc.so`
 # (or .so.12); for a CUDA 13 install, whose library is libnvrtc.so.13, `run` points a
-# `libnvrtc.so` link in a temporary folder at it. libcuda.so.1 comes with the driver.
+# `libnvrtc.so` link in a temporary folder at it. libcuda.so.1 comes with the driver. NCCL:
+# `rlc` opens libnccl.so.2 (the nvidia-nccl wheel's lib folder is on LD_LIBRARY_PATH, and
+# libtorch_cuda.so loads it anyway).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step="${1:-all}"
@@ -51,6 +62,17 @@ build() {
   for bench in train_step rollout kernels; do
     cp "$(echo "$out" | executable "benches/$bench.rs")" "$dir/$bench"
   done
+  # Last, as they build the runtime with another feature: ranks as processes (MPI) and NCCL.
+  rm -f "$dir/rlc-mpi" "$dir/rlc-mpi.gz" "$dir/collectives_nccl" "$dir/collectives_nccl.gz"
+  if bash scripts/setup-mpi.sh; then
+    echo "== cargo build --release --features mpi; the NCCL test" >&2
+    cargo build --release --locked --quiet --features mpi
+    cp target/release/rlc "$dir/rlc-mpi"
+    out="$(cargo test -p rlc-runtime --release --locked --features mpi --test collectives_nccl --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
+    cp "$(echo "$out" | executable tests/collectives_nccl.rs)" "$dir/collectives_nccl"
+  else
+    echo "warning: no MPI to build against here: step 4 (processes, NCCL) is not built" >&2
+  fi
   # Without symbols and compressed they travel in about 25 MB.
   strip "$dir"/*
   gzip -9 -f "$dir"/*
@@ -89,6 +111,81 @@ nvrtc_shim() {
 
 section() { echo; echo "======== $* ========"; }
 
+# Whether two runs' metrics.jsonl agree: every metric but the timings, step by step, within
+# 1e-4 relative (threads and processes run the same math and the same collectives; CUDA's
+# atomics may reorder a sum).
+same_metrics() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+a, b = load(sys.argv[1]), load(sys.argv[2])
+timing = lambda k: k in ("seconds", "tokens_per_s") or k.startswith("time/")
+worst, bad = 0.0, []
+if len(a) != len(b):
+    bad.append(f"{len(a)} steps vs {len(b)}")
+for x, y in zip(a, b):
+    for k in sorted(set(x) | set(y)):
+        if timing(k):
+            continue
+        u, v = x.get(k), y.get(k)
+        if not isinstance(u, (int, float)) or not isinstance(v, (int, float)):
+            if u != v:
+                bad.append(f"step {x.get('step')} {k}: {u} vs {v}")
+            continue
+        d = abs(u - v) / max(1.0, abs(u))
+        worst = max(worst, d)
+        if d > 1e-4:
+            bad.append(f"step {x.get('step')} {k}: {u} vs {v}")
+print("metrics: " + ("identical" if worst == 0 and not bad else f"largest relative difference {worst:.3g}"))
+for line in bad:
+    print("  differs: " + line)
+sys.exit(1 if bad else 0)
+EOF
+}
+
+# Step 4: ranks as processes on the GPU; skipped, saying why, where this machine cannot start them.
+processes() {
+  local dir="$1" status=0
+  section "4a. NCCL: collectives of CUDA tensors between processes vs the host path"
+  if [[ ! -x "$dir/collectives_nccl" ]]; then
+    echo "skipped: not built (no MPI where the binaries were built)"
+    return 0
+  fi
+  if ! command -v mpirun >/dev/null; then
+    echo "skipped: no mpirun on this machine (Open MPI is not in PyTorch's wheels; e.g." \
+      "apt-get install openmpi-bin)"
+    return 0
+  fi
+  # As the tests start jobs (runtime/src/collectives/processes.rs, local_mpirun): containers
+  # often run as root and forbid the cross-memory attach of Open MPI's shared memory.
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  if [[ "$(id -u)" == 0 ]]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  fi
+  "$dir/collectives_nccl" --nocapture --test-threads=1 nccl_collectives_equal_the_host_path || status=1
+  section "4b. mpirun -np 2 rlc run examples/grpo_digits.rl --device cuda, 3 steps, vs ranks as threads"
+  rm -rf /tmp/rlc-gpu-threads /tmp/rlc-gpu-processes
+  "$dir/rlc" run examples/grpo_digits.rl --device cuda --stop-after 3 --out /tmp/rlc-gpu-threads || status=1
+  mpirun --oversubscribe -np 2 "$dir/rlc-mpi" run examples/grpo_digits.rl --device cuda \
+    --stop-after 3 --out /tmp/rlc-gpu-processes 2>&1 | tee /tmp/rlc-gpu-processes.log || status=1
+  if grep -q "note: NCCL is not used" /tmp/rlc-gpu-processes.log; then
+    echo "(the processes' collectives went through host memory: see the note above)"
+  else
+    echo "(the processes' collectives of CUDA tensors went through NCCL)"
+  fi
+  if ! command -v python3 >/dev/null; then
+    echo "metrics not compared: no python3"
+  elif [[ -f /tmp/rlc-gpu-threads/metrics.jsonl && -f /tmp/rlc-gpu-processes/metrics.jsonl ]]; then
+    same_metrics /tmp/rlc-gpu-threads/metrics.jsonl /tmp/rlc-gpu-processes/metrics.jsonl || status=1
+  else
+    echo "metrics not compared: a run wrote none"
+    status=1
+  fi
+  return $status
+}
+
 run() {
   local dir="${1:-.gpu}" shim
   [[ -f "$dir/rlc.gz" ]] || { echo "no binaries in $dir (run '$0 build' where cargo is)" >&2; exit 1; }
@@ -121,6 +218,7 @@ run() {
   done
   section "3. benchmarks: fused kernels on CUDA (CUDA C) vs libtorch's CUDA kernels vs a device copy"
   RLC_BENCH_DEVICE=cuda "$dir/kernels" --bench || status=1
+  processes "$dir" || status=1
   section "done: $([[ $status == 0 ]] && echo 'all passed' || echo 'SOME FAILED')"
   return $status
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (`.ci/run` calls this). Does its own setup: Rust crates
-# from crates.io; the editor tests install their npm packages and the tree-sitter CLI when
-# missing. Takes about 25 minutes on a 2-core machine (see README).
+# from crates.io; libtorch from PyPI; Open MPI from Debian's packages (scripts/setup-mpi.sh);
+# the editor tests install their npm packages and the tree-sitter CLI when missing. Takes about
+# 30 minutes on a 2-core machine (see README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,10 +21,15 @@ if [[ -x scripts/test-editors.sh ]]; then
   bash scripts/test-editors.sh
 fi
 
-step "runtime and rlc run (libtorch; installed into .deps/ when missing)"
+step "runtime and rlc run (libtorch into .deps/, Open MPI from Debian, when missing)"
 LIBTORCH="$(bash scripts/setup-libtorch.sh)"
 export LIBTORCH
-cargo clippy --workspace --all-targets --locked --features rlc/runtime -- -D warnings
-cargo test --locked -p rlc-runtime
-INSTA_UPDATE=no cargo test --locked -p rlc --features runtime --test run
-INSTA_UPDATE=no cargo test --locked -p rlc --features runtime --test plan_calibrate
+bash scripts/setup-mpi.sh
+# Everything below builds with `mpi` (ranks as processes too), so one build serves all; the
+# build without it (what the main job uses) is checked on its own.
+cargo check --locked --features rlc/runtime
+cargo clippy --workspace --all-targets --locked --features rlc/mpi -- -D warnings
+cargo test --locked -p rlc-runtime --features mpi
+INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test run
+INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test plan_calibrate
+INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test processes

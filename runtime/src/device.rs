@@ -47,15 +47,20 @@ pub fn cuda_devices() -> Result<usize, String> {
 /// ranks share the visible CUDA devices round-robin. `Err`: why CUDA, asked for, is not there
 /// (the caller runs on the CPU).
 pub fn rank_device(request: DeviceRequest, gpu_cluster: bool, rank: u32) -> Result<Device, String> {
-    let wants_cuda = match request {
-        DeviceRequest::Auto => gpu_cluster,
-        DeviceRequest::Cpu => false,
-        DeviceRequest::Cuda => true,
-    };
-    if !wants_cuda {
+    if !wants_cuda(request, gpu_cluster) {
         return Ok(Device::Cpu);
     }
     cuda_devices().map(|n| Device::Cuda(rank as usize % n))
+}
+
+/// Whether ranks under `request` ask for CUDA devices (`gpu_cluster`: the plan's cluster has
+/// GPUs), whether or not they get them.
+pub fn wants_cuda(request: DeviceRequest, gpu_cluster: bool) -> bool {
+    match request {
+        DeviceRequest::Auto => gpu_cluster,
+        DeviceRequest::Cpu => false,
+        DeviceRequest::Cuda => true,
+    }
 }
 
 fn open_cuda() -> Result<usize, String> {

@@ -68,7 +68,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         Err(code) => return Ok(code),
     };
     let run_dir = args.run_dir();
-    if !args.resume {
+    // Started by `mpirun` / `srun`: this process is one rank of the job, and the first one
+    // speaks for it (the others print only their own errors).
+    let processes = rlc_runtime::collectives::init_processes()?;
+    let leader = processes.is_none_or(|p| p.rank == 0);
+    // Only the leader clears the folder; the others cannot write to it before the leader
+    // reaches the communicators' (collective) set-up, after it has cleared and opened the report.
+    if !args.resume && leader {
         clear_previous_run(&run_dir)?;
     }
     // Relative dataset and model paths start at the root file's folder.
@@ -91,14 +97,22 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         threads: args.threads,
         device: args.device.parse()?,
     };
-    eprintln!(
-        "running `{}` ({} steps, {} ranks) into {}",
-        plan.pipeline,
-        plan.steps.map_or_else(|| "?".into(), |s| s.to_string()),
-        plan.world_size,
-        run_dir.display()
-    );
+    if leader {
+        eprintln!(
+            "running `{}` ({} steps, {} ranks{}) into {}",
+            plan.pipeline,
+            plan.steps.map_or_else(|| "?".into(), |s| s.to_string()),
+            plan.world_size,
+            if processes.is_some() {
+                " as processes"
+            } else {
+                ""
+            },
+            run_dir.display()
+        );
+    }
     match exec::run(&plan, &checked.modules, &options) {
+        Ok(_) if !leader => Ok(ExitCode::SUCCESS),
         Ok(outcome) => {
             if let Some(step) = outcome.resumed_from {
                 eprintln!("resumed after step {step}");
@@ -110,10 +124,20 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => {
-            eprintln!("error: the run stopped: {e}");
-            Ok(ExitCode::from(1))
-        }
+        Err(e) => match processes {
+            Some(p) => {
+                eprintln!(
+                    "error: the run stopped in the process of rank {}: {e}",
+                    p.rank
+                );
+                // The other ranks may be waiting in a collective for this one: end them all.
+                rlc_runtime::collectives::abort_job(1)
+            }
+            None => {
+                eprintln!("error: the run stopped: {e}");
+                Ok(ExitCode::from(1))
+            }
+        },
     }
 }
 

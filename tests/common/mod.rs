@@ -1,6 +1,23 @@
-//! What the `rlc plan` tests share: running the binary from the project's root.
+//! What the CLI tests share: running the binary from the project's root, its output as text,
+//! scratch folders.
+// Each test crate that includes this module uses a part of it.
+#![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::process::{Command, Output};
+
+/// An empty folder for `name` under the system's temporary folder, unique to this test
+/// binary (its crate name) and process.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "rlc-{}-{}-{name}",
+        env!("CARGO_CRATE_NAME"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
 
 /// `rlc ARGS…` run in the project's root.
 pub fn rlc(args: &[&str]) -> Output {

@@ -298,3 +298,44 @@ fn peers_must_be_other_ranks_of_the_group() {
         assert_eq!(comms[0].recv(peer).unwrap_err(), expected);
     }
 }
+
+/// An environment of `pairs` for [`slurm_without_pmi`].
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |name| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+#[test]
+fn several_slurm_tasks_without_pmi_are_refused() {
+    let why = slurm_without_pmi(env_of(&[
+        ("SLURM_STEP_NUM_TASKS", "2"),
+        ("SLURM_PROCID", "1"),
+    ]))
+    .expect("two tasks without PMI refused");
+    assert!(
+        why.contains("2 tasks") && why.contains("--mpi=pmix"),
+        "{why}"
+    );
+    // With PMIx (`srun --mpi=pmix`), a single task, outside a Slurm step, or a batch script
+    // (no task id): nothing to refuse.
+    for env in [
+        &[
+            ("SLURM_STEP_NUM_TASKS", "2"),
+            ("SLURM_PROCID", "0"),
+            ("PMIX_RANK", "0"),
+        ][..],
+        &[("SLURM_STEP_NUM_TASKS", "1"), ("SLURM_PROCID", "0")],
+        &[],
+        &[("SLURM_STEP_NUM_TASKS", "2")],
+    ] {
+        assert_eq!(slurm_without_pmi(env_of(env)), None, "{env:?}");
+    }
+}

@@ -42,6 +42,9 @@ pub enum RunError {
     Parallel(String),
     #[error("rank {rank} stopped unexpectedly: {message}")]
     RankFailed { rank: u32, message: String },
+    /// The processes a launcher started cannot run the plan's ranks.
+    #[error("{0}")]
+    Launch(String),
 }
 
 impl From<crate::parallel::tp::TpError> for RunError {

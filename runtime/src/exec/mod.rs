@@ -16,7 +16,9 @@
 //!
 //! Devices: ranks of a GPU cluster (or of any cluster with `--device cuda`) hold their models
 //! and tensors on the CUDA devices libtorch sees, round-robin; without CUDA they run on the
-//! CPU after saying why ([`crate::device`]).
+//! CPU after saying why ([`crate::device`]). Between processes, their groups' collectives of
+//! CUDA tensors go through NCCL where every rank of the group can use it (one note on stderr,
+//! and host memory, where not).
 
 mod ckpt;
 mod error;
@@ -38,9 +40,10 @@ use std::time::Instant;
 
 use rlc_check::modules::Modules;
 use rlc_plan::Plan;
-use rlc_plan::model::{Layout, OpKind};
+use rlc_plan::model::OpKind;
 
-use crate::device::{DeviceRequest, rank_device};
+use crate::collectives::{ProcessWorld, split};
+use crate::device::{DeviceRequest, rank_device, wants_cuda};
 use crate::report::{Report, ReportOptions, StepRecord};
 use error::Result;
 use job::Job;
@@ -80,12 +83,15 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
     supported(plan)?;
     let job = Job::new(plan, modules, &options.source_dir)?;
     let world = plan.world_size;
-    let threads = options
-        .threads
-        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
-        .unwrap_or(1);
-    tch::set_num_threads((threads / world as usize).max(1) as i32);
-    let devices = rank_devices(plan, options.device);
+    let processes = launched_processes(world)?;
+    // The ranks this process runs, each on a thread of its own.
+    let local_ranks: Vec<u32> = match processes {
+        Some(p) => vec![p.rank as u32],
+        None => (0..world).collect(),
+    };
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tch::set_num_threads(torch_threads(options.threads, available, processes, world) as i32);
+    let devices = rank_devices(plan, options.device, processes);
     let resume = if options.resume {
         resume_point(plan, &options.run_dir)?
     } else {
@@ -96,26 +102,40 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
         .stop_after
         .map_or(job.steps, |s| s.min(job.steps))
         .max(start);
-    let mut report = Report::create(
-        &options.run_dir,
-        ReportOptions {
-            total_steps: job.steps,
-            progress: options.progress,
-            title: plan.pipeline.clone(),
-        },
-        resume.as_ref().map(|(step, _)| *step),
-    )
-    .map_err(|source| RunError::Io {
-        what: format!("cannot write the run folder {}", options.run_dir.display()),
-        source,
-    })?;
+    // Rank 0 reports; between processes, the others leave the run folder's report alone.
+    let mut report = if local_ranks.contains(&0) {
+        Some(
+            Report::create(
+                &options.run_dir,
+                ReportOptions {
+                    total_steps: job.steps,
+                    progress: options.progress,
+                    title: plan.pipeline.clone(),
+                },
+                resume.as_ref().map(|(step, _)| *step),
+            )
+            .map_err(|source| RunError::Io {
+                what: format!("cannot write the run folder {}", options.run_dir.display()),
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
     let mut comms = communicators(plan)?;
+    // Between processes, collectives of CUDA tensors go through NCCL where every rank of a group
+    // can use it. Every process takes part where the run asks for CUDA, on a GPU or not.
+    let gpu_cluster = plan.clusters.iter().any(|c| !c.is_cpu);
+    if processes.is_some() && wants_cuda(options.device, gpu_cluster) {
+        use_nccl(&mut comms, &devices)?;
+    }
     // Rank 0 writes each step's metrics line before that step's checkpoints: a checkpoint of
     // step S implies the lines of every step before S, which a resumed run keeps.
-    let mut report_slot = Some(&mut report);
+    let mut report_slot = report.as_mut();
     let results: Vec<Result<()>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..world)
-            .map(|rank| {
+        let handles: Vec<_> = local_ranks
+            .iter()
+            .map(|&rank| {
                 let comms = comms.remove(&rank).unwrap_or_default();
                 let mut report = if rank == 0 { report_slot.take() } else { None };
                 let job = &job;
@@ -172,11 +192,11 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
             .collect();
         handles
             .into_iter()
-            .enumerate()
-            .map(|(rank, h)| {
+            .zip(&local_ranks)
+            .map(|(h, &rank)| {
                 h.join().unwrap_or_else(|panic| {
                     Err(RunError::RankFailed {
-                        rank: rank as u32,
+                        rank,
                         message: panic_message(&panic),
                     })
                 })
@@ -192,10 +212,13 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
             .unwrap_or(0);
         return Err(errors.swap_remove(cause));
     }
-    let summary = report.finish().map_err(|source| RunError::Io {
-        what: format!("cannot write the report in {}", options.run_dir.display()),
-        source,
-    })?;
+    let summary = match report {
+        Some(mut report) => report.finish().map_err(|source| RunError::Io {
+            what: format!("cannot write the report in {}", options.run_dir.display()),
+            source,
+        })?,
+        None => String::new(),
+    };
     Ok(RunOutcome {
         steps_done: end,
         resumed_from: resume.map(|(step, _)| step),
@@ -203,14 +226,55 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
     })
 }
 
-/// Each rank's device. Where CUDA was asked for (`--device cuda`, or a GPU cluster) but is
-/// not there, says why on stderr and runs on the CPU.
-fn rank_devices(plan: &Plan, request: DeviceRequest) -> Vec<tch::Device> {
+/// libtorch's threads for each rank of this process: `--threads` (the machine's, shared by the
+/// ranks that run here) or this process's `available` CPUs, shared by the ranks that may run on
+/// them — every rank when they are threads of this process, the processes the launcher did not
+/// bind to CPUs of their own when they are processes.
+fn torch_threads(
+    requested: Option<usize>,
+    available: usize,
+    processes: Option<ProcessWorld>,
+    world: u32,
+) -> usize {
+    let sharers = match (processes, requested) {
+        (Some(p), Some(_)) => p.local_size,
+        (Some(p), None) => p.cpu_sharers,
+        (None, _) => world as usize,
+    };
+    (requested.unwrap_or(available) / sharers.max(1)).max(1)
+}
+
+/// The job's processes when a launcher started this one as a rank (MPI), checked to be one per
+/// rank of the plan; `None` when ranks are threads of this process.
+fn launched_processes(world: u32) -> Result<Option<ProcessWorld>> {
+    let processes = crate::collectives::init_processes().map_err(RunError::Launch)?;
+    match processes {
+        Some(p) if p.size != world as usize => Err(RunError::Launch(format!(
+            "the plan has {world} ranks, the launcher started {} processes: start one process \
+             per rank (`mpirun -np {world} rlc run …`, `srun --ntasks {world} …`)",
+            p.size
+        ))),
+        other => Ok(other),
+    }
+}
+
+/// Each rank's device (ranks as processes count devices from their machine's first). Where
+/// CUDA was asked for (`--device cuda`, or a GPU cluster) but is not there, says why on
+/// stderr and runs on the CPU.
+fn rank_devices(
+    plan: &Plan,
+    request: DeviceRequest,
+    processes: Option<ProcessWorld>,
+) -> Vec<tch::Device> {
     let gpu_cluster = plan.clusters.iter().any(|c| !c.is_cpu);
     let mut said = false;
     (0..plan.world_size)
         .map(|rank| {
-            rank_device(request, gpu_cluster, rank).unwrap_or_else(|why| {
+            let index = match processes {
+                Some(p) if p.rank == rank as usize => p.local_rank as u32,
+                _ => rank,
+            };
+            rank_device(request, gpu_cluster, index).unwrap_or_else(|why| {
                 if !std::mem::replace(&mut said, true) {
                     eprintln!("note: CUDA is not available ({why}); running on the CPU");
                 }
@@ -236,12 +300,6 @@ fn supported(plan: &Plan) -> Result<()> {
     Ok(())
 }
 
-/// Whether two layouts hold a model's weights the same way on the same ranks (micro-batching
-/// aside).
-pub(crate) fn same_shards(a: &Layout, b: &Layout) -> bool {
-    (a.dp, a.fsdp, a.tp, a.pp, a.sp) == (b.dp, b.fsdp, b.tp, b.pp, b.sp)
-}
-
 /// Each rank's communicators in every instance it belongs to: the layout's groups along each
 /// axis (`parallel::process_groups`), instance rank `i` being the instance's `i`-th device.
 fn communicators(plan: &Plan) -> Result<BTreeMap<u32, Comms>> {
@@ -255,23 +313,22 @@ fn communicators(plan: &Plan) -> Result<BTreeMap<u32, Comms>> {
         .iter()
         .any(|op| resharding(plan, op) || moves_values(op))
     {
-        for (rank, world) in crate::collectives::Group::new(plan.world_size as usize)
-            .into_iter()
-            .enumerate()
-        {
-            out.entry(rank as u32).or_default().world = Some(world);
+        for (rank, world) in split(&[(0..plan.world_size).collect()])? {
+            out.entry(rank).or_default().world = Some(world);
         }
     }
     for instance in &plan.instances {
-        for groups in crate::parallel::process_groups(instance.layout) {
-            let rank = instance.ranks.nth(groups.rank as u32).ok_or_else(|| {
-                RunError::Plan(format!(
-                    "`{}` has fewer devices than its layout's {}",
-                    instance.id,
-                    instance.layout.devices()
-                ))
-            })?;
-            out.entry(rank)
+        let ranks: Vec<u32> = instance.ranks.iter().collect();
+        if ranks.len() != instance.layout.devices() as usize {
+            return Err(RunError::Plan(format!(
+                "`{}` has {} devices, its layout {}",
+                instance.id,
+                ranks.len(),
+                instance.layout.devices()
+            )));
+        }
+        for groups in crate::parallel::process_groups_on(instance.layout, &ranks)? {
+            out.entry(ranks[groups.rank])
                 .or_default()
                 .groups
                 .insert(instance.id.clone(), groups);
@@ -280,15 +337,30 @@ fn communicators(plan: &Plan) -> Result<BTreeMap<u32, Comms>> {
     Ok(out)
 }
 
+/// Gives each communicator of more than one rank its NCCL companion for its rank's device
+/// (`Communicator::use_nccl`, a collective of the group), in the same order in every process:
+/// the all-ranks communicator, then each instance's (by id) axis by axis.
+fn use_nccl(comms: &mut BTreeMap<u32, Comms>, devices: &[tch::Device]) -> Result<()> {
+    for (&rank, c) in comms.iter_mut() {
+        let axes = c
+            .groups
+            .values_mut()
+            .flat_map(|g| [&mut g.tp, &mut g.pp, &mut g.fsdp, &mut g.dp, &mut g.data]);
+        for comm in c.world.iter_mut().chain(axes) {
+            if comm.world_size() > 1 {
+                comm.use_nccl(devices[rank as usize])?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether `op` is a weight sync between two layouts that hold the weights differently (one
 /// between the same layout on the same ranks is free: its instances share the model).
 pub(crate) fn resharding(plan: &Plan, op: &rlc_plan::model::Op) -> bool {
-    let OpKind::WeightSync { from, to, .. } = &op.kind else {
-        return false;
-    };
-    match (plan.instance(from), plan.instance(to)) {
-        (Some(a), Some(b)) => !(a.ranks == b.ranks && same_shards(&a.layout, &b.layout)),
-        _ => true,
+    match &op.kind {
+        OpKind::WeightSync { from, to, .. } => !plan.share_model(from, to),
+        _ => false,
     }
 }
 
@@ -320,10 +392,41 @@ fn resume_point(plan: &Plan, run_dir: &Path) -> Result<Option<ResumePoint>> {
     Ok(Some((step, found)))
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+/// A caught panic's payload as text.
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     panic
         .downcast_ref::<String>()
         .cloned()
         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "a panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(local_size: usize, cpu_sharers: usize) -> Option<ProcessWorld> {
+        Some(ProcessWorld {
+            rank: 0,
+            size: 8,
+            local_rank: 0,
+            local_size,
+            cpu_sharers,
+        })
+    }
+
+    #[test]
+    fn ranks_share_the_cpus_they_may_run_on() {
+        // Threads of one process: the machine's 16 CPUs over 4 ranks, or 6 asked for.
+        assert_eq!(torch_threads(None, 16, None, 4), 4);
+        assert_eq!(torch_threads(Some(6), 16, None, 4), 1);
+        // 4 unbound processes on a 16-CPU machine: each sees all 16, shares them with 3.
+        assert_eq!(torch_threads(None, 16, process(4, 4), 8), 4);
+        // Bound to 12 CPUs of its own (Slurm's --cpus-per-task=12): all 12.
+        assert_eq!(torch_threads(None, 12, process(8, 1), 8), 12);
+        // `--threads` counts the machine's CPUs, whatever the binding.
+        assert_eq!(torch_threads(Some(96), 12, process(8, 1), 8), 12);
+        // Never none.
+        assert_eq!(torch_threads(None, 2, process(4, 4), 8), 1);
+    }
 }

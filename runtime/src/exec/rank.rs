@@ -2,8 +2,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::time::Instant;
 
 use rlc_plan::model::{Carried, Input, Instance, Op, OpKind, RankProgram, ShardMove, Split, Step};
+use rlc_plan::simulate::BarKind;
 use tch::{Device, Kind, Tensor};
 
 use super::error::{Result, RunError};
@@ -20,7 +22,8 @@ use crate::parallel::{RankGroups, Tape};
 /// What a rank reports to the run after a step (rank 0's counts for the whole job).
 #[derive(Debug, Default, Clone)]
 pub struct StepOutput {
-    /// The `log` fields, in program order.
+    /// The `log` fields, in program order, then the seconds this rank spent in the step's ops
+    /// of each kind (`time/generate`, …: `rlc_plan::simulate::TIME_KEY_PREFIX`).
     pub metrics: Vec<(String, f64)>,
     /// Response tokens generated in the step, over all data ranks.
     pub tokens: u64,
@@ -111,7 +114,7 @@ impl<'j> Rank<'j> {
         for instance in ordered {
             let role = instance.role.as_str();
             let shared = primary.get(role).is_some_and(|p| {
-                p.ranks == instance.ranks && super::same_shards(&p.layout, &instance.layout)
+                p.ranks == instance.ranks && p.layout.same_shards(&instance.layout)
             });
             if shared {
                 continue;
@@ -179,6 +182,9 @@ impl<'j> Rank<'j> {
             self.values.insert(c.value, Val::Tensor(t.shallow_clone()));
         }
         let mut out = StepOutput::default();
+        // Wall seconds of this rank's ops by kind (waits for other ranks inside collectives
+        // included), reported as `time/<kind>` after the `log` fields.
+        let mut op_seconds: BTreeMap<BarKind, f64> = BTreeMap::new();
         for s in &self.program.steps {
             // Offload and onload move state between device and host memory: on the CPU both
             // are the same memory.
@@ -190,10 +196,28 @@ impl<'j> Rank<'j> {
             {
                 continue;
             }
+            let started = self.settled_now();
             self.run_op(op, step, &mut out)?;
+            *op_seconds.entry(BarKind::of(&op.kind)).or_default() +=
+                self.settled_now().duration_since(started).as_secs_f64();
         }
         self.carry_over(step)?;
+        out.metrics.extend(
+            op_seconds
+                .into_iter()
+                .map(|(kind, seconds)| (kind.time_key(), seconds)),
+        );
         Ok(out)
+    }
+
+    /// The clock once the work queued on this rank's device is done: CUDA runs asynchronously,
+    /// so without the wait an op's time would be that of its launches (the wait costs the overlap
+    /// of one op's launches with the previous op's kernels).
+    fn settled_now(&self) -> Instant {
+        if let Device::Cuda(ordinal) = self.device {
+            tch::Cuda::synchronize(ordinal as i64);
+        }
+        Instant::now()
     }
 
     /// Moves each assigned carried value into its slot for the next step (an assignment inside

@@ -1,8 +1,10 @@
 //! The communicators of each rank of a layout: one group per axis, as the plan numbers ranks.
 
+use std::collections::BTreeMap;
+
 use rlc_plan::model::{Axis, Instance, Layout, RankSet};
 
-use crate::collectives::{Communicator, Group};
+use crate::collectives::{CollectiveError, Communicator, split};
 
 /// A rank's place in a layout and its communicator along each axis. A group of one rank is a
 /// communicator of world size 1, so code need not special-case absent axes.
@@ -35,10 +37,29 @@ impl RankGroups {
     }
 }
 
-/// The communicators of every rank of `layout` (ranks `0 .. layout.devices()`), in rank order;
-/// move each into its rank's thread.
+/// The communicators of every rank of `layout` (ranks `0 .. layout.devices()`) that runs here, in
+/// rank order: all of them when ranks are threads (move each into its rank's thread), this
+/// process's when ranks are processes (none if the layout has fewer ranks than the job).
+///
+/// # Panics
+/// If MPI cannot split its communicators (see [`process_groups_on`]).
 pub fn process_groups(layout: Layout) -> Vec<RankGroups> {
+    let identity: Vec<u32> = (0..layout.devices()).collect();
+    process_groups_on(layout, &identity).expect("communicators of the layout")
+}
+
+/// As [`process_groups`] for a layout whose rank `i` is the job's rank `job_ranks[i]`; every
+/// process of a job makes the same calls in the same order.
+pub fn process_groups_on(
+    layout: Layout,
+    job_ranks: &[u32],
+) -> Result<Vec<RankGroups>, CollectiveError> {
     let devices = layout.devices();
+    assert_eq!(
+        job_ranks.len(),
+        devices as usize,
+        "one job rank per layout rank"
+    );
     let instance = Instance {
         id: String::new(),
         role: String::new(),
@@ -49,11 +70,17 @@ pub fn process_groups(layout: Layout) -> Vec<RankGroups> {
         auto: false,
         memory: Default::default(),
     };
-    let per_axis = |axis: Axis| axis_communicators(&instance.groups(axis), devices as usize);
-    let mut tp = per_axis(Axis::Tp);
-    let mut pp = per_axis(Axis::Pp);
-    let mut fsdp = per_axis(Axis::Fsdp);
-    let mut dp = per_axis(Axis::Dp);
+    let per_axis = |groups: &[Vec<u32>]| -> Result<BTreeMap<u32, Communicator>, CollectiveError> {
+        let global: Vec<Vec<u32>> = groups
+            .iter()
+            .map(|g| g.iter().map(|&r| job_ranks[r as usize]).collect())
+            .collect();
+        Ok(split(&global)?.into_iter().collect())
+    };
+    let mut tp = per_axis(&instance.groups(Axis::Tp))?;
+    let mut pp = per_axis(&instance.groups(Axis::Pp))?;
+    let mut fsdp = per_axis(&instance.groups(Axis::Fsdp))?;
+    let mut dp = per_axis(&instance.groups(Axis::Dp))?;
     let data_groups: Vec<Vec<u32>> = (0..layout.pp)
         .flat_map(|p| (0..layout.tp).map(move |t| (p, t)))
         .map(|(p, t)| {
@@ -62,41 +89,26 @@ pub fn process_groups(layout: Layout) -> Vec<RankGroups> {
                 .collect()
         })
         .collect();
-    let mut data = axis_communicators(&data_groups, devices as usize);
-    (0..devices)
-        .map(|rank| {
+    let mut data = per_axis(&data_groups)?;
+    Ok((0..devices)
+        .filter_map(|rank| {
+            let job_rank = job_ranks[rank as usize];
             let (p, d, f, t) = instance.coord_of(rank).expect("rank of the layout");
-            let take = |slots: &mut Vec<Option<Communicator>>| {
-                slots[rank as usize]
-                    .take()
-                    .expect("every rank is in one group per axis")
-            };
-            RankGroups {
+            Some(RankGroups {
                 rank: rank as usize,
                 layout,
                 pp_rank: p as usize,
                 dp_rank: d as usize,
                 fsdp_rank: f as usize,
                 tp_rank: t as usize,
-                tp: take(&mut tp),
-                pp: take(&mut pp),
-                fsdp: take(&mut fsdp),
-                dp: take(&mut dp),
-                data: take(&mut data),
-            }
+                tp: tp.remove(&job_rank)?,
+                pp: pp.remove(&job_rank)?,
+                fsdp: fsdp.remove(&job_rank)?,
+                dp: dp.remove(&job_rank)?,
+                data: data.remove(&job_rank)?,
+            })
         })
-        .collect()
-}
-
-/// One communicator per rank, from a partition of the ranks into groups (each in group order).
-fn axis_communicators(groups: &[Vec<u32>], devices: usize) -> Vec<Option<Communicator>> {
-    let mut slots: Vec<Option<Communicator>> = (0..devices).map(|_| None).collect();
-    for group in groups {
-        for (&rank, comm) in group.iter().zip(Group::new(group.len())) {
-            slots[rank as usize] = Some(comm);
-        }
-    }
-    slots
+        .collect())
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! The model, batch and single-rank results every layout is compared with.
 
 use std::collections::BTreeMap;
-use std::thread;
 
 use rlc_plan::model::Layout;
 use rlc_runtime::generate::{GenerateConfig, SamplingConfig, generate, left_pad};
@@ -9,6 +8,9 @@ use rlc_runtime::model::{Heads, ModelConfig, Transformer};
 use rlc_runtime::optim::{AdamW, AdamWConfig, clip_grad_norm};
 use rlc_runtime::parallel::{RankGroups, process_groups};
 use tch::{Device, Kind, Tensor, nn};
+
+use crate::ranks::{RankResult, layout_name, run_on};
+pub use crate::ranks::{all_groups, fits, fits_ranks, threads_only};
 
 pub const SEED: u64 = 7;
 pub const STEPS: usize = 3;
@@ -190,19 +192,20 @@ pub fn reference_generation(config: &ModelConfig) -> Tensor {
         .response_ids
 }
 
-/// Runs `body` on every rank of `layout` (one thread each) and returns the results in rank order.
-pub fn run_ranks<T: Send>(layout: Layout, body: impl Fn(RankGroups) -> T + Sync) -> Vec<T> {
-    let body = &body;
-    thread::scope(|scope| {
-        let handles: Vec<_> = process_groups(layout)
-            .into_iter()
-            .map(|groups| scope.spawn(move || body(groups)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a rank panicked"))
-            .collect()
-    })
+/// Runs `body` on every rank of `layout` and returns the results in rank order, on every
+/// process: ranks are threads of this process, or the processes of an MPI job (each runs its own
+/// rank's body; see `ranks.rs`), which must be as many as the layout's ranks at least (ask
+/// [`fits`] first).
+pub fn run_ranks<T: RankResult + Send>(
+    layout: Layout,
+    body: impl Fn(RankGroups) -> T + Sync,
+) -> Vec<T> {
+    run_on(
+        layout.devices() as usize,
+        &layout_name(layout),
+        || process_groups(layout),
+        body,
+    )
 }
 
 /// The largest absolute difference of two tensors of one shape.

@@ -23,6 +23,14 @@ struct Outcome {
     largest_unit: u64,
 }
 
+crate::ranks::rank_result_struct!(Outcome {
+    logits,
+    tokens,
+    weights,
+    memory,
+    largest_unit
+});
+
 /// `[first, first + n)` of the batch rows: this data rank's share.
 fn share(groups: &RankGroups, rows: i64) -> (i64, i64) {
     let n = rows / i64::from(groups.layout.data_ranks());
@@ -72,11 +80,7 @@ fn assert_matches_one_rank(config: &ModelConfig, layout: Layout, outcomes: &[Out
     let trained = fixture::reference_training(config);
     let tokens = fixture::reference_generation(config);
     let (mut worst_logits, mut worst_weights) = (0.0f64, 0.0f64);
-    for (rank, (outcome, groups)) in outcomes
-        .iter()
-        .zip(rlc_runtime::parallel::process_groups(layout))
-        .enumerate()
-    {
+    for (rank, (outcome, groups)) in outcomes.iter().zip(fixture::all_groups(layout)).enumerate() {
         let (first, n) = share(&groups, fixture::BATCH);
         let diff = fixture::max_diff(&outcome.logits, &logits.narrow(0, first, n));
         assert!(diff <= 1e-5, "rank {rank}: logits differ by {diff:e}");
@@ -132,6 +136,9 @@ fn fsdp_2_with_a_tied_lm_head_matches_one_rank() {
 #[test]
 fn fsdp_4_matches_one_rank_and_holds_a_quarter_of_the_state_plus_one_unit() {
     let (config, layout) = (fixture::config(), fixture::layout(1, 4, 1, 1));
+    if !fixture::fits(layout) {
+        return;
+    }
     let outcomes = run(&config, layout);
     assert_matches_one_rank(&config, layout, &outcomes);
     let full = one_rank_state();
@@ -175,6 +182,9 @@ fn fsdp_4_matches_one_rank_and_holds_a_quarter_of_the_state_plus_one_unit() {
 #[test]
 fn hsdp_2x2_matches_one_rank() {
     let (config, layout) = (fixture::config(), fixture::layout(2, 2, 1, 1));
+    if !fixture::fits(layout) {
+        return;
+    }
     assert_matches_one_rank(&config, layout, &run(&config, layout));
 }
 
@@ -213,6 +223,9 @@ fn weight_decay_follows_each_original_parameters_rank_not_its_flat_shard() {
 #[test]
 fn the_checkers_state_estimate_is_the_measured_shards_within_one_percent() {
     let (config, layout) = (fixture::config(), fixture::layout(1, 4, 1, 1));
+    if !fixture::fits(layout) {
+        return;
+    }
     let outcomes = run(&config, layout);
     let memory = outcomes[0].memory;
     let (ids, _) = fixture::batch();

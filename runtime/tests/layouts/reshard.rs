@@ -3,10 +3,9 @@
 //! shards alone computes what one rank computes after the same training.
 
 use std::collections::BTreeMap;
-use std::thread;
 
 use rlc_plan::model::{Instance, Layout, RankSet, ShardMove};
-use rlc_runtime::collectives::{CollectiveError, Group};
+use rlc_runtime::collectives::{CollectiveError, Communicator};
 use rlc_runtime::generate::generate;
 use rlc_runtime::model::{Heads, ModelConfig, Transformer};
 use rlc_runtime::parallel::fsdp::Fsdp;
@@ -17,6 +16,7 @@ use rlc_runtime::parallel::{RankGroups, Tape, process_groups};
 use tch::{Device, Tensor, nn};
 
 use crate::fixture;
+use crate::ranks::{RankResult, run_on, world_communicators};
 
 const TRAIN: Layout = Layout::new(1, 4, 1, 1);
 const GENERATE: Layout = Layout::new(2, 1, 2, 1);
@@ -51,24 +51,26 @@ fn configs() -> [(&'static str, ModelConfig); 2] {
     ]
 }
 
-/// Runs `body` on four thread ranks, each with the world communicator (rank `r` is global rank
-/// `r`) and its groups under the training and the generation layout.
-fn run_world<T: Send>(
-    body: impl Fn(rlc_runtime::collectives::Communicator, RankGroups, RankGroups) -> T + Sync,
+/// Runs `body` on four ranks, each with the world communicator (rank `r` is global rank `r`)
+/// and its groups under the training and the generation layout (ask [`fits`] first).
+fn run_world<T: RankResult + Send>(
+    body: impl Fn(Communicator, RankGroups, RankGroups) -> T + Sync,
 ) -> Vec<T> {
-    let body = &body;
-    thread::scope(|scope| {
-        let handles: Vec<_> = Group::new(4)
+    let here = || {
+        world_communicators(4)
             .into_iter()
             .zip(process_groups(TRAIN))
             .zip(process_groups(GENERATE))
-            .map(|((world, train), serve)| scope.spawn(move || body(world, train, serve)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a rank panicked"))
-            .collect()
+            .collect::<Vec<_>>()
+    };
+    run_on(4, "world of 4", here, |((world, train), serve)| {
+        body(world, train, serve)
     })
+}
+
+/// Whether the four ranks of the training and generation layouts run here.
+fn fits() -> bool {
+    fixture::fits_ranks(4, "FSDP(4) -> dp(2) tp(2) re-sharding")
 }
 
 #[test]
@@ -76,6 +78,9 @@ fn tp_shards_and_fsdp_shards_are_what_the_holdings_say() {
     for (what, config) in configs() {
         for tp in [2, 4] {
             let layout = fixture::layout(1, 1, tp, 1);
+            if !fixture::fits(layout) {
+                continue;
+            }
             fixture::run_ranks(layout, |groups| {
                 let full = fixture::named_weights(&fixture::model(&config).0);
                 let vs = nn::VarStore::new(Device::Cpu);
@@ -115,6 +120,9 @@ fn tp_shards_and_fsdp_shards_are_what_the_holdings_say() {
                 }
             });
         }
+        if !fixture::fits(TRAIN) {
+            continue;
+        }
         fixture::run_ranks(TRAIN, |groups| {
             let full = full_copy(&config);
             let model = Fsdp::for_rank(&full, &config, &groups, fixture::adamw_config()).unwrap();
@@ -143,6 +151,12 @@ struct Served {
     tokens: Tensor,
     stats: ReshardStats,
 }
+
+crate::ranks::rank_result_struct!(Served {
+    logits,
+    tokens,
+    stats
+});
 
 fn train_reshard_serve(config: &ModelConfig, moves: &[ShardMove]) -> Vec<Served> {
     let (src, dst) = (instance(TRAIN), instance(GENERATE));
@@ -205,6 +219,9 @@ fn trained_reference(config: &ModelConfig) -> (nn::VarStore, Transformer) {
 
 #[test]
 fn fsdp_training_re_sharded_to_tp_replicas_serves_the_trained_model() {
+    if !fits() {
+        return;
+    }
     let (src, dst) = (instance(TRAIN), instance(GENERATE));
     let moves = rlc_plan::reshard::moves(&src, &dst, fixture::config().layers as u64);
     for (what, config) in configs() {
@@ -224,7 +241,7 @@ fn fsdp_training_re_sharded_to_tp_replicas_serves_the_trained_model() {
         let served = train_reshard_serve(&config, &moves);
         let rows = tokens.size()[0] / i64::from(GENERATE.dp);
         let mut worst = 0.0f64;
-        for ((rank, s), groups) in served.iter().enumerate().zip(process_groups(GENERATE)) {
+        for ((rank, s), groups) in served.iter().enumerate().zip(fixture::all_groups(GENERATE)) {
             let diff = fixture::max_diff(&s.logits, &logits);
             worst = worst.max(diff);
             assert!(diff < 1e-4, "{what} rank {rank}: logits differ by {diff:e}");
@@ -263,6 +280,9 @@ fn fsdp_training_re_sharded_to_tp_replicas_serves_the_trained_model() {
 
 #[test]
 fn missing_moves_or_shards_end_in_typed_errors_on_every_rank() {
+    if !fits() {
+        return;
+    }
     let config = fixture::config();
     let (src, dst) = (instance(TRAIN), instance(GENERATE));
     let all = rlc_plan::reshard::moves(&src, &dst, config.layers as u64);
@@ -291,6 +311,11 @@ fn missing_moves_or_shards_end_in_typed_errors_on_every_rank() {
             matches!(error, Some(ReshardError::Uncovered { missing, .. }) if missing > 0),
             "rank {rank}: {error:?}"
         );
+    }
+    // Between processes a rank that returns early stays alive, and the ranks waiting for its
+    // pieces would wait forever (a job's failing rank ends the job, see `abort_job`).
+    if !fixture::threads_only("a rank leaving re-sharding early is `PeerLost` to the others") {
+        return;
     }
     for (rank, error) in results(&all, Some(2)).into_iter().enumerate() {
         match rank {
