@@ -1,23 +1,22 @@
-//! Calibration end to end: a few steps of the CPU example run with `rlc run`, `rlc plan
-//! --calibrate` fits the cost model to its step time, and the fitted model predicts the step
-//! time of the run's later steps (within 25 %) and of a variant with a larger policy (within a
-//! factor of two: timing on a shared machine moves too much between runs for more); the same
-//! within one run of the other CPU example, `ppo_critic.rl`.
+//! Calibration end to end: the two CPU examples run with `rlc run`, `rlc plan --calibrate`
+//! fits the cost model to the time of each kind of op half of a run's `metrics.jsonl` holds, and
+//! the fitted model predicts
+//! - the run's other steps: the step within 25 %, the share of each kind of op that takes a fifth
+//!   of the step within 40 % (a tenth of it: within a factor of two);
+//! - the other example's step: calibrated on `grpo_digits.rl`, `ppo_critic.rl`'s within 25 %
+//!   (the model's shape, not only a fitted speed, decides this); the other way round within a
+//!   factor of three (`ppo_critic.rl`'s run hardly tells compute from per-layer overhead: see
+//!   the test);
+//! - a variant of the GRPO example with a larger policy within a factor of two, step and shares
+//!   (it runs after the others, under whatever else a shared machine does then).
 
 #![cfg(feature = "runtime")]
 
 mod common;
 
-use common::{rlc, text};
+use common::{rlc, scratch, text};
 use std::path::{Path, PathBuf};
 use std::process::Output;
-
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rlc-plan-calibrate-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Runs `example` for `steps` steps into `dir`; the run's `metrics.jsonl` lines.
 fn run(example: &str, dir: &Path, steps: u64) -> Vec<String> {
@@ -39,12 +38,18 @@ fn run(example: &str, dir: &Path, steps: u64) -> Vec<String> {
 /// The median `seconds` of metrics lines, as `--calibrate` takes it (without the first line
 /// when `warm_up`).
 fn median(lines: &[String], warm_up: bool) -> f64 {
+    median_of(lines, "seconds", warm_up)
+}
+
+/// The median of field `key` of metrics lines (0 where a line lacks it, as `--calibrate` counts
+/// a kind of op a step did not run).
+fn median_of(lines: &[String], key: &str, warm_up: bool) -> f64 {
     let mut seconds: Vec<f64> = lines
         .iter()
         .skip(usize::from(warm_up))
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["seconds"].as_f64().unwrap()
+            v[key].as_f64().unwrap_or(0.0)
         })
         .collect();
     seconds.sort_by(f64::total_cmp);
@@ -56,14 +61,8 @@ fn median(lines: &[String], warm_up: bool) -> f64 {
     }
 }
 
-/// The `predicted step:` line of `rlc plan`, in seconds.
-fn predicted(out: &Output) -> f64 {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("predicted step: "))
-        .unwrap_or_else(|| panic!("no prediction in {}", text(out)));
-    let mut words = line.split_whitespace();
+/// A time as `rlc plan` writes it (`12.34 ms`), in seconds, from its number and unit words.
+fn seconds(words: &mut std::str::SplitWhitespace) -> f64 {
     let value: f64 = words.next().unwrap().parse().unwrap();
     match words.next().unwrap() {
         "s" => value,
@@ -72,6 +71,37 @@ fn predicted(out: &Output) -> f64 {
         "h" => value * 3600.0,
         unit => panic!("unit {unit}"),
     }
+}
+
+/// The `predicted step:` line of `rlc plan`, in seconds.
+fn predicted(out: &Output) -> f64 {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("predicted step: "))
+        .unwrap_or_else(|| panic!("no prediction in {}", text(out)));
+    seconds(&mut line.split_whitespace())
+}
+
+/// The kinds of op of `--calibrate`'s table: (kind, [measured, start, fitted] seconds), the
+/// `all ops` and `step` rows left out.
+fn kinds(out: &Output) -> Vec<(String, [f64; 3])> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("  op kind"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("  all ops"));
+    let kinds: Vec<(String, [f64; 3])> = rows
+        .map(|row| {
+            let mut words = row.split_whitespace();
+            let kind = words.next().unwrap().to_string();
+            let times = [(); 3].map(|()| seconds(&mut words));
+            (kind, times)
+        })
+        .collect();
+    assert!(!kinds.is_empty(), "no table of op kinds in {}", text(out));
+    kinds
 }
 
 /// The example with a policy twice as deep and twice as wide, and half the prompts per step:
@@ -107,12 +137,99 @@ fn report(program: &str, predicted: f64, measured: f64) -> f64 {
     error
 }
 
-/// One run of `example`: the model is fitted to its first steps and predicts the later ones
-/// within 25 % (separate runs minutes apart differ by tens of percent on a shared machine).
-/// Returns the fitted cost model's file.
-fn calibrated_within_a_run(example: &str, dir: &Path) -> PathBuf {
-    let lines = run(example, &dir.join("run"), 13);
-    let (fit, later) = lines.split_at(7);
+/// Checks the split of the step between kinds of op: each kind's share of the kinds' total,
+/// predicted against measured (the median of `lines`), for every kind that takes at least a
+/// tenth of the `step`, with a ratio of the shares that `fits` given the kind's fraction of the
+/// step; those kinds must make 80 % of the step, so the check covers it. Shares rather than seconds: the machine's speed drifts
+/// between steps as a whole (the step's own check bounds that), the split is what the per-kind
+/// fit decides. Smaller kinds are printed, not checked: on the CPU a few sampling and logging
+/// ops take microseconds, far below any per-op overhead that a model shared with kernels and
+/// forward passes predicts.
+fn check_kinds(
+    program: &str,
+    predicted: &[(String, f64)],
+    lines: &[String],
+    step: f64,
+    fits: fn(f64, f64) -> bool,
+) {
+    let measured: Vec<f64> = predicted
+        .iter()
+        .map(|(kind, _)| median_of(lines, &format!("time/{kind}"), false))
+        .collect();
+    let total_predicted: f64 = predicted.iter().map(|(_, p)| p).sum();
+    let total_measured: f64 = measured.iter().sum();
+    let mut covered = 0.0;
+    let mut failures = Vec::new();
+    for ((kind, predicted), measured) in predicted.iter().zip(measured) {
+        let share = (predicted / total_predicted) / (measured / total_measured);
+        let checked = measured >= 0.1 * step;
+        println!(
+            "  {kind:<9} predicted {predicted:.4} s, measured {measured:.4} s ({:+.1} %; share \
+             of the ops {:.1} % for {:.1} %: {:+.1} %){}",
+            (predicted / measured - 1.0) * 100.0,
+            predicted / total_predicted * 100.0,
+            measured / total_measured * 100.0,
+            (share - 1.0) * 100.0,
+            if checked {
+                ""
+            } else {
+                " (under a tenth of the step)"
+            }
+        );
+        if checked {
+            covered += measured;
+            if !fits(share, measured / step) {
+                failures.push(format!("{kind}'s share {:+.1} %", (share - 1.0) * 100.0));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{program}: {}", failures.join(", "));
+    assert!(
+        covered >= 0.8 * step,
+        "{program}: the checked kinds take {covered:.4} s of a {step:.4} s step"
+    );
+}
+
+/// A kind of op's predicted share of the step against its measured share: within 40 % for a
+/// kind that takes a fifth of the step or more, within a factor of two for a smaller one (a
+/// tenth of the step is where the per-kind fit's errors show: on the CI machine the GRPO
+/// example's generation, 10.4 % of the step, came out +45 %, with the fit itself +40 % on it).
+fn share_fits(ratio: f64, fraction_of_step: f64) -> bool {
+    if fraction_of_step >= 0.2 {
+        (ratio - 1.0).abs() < 0.4
+    } else {
+        (0.5..2.0).contains(&ratio)
+    }
+}
+
+/// Steps of each run: step 0 (warm-up, left out by `--calibrate`), then 12 to fit and 12 to
+/// check, interleaved. The median of 12 steps of ~0.1 s holds still where one of 6 moved by a
+/// fifth on a loaded machine.
+const STEPS: u64 = 25;
+
+/// A calibrated run of `example`: the fitted cost model's file and the median step the model
+/// has not seen.
+struct Calibrated {
+    cost: PathBuf,
+    step: f64,
+}
+
+/// One run of `example`: the model is fitted to half its steps and predicts the other half
+/// (separate runs minutes apart differ by tens of percent on a shared machine): the step within
+/// 25 %, the kinds' shares as [`share_fits`].
+fn calibrated_within_a_run(example: &str, dir: &Path) -> Calibrated {
+    let lines = run(example, &dir.join("run"), STEPS);
+    // Fitted to steps 1, 3, …, 23 (after step 0, which `--calibrate` leaves out as warm-up),
+    // checked on steps 2, 4, …, 24: the machine's load, which other work on it moves within
+    // seconds, then shifts both alike. (Fitted to steps 1–6 and checked on 7–12, one run came
+    // out 50 % off with the fit itself within 3 %: the later steps ran 35 % faster.)
+    let fit: Vec<String> = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i == 0 || i % 2 == 1)
+        .map(|(_, l)| l.clone())
+        .collect();
+    let others: Vec<String> = lines.iter().skip(2).step_by(2).cloned().collect();
     let metrics = dir.join("fit.jsonl");
     std::fs::write(&metrics, fit.join("\n") + "\n").unwrap();
     let cost = dir.join("cost.json");
@@ -125,28 +242,83 @@ fn calibrated_within_a_run(example: &str, dir: &Path) -> PathBuf {
         cost.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    let error = report(example, predict(example, &cost), median(later, false));
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    let step = median(&others, false);
+    let error = report(example, predict(example, &cost), step);
     assert!(error.abs() < 0.25, "{example}: {:+.1} %", error * 100.0);
-    cost
+    let fitted: Vec<(String, f64)> = kinds(&out)
+        .into_iter()
+        .map(|(kind, [_, _, fitted])| (kind, fitted))
+        .collect();
+    check_kinds(example, &fitted, &others, step, share_fits);
+    Calibrated { cost, step }
 }
 
 #[test]
-fn calibrated_on_a_cpu_run_the_model_predicts_its_later_steps_within_25_percent() {
-    let dir = scratch();
-    let example = "examples/grpo_digits.rl";
-    let cost = calibrated_within_a_run(example, &dir.join("grpo"));
-    // Another program: the model's shape, not only the fitted speed, decides this one, and it
-    // runs later, under whatever else the machine does then; only a gross error fails here.
+fn calibrated_on_a_cpu_run_the_model_predicts_the_cpu_examples_within_25_percent() {
+    let dir = scratch("examples");
+    let (grpo, ppo) = ("examples/grpo_digits.rl", "examples/ppo_critic.rl");
+    // Back to back, so that the machine's load is alike for the two.
+    let grpo_run = calibrated_within_a_run(grpo, &dir.join("grpo"));
+    let ppo_run = calibrated_within_a_run(ppo, &dir.join("ppo"));
+    // The other example under the model calibrated on the main one: GRPO has a policy and a
+    // frozen reference, PPO adds a critic, a reward model and transfers between pools.
+    let error = report(
+        &format!("{ppo} (calibrated on {grpo})"),
+        predict(ppo, &grpo_run.cost),
+        ppo_run.step,
+    );
+    assert!(
+        error.abs() < 0.25,
+        "{ppo} under {grpo}'s fit: {:+.1} %",
+        error * 100.0
+    );
+    // And the other way round, within a factor of three: every forward pass of `ppo_critic.rl`
+    // has the same 16 rows, so its run cannot tell compute from per-layer overhead (both grow
+    // with the calls alike), and its fit may put the step's time in either; `grpo_digits.rl`
+    // then runs 128- and 256-row passes, where the split decides. Here, in a CI run with
+    // builds beside it, the fit put `compute_efficiency` at 6× what `grpo_digits.rl`'s run
+    // gives: −54 % (−16 % to +3 % on a quiet machine).
+    let error = report(
+        &format!("{grpo} (calibrated on {ppo})"),
+        predict(grpo, &ppo_run.cost),
+        grpo_run.step,
+    );
+    assert!(
+        (1.0 / 3.0..3.0).contains(&(1.0 + error)),
+        "{grpo} under {ppo}'s fit: {:+.1} %",
+        error * 100.0
+    );
+    // A larger policy.
+    let cost = &grpo_run.cost;
     let wider = wider_variant(&dir);
     let wider = wider.to_str().unwrap();
-    let wider_time = median(&run(wider, &dir.join("wider"), 7), true);
-    let error = report(wider, predict(wider, &cost), wider_time);
+    let wider_dir = dir.join("wider");
+    let wider_lines = run(wider, &wider_dir, 13);
+    let wider_time = median(&wider_lines, true);
+    let error = report(wider, predict(wider, cost), wider_time);
     assert!(
         (0.5..2.0).contains(&(1.0 + error)),
         "the wider variant: {:+.1} %",
         error * 100.0
     );
-    // The other CPU example: PPO with a critic, a reward model and four transfers.
-    calibrated_within_a_run("examples/ppo_critic.rl", &dir.join("ppo"));
+    // Its kinds of op under the fitted model: the `start` column of a calibration on its own
+    // run that starts from that model.
+    let out = rlc(&[
+        "plan",
+        wider,
+        "--cost",
+        cost.to_str().unwrap(),
+        "--calibrate",
+        wider_dir.join("metrics.jsonl").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let start: Vec<(String, f64)> = kinds(&out)
+        .into_iter()
+        .map(|(kind, [_, start, _])| (kind, start))
+        .collect();
+    check_kinds(wider, &start, &wider_lines[1..], wider_time, |ratio, _| {
+        (0.5..2.0).contains(&ratio)
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -133,6 +133,88 @@ fn no_feasible_layout_is_e0901_and_exit_1() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A `metrics.jsonl` of five steps: a slow first step, then `seconds` each,
+/// with the `time/…` fields of `ops` when there are any.
+fn metrics_file(path: &std::path::Path, seconds: f64, ops: &[(&str, f64)]) {
+    let mut text = String::new();
+    for step in 0..5 {
+        let mut line = format!(
+            "{{\"step\":{step},\"reward\":0.1,\"tokens\":900,\"seconds\":{}",
+            if step == 0 { 3.0 * seconds } else { seconds }
+        );
+        for (kind, t) in ops {
+            line.push_str(&format!(",\"time/{kind}\":{t}"));
+        }
+        text.push_str(&line);
+        text.push_str("}\n");
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn calibration_fits_per_op_times_and_still_reads_step_times_alone() {
+    let dir = scratch("calibrate");
+    // A file from before the per-op times: one speed factor, which gives the measured step.
+    let old = dir.join("old.jsonl");
+    metrics_file(&old, 0.2, &[]);
+    let out = rlc(&[
+        "plan",
+        "examples/grpo_digits.rl",
+        "--calibrate",
+        old.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(stdout.contains("one speed factor fitted"), "{stdout}");
+    assert!(stdout.contains("predicted step: 200.00 ms"), "{stdout}");
+    assert!(!stdout.contains("op kind"), "{stdout}");
+    // With them: each knob and each kind measured, before and after the fit; the kinds' total
+    // as measured; the same text twice.
+    let new = dir.join("new.jsonl");
+    let ops = [
+        ("generate", 0.03),
+        ("forward", 0.05),
+        ("train", 0.1),
+        ("kernel", 0.015),
+        ("transfer", 0.00001),
+        ("other", 0.0001),
+    ];
+    metrics_file(&new, 0.2, &ops);
+    let mut reports = Vec::new();
+    for _ in 0..2 {
+        let out = rlc(&[
+            "plan",
+            "examples/grpo_digits.rl",
+            "--calibrate",
+            new.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+        reports.push(String::from_utf8_lossy(&out.stdout).to_string());
+    }
+    assert_eq!(reports[0], reports[1]);
+    let report = &reports[0];
+    for line in [
+        "fitted to the time of each kind of op on rank 0 (median of 4 steps",
+        "  knob       slow-down  parameters",
+        "  op kind     measured      start     fitted    error",
+    ] {
+        assert!(report.contains(line), "{line:?} in {report}");
+    }
+    for (kind, _) in ops {
+        assert!(
+            report.lines().any(|l| l.starts_with(&format!("  {kind} "))),
+            "{kind} in {report}"
+        );
+    }
+    let all_ops = report
+        .lines()
+        .find(|l| l.starts_with("  all ops"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(all_ops.starts_with("  all ops    195.11 ms"), "{all_ops}");
+    assert!(all_ops.ends_with("195.11 ms    +0.0 %"), "{all_ops}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_inputs_are_refused_without_a_panic() {
     let dir = scratch("bad");

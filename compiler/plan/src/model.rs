@@ -294,6 +294,12 @@ impl Layout {
         }
     }
 
+    /// Whether two layouts hold a model's weights the same way (micro-batching aside).
+    pub fn same_shards(&self, other: &Layout) -> bool {
+        (self.dp, self.fsdp, self.tp, self.pp, self.sp)
+            == (other.dp, other.fsdp, other.tp, other.pp, other.sp)
+    }
+
     /// Data-parallel groups: each holds a different slice of the batch.
     pub fn data_ranks(&self) -> u32 {
         self.dp * self.fsdp
@@ -969,6 +975,15 @@ impl Plan {
 
     pub fn role(&self, name: &str) -> Option<&Role> {
         self.roles.iter().find(|r| r.name == name)
+    }
+
+    /// Whether instances `a` and `b` hold one model (the same ranks, the same shards): the
+    /// runtime builds it once, and a weight sync between them moves nothing.
+    pub fn share_model(&self, a: &str, b: &str) -> bool {
+        match (self.instance(a), self.instance(b)) {
+            (Some(a), Some(b)) => a.ranks == b.ranks && a.layout.same_shards(&b.layout),
+            _ => false,
+        }
     }
 }
 

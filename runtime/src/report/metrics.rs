@@ -2,8 +2,11 @@
 //! the step in flight, and read back whole for the curve and the summary.
 //!
 //! A line is `{"step":S, <the program's log fields in source order>, "tokens":T, "seconds":X,
-//! "tokens_per_s":R}`. Only the last two depend on timing: [`strip_timing`] removes them, so two
-//! runs of the same job can be compared line by line.
+//! "tokens_per_s":R, <"time/<kind>":Y for each kind of op rank 0 ran>}` (the seconds of the
+//! step's generation, forward passes, training, kernels, transfers and other ops, which `rlc plan
+//! --calibrate` fits the cost model to). Only `seconds`, `tokens_per_s` and the `time/` keys
+//! depend on timing: [`strip_timing`] removes them, so two runs of the same job can be compared
+//! line by line; the curves, the summary's table and the progress line leave them out.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -15,9 +18,18 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
 use super::StepRecord;
+use rlc_plan::simulate::TIME_KEY_PREFIX;
 
-/// The keys whose values differ between two otherwise identical runs.
+/// The report's own keys whose values differ between two otherwise identical runs (with every
+/// key under [`TIME_KEY_PREFIX`]: see [`is_timing`]).
 pub const TIMING_KEYS: [&str; 2] = ["seconds", "tokens_per_s"];
+
+/// Whether a `metrics.jsonl` key holds a time: [`TIMING_KEYS`] and the per-op-kind seconds
+/// (`time/generate`, …), which the runtime passes in a step's metrics after the `log` fields.
+/// A `log` field cannot be one (its name is an identifier).
+pub fn is_timing(key: &str) -> bool {
+    TIMING_KEYS.contains(&key) || key.starts_with(TIME_KEY_PREFIX)
+}
 
 /// One metric's values, parallel to the rows it was collected from (NaN where a row lacks it or
 /// logged a non-finite value).
@@ -30,22 +42,29 @@ pub struct Series {
 /// The JSON line for `record`, without the newline.
 pub fn format_line(record: &StepRecord) -> String {
     let mut line = format!("{{\"step\":{}", record.step);
-    for (name, value) in &record.metrics {
+    let (times, logged): (Vec<_>, Vec<_>) =
+        record.metrics.iter().partition(|(name, _)| is_timing(name));
+    for (name, value) in logged {
         line.push_str(&format!(",{}:{}", to_json(name), to_json(value)));
     }
     // Rounded so the file stays readable: timing noise is far above these digits anyway.
-    let seconds = (record.seconds * 1e6).round() / 1e6;
+    let micro = |seconds: f64| (seconds * 1e6).round() / 1e6;
     let tokens_per_s = (record.tokens as f64 / record.seconds * 10.0).round() / 10.0;
     line.push_str(&format!(
-        ",\"tokens\":{},\"seconds\":{},\"tokens_per_s\":{}}}",
+        ",\"tokens\":{},\"seconds\":{},\"tokens_per_s\":{}",
         record.tokens,
-        to_json(&seconds),
+        to_json(&micro(record.seconds)),
         to_json(&tokens_per_s)
     ));
+    for (name, value) in times {
+        line.push_str(&format!(",{}:{}", to_json(name), to_json(&micro(*value))));
+    }
+    line.push('}');
     line
 }
 
-/// `line` without its timing fields (`seconds`, `tokens_per_s`), other keys kept in order. A
+/// `line` without its timing fields (`seconds`, `tokens_per_s`, `time/…`), other keys kept in
+/// order. A
 /// line that is not a JSON object comes back trimmed but otherwise unchanged.
 pub fn strip_timing(line: &str) -> String {
     let Ok(OrderedObject(entries)) = serde_json::from_str(line) else {
@@ -53,7 +72,7 @@ pub fn strip_timing(line: &str) -> String {
     };
     let fields: Vec<String> = entries
         .iter()
-        .filter(|(key, _)| !TIMING_KEYS.contains(&key.as_str()))
+        .filter(|(key, _)| !is_timing(key))
         .map(|(key, value)| format!("{}:{}", to_json(key), to_json(value)))
         .collect();
     format!("{{{}}}", fields.join(","))
@@ -109,11 +128,12 @@ pub fn read(path: &Path) -> io::Result<Vec<StepRecord>> {
     Ok(rows)
 }
 
-/// Splits rows into one series per metric, in order of first appearance.
+/// Splits rows into one series per `log` field, in order of first appearance (the per-op
+/// times are left out: [`op_times`]).
 pub fn series(rows: &[StepRecord]) -> Vec<Series> {
     let mut series: Vec<Series> = Vec::new();
     for (index, row) in rows.iter().enumerate() {
-        for (name, value) in &row.metrics {
+        for (name, value) in row.metrics.iter().filter(|(name, _)| !is_timing(name)) {
             let position = match series.iter().position(|s| &s.name == name) {
                 Some(position) => position,
                 None => {
@@ -128,6 +148,30 @@ pub fn series(rows: &[StepRecord]) -> Vec<Series> {
         }
     }
     series
+}
+
+/// The mean seconds per step of each per-op-kind time (`time/generate` → `generate`), in order
+/// of first appearance; a step without a key counts as 0 for it. The first step (warm-up:
+/// allocation, compilation) is left out when there are others.
+pub fn op_times(rows: &[StepRecord]) -> Vec<(String, f64)> {
+    let rows = if rows.len() > 1 { &rows[1..] } else { rows };
+    let mut totals: Vec<(String, f64)> = Vec::new();
+    for row in rows {
+        for (name, value) in &row.metrics {
+            let Some(kind) = name.strip_prefix(TIME_KEY_PREFIX) else {
+                continue;
+            };
+            let value = if value.is_finite() { *value } else { 0.0 };
+            match totals.iter_mut().find(|(k, _)| k == kind) {
+                Some((_, total)) => *total += value,
+                None => totals.push((kind.to_string(), value)),
+            }
+        }
+    }
+    for (_, total) in &mut totals {
+        *total /= rows.len() as f64;
+    }
+    totals
 }
 
 /// A row from a line; `None` unless it is an object with an unsigned integer `step`. Null
@@ -256,6 +300,35 @@ mod tests {
         assert_eq!(series[0].values, [1.0, 2.0]);
         assert!(series[2].values[0].is_nan());
         assert_eq!(series[2].values[1], 3.0);
+    }
+
+    #[test]
+    fn op_times_follow_the_timing_fields_and_stay_out_of_the_series() {
+        let mut rows = vec![record(0, 1.0), record(1, 2.0), record(2, 3.0)];
+        for (i, row) in rows.iter_mut().enumerate() {
+            row.metrics
+                .push(("time/generate".into(), 0.25 * (i + 1) as f64));
+            row.metrics.push(("time/train".into(), 0.1234567));
+        }
+        rows[2].metrics.retain(|(name, _)| name != "time/train");
+        let line = format_line(&rows[1]);
+        assert_eq!(
+            line,
+            r#"{"step":1,"reward":2.0,"kl":0.0,"tokens":1024,"seconds":0.153,"tokens_per_s":6692.8,"time/generate":0.5,"time/train":0.123457}"#
+        );
+        assert_eq!(
+            strip_timing(&line),
+            r#"{"step":1,"reward":2.0,"kl":0.0,"tokens":1024}"#
+        );
+        let parsed = parse_line(&line).unwrap();
+        assert_eq!(parsed.metrics.len(), 4);
+        let names: Vec<String> = series(&rows).into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["reward", "kl"]);
+        // Steps 1 and 2 (step 0 is the warm-up); step 2 has no training time.
+        let times = op_times(&rows);
+        assert_eq!(times[0], ("generate".to_string(), 0.625));
+        assert_eq!(times[1].0, "train");
+        assert!((times[1].1 - 0.1234567 / 2.0).abs() < 1e-12);
     }
 
     #[test]

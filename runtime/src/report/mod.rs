@@ -3,7 +3,8 @@
 //! - `metrics.jsonl`: one JSON line per step, flushed as it is written (`metrics.rs`);
 //! - a progress line on stderr (`progress.rs`);
 //! - at the end, `curves.png` (each metric against step, `plot.rs`) and `summary.txt` (a table of
-//!   each metric's start, end and range, `summary.rs`).
+//!   each metric's start, end and range, and the mean time per step in each kind of op,
+//!   `summary.rs`).
 //!
 //! A resumed run continues the same `metrics.jsonl`, so the curve and summary cover the whole
 //! run, and the file equals an uninterrupted run's apart from the timing fields.
@@ -20,7 +21,7 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use metrics::{TIMING_KEYS, strip_timing};
+pub use metrics::{TIMING_KEYS, is_timing, strip_timing};
 
 use progress::Progress;
 
@@ -33,8 +34,10 @@ pub const SUMMARY_FILE: &str = "summary.txt";
 pub struct StepRecord {
     /// 0-based loop step.
     pub step: u64,
-    /// The program's `log { ... }` fields in source order, e.g. reward, kl. Names must differ
-    /// from the report's own keys (`step`, `tokens`, `seconds`, `tokens_per_s`).
+    /// The program's `log { ... }` fields in source order, e.g. reward, kl, then any per-op-kind
+    /// times (`time/generate`, …: written after the report's timing fields, left out of the
+    /// curves). Names must differ from the report's own keys (`step`, `tokens`, `seconds`,
+    /// `tokens_per_s`).
     pub metrics: Vec<(String, f64)>,
     /// Tokens generated in this step, over all ranks.
     pub tokens: u64,

@@ -42,6 +42,18 @@ pub fn rate(per_second: f64) -> String {
     }
 }
 
+/// A short time: three significant digits in ms below a second (`412 ms`, `1.2 ms`), else in s.
+pub fn seconds(seconds: f64) -> String {
+    if !seconds.is_finite() {
+        return "-".to_string();
+    }
+    if seconds.abs() < 1.0 {
+        format!("{} ms", significant(seconds * 1e3, 3))
+    } else {
+        format!("{} s", significant(seconds, 3))
+    }
+}
+
 /// Whole seconds as `m:ss`, or `h:mm:ss` from an hour up.
 pub fn duration(seconds: f64) -> String {
     if !seconds.is_finite() || seconds < 0.0 {
@@ -70,6 +82,14 @@ mod tests {
         assert_eq!(significant(3.1e-5, 3), "3.10e-5");
         assert_eq!(significant(2.5e7, 2), "2.5e7");
         assert_eq!(significant(f64::NAN, 3), "nan");
+    }
+
+    #[test]
+    fn short_times() {
+        assert_eq!(seconds(0.412), "412 ms");
+        assert_eq!(seconds(0.0012), "1.2 ms");
+        assert_eq!(seconds(2.345), "2.35 s");
+        assert_eq!(seconds(f64::NAN), "-");
     }
 
     #[test]

@@ -120,7 +120,11 @@ fn render(record: &StepRecord, total_steps: u64, tokens_per_s: f64, eta_seconds:
         "#".repeat(filled),
         "-".repeat(BAR_WIDTH as usize - filled)
     );
-    for (name, value) in &record.metrics {
+    for (name, value) in record
+        .metrics
+        .iter()
+        .filter(|(name, _)| !super::metrics::is_timing(name))
+    {
         line.push_str(&format!(" {name} {}", numbers::significant(*value, 3)));
     }
     line.push_str(&format!(
@@ -153,6 +157,16 @@ mod tests {
         assert_eq!(
             render(&record(119), 120, 5_100.0, 0.0),
             "step 120/120 [##########] reward 0.412 kl 0.0031 | 5.1k tok/s | ETA 0:00"
+        );
+    }
+
+    #[test]
+    fn per_op_times_stay_off_the_line() {
+        let mut timed = record(36);
+        timed.metrics.push(("time/generate".into(), 0.2));
+        assert_eq!(
+            render(&timed, 120, 5_100.0, 42.0),
+            render(&record(36), 120, 5_100.0, 42.0)
         );
     }
 

@@ -8,10 +8,14 @@
 //! kl      6.927e-6  0.003189        0  0.003442
 //!
 //! steps 120 | total time 1:36 | 5.1k tok/s
+//! time per step: generate 412 ms, forward 96 ms, train 305 ms, kernel 21 ms, other 1.2 ms
 //! ```
+//!
+//! The last line, the mean seconds rank 0 spent in each kind of op (after the first step), is
+//! there when the run wrote them (`time/…` in `metrics.jsonl`).
 
 use super::StepRecord;
-use super::metrics::Series;
+use super::metrics::{self, Series};
 use super::numbers;
 
 /// How many steps the "first" and "last" means cover.
@@ -104,6 +108,14 @@ pub fn render(title: &str, rows: &[StepRecord], series: &[Series]) -> String {
         numbers::duration(seconds),
         numbers::rate(tokens_per_s)
     ));
+    let op_times = metrics::op_times(rows);
+    if !op_times.is_empty() {
+        let parts: Vec<String> = op_times
+            .iter()
+            .map(|(kind, seconds)| format!("{kind} {}", numbers::seconds(*seconds)))
+            .collect();
+        text.push_str(&format!("time per step: {}\n", parts.join(", ")));
+    }
     text
 }
 
@@ -196,6 +208,28 @@ mod tests {
              kl             -        -       -       -\n\
              \n\
              steps 2 | total time 0:01 | 200 tok/s\n"
+        );
+    }
+
+    #[test]
+    fn per_op_times_get_one_line_and_no_rows() {
+        let mut rows = rows(3);
+        for row in &mut rows {
+            row.metrics = vec![
+                ("reward".into(), 0.5),
+                ("time/generate".into(), 0.412),
+                ("time/other".into(), 0.0012),
+            ];
+        }
+        let series = metrics::series(&rows);
+        let text = render("", &rows, &series);
+        assert_eq!(
+            text,
+            "metric  first 10  last 10  min  max\n\
+             reward       0.5      0.5  0.5  0.5\n\
+             \n\
+             steps 3 | total time 0:02 | 200 tok/s\n\
+             time per step: generate 412 ms, other 1.2 ms\n"
         );
     }
 

@@ -1,7 +1,8 @@
 //! The cost model: seconds for each operation of a step on the hardware a plan carries.
 //!
-//! - [`params`]: the model's tunable numbers (efficiencies, latencies, overheads) and their
-//!   calibration from a run's `metrics.jsonl`;
+//! - [`params`]: the model's tunable numbers (efficiencies, latencies, overheads);
+//! - [`calibrate`]: those numbers fitted to a run's `metrics.jsonl` (its step times and the
+//!   time of each kind of op);
 //! - [`hardware`]: a view of a plan cluster's device and links (the numbers `std.hardware`
 //!   gives; nothing here keeps a table of its own);
 //! - [`collective`]: the α–β model of ring and tree collectives;
@@ -11,6 +12,7 @@
 //!
 //! Every function is pure and cheap: the planner calls [`work`] for each candidate layout.
 
+pub mod calibrate;
 pub mod collective;
 pub mod hardware;
 pub mod params;

@@ -261,7 +261,17 @@ fn other_op(
             }
             per_source.values().copied().fold(0.0, f64::max)
         }
-        OpKind::WeightSync { role, moves, .. } => {
+        OpKind::WeightSync {
+            role,
+            from,
+            to,
+            moves,
+            ..
+        } => {
+            // Two instances of one layout on the same ranks share one model: nothing moves.
+            if plan.share_model(from, to) {
+                return 0.0;
+            }
             let Some(shape) = plan.role(role).and_then(RoleShape::of) else {
                 *unknown = true;
                 return 0.0;

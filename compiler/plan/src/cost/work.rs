@@ -48,6 +48,12 @@ impl RoleShape {
         self.params * self.bytes
     }
 
+    /// Parameter tensors of `layers` layers: nine per layer (two norms, four attention and three
+    /// MLP projections), plus the embedding, the final norm and the head.
+    fn tensors(layers: f64) -> f64 {
+        9.0 * layers + 3.0
+    }
+
     /// FLOPs of one token's forward pass with `context` tokens of attention.
     fn token_flops(&self, context: f64) -> f64 {
         2.0 * self.params + 4.0 * self.layers * context * self.hidden
@@ -183,15 +189,21 @@ pub fn seconds(c: &CostParams, role: &RoleShape, placed: &Placed, work: &PhaseWo
                 );
             }
             if l.dp > 1 {
-                per_step += collective::all_reduce(
-                    state_shard * role.bytes,
-                    l.dp,
-                    placed.link(Axis::Dp, c),
-                );
+                // `rlc run` all-reduces each parameter tensor's gradient on its own: one message
+                // (α) per tensor.
+                let tensors = RoleShape::tensors(stage_layers);
+                per_step += tensors
+                    * collective::all_reduce(
+                        state_shard * role.bytes / tensors,
+                        l.dp,
+                        placed.link(Axis::Dp, c),
+                    );
             }
-            // Adam reads and writes weights, gradients, moments and master weights.
+            // Adam reads and writes weights, gradients, moments and master weights, with a
+            // layer's fixed cost for each layer's tensors (its kernels run tensor by tensor).
             if role.trainable {
-                per_step += memory(state_shard * (2.0 * role.bytes + 28.0), placed, c);
+                per_step += memory(state_shard * (2.0 * role.bytes + 28.0), placed, c)
+                    + stage_layers * c.layer_overhead;
             }
             steps * per_step
         }

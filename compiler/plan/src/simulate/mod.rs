@@ -8,4 +8,6 @@
 pub mod gantt;
 pub mod timeline;
 
-pub use timeline::{Bar, BarKind, Forecast, Lane, Timeline, forecast, simulate_step};
+pub use timeline::{
+    Bar, BarKind, Forecast, Lane, TIME_KEY_PREFIX, Timeline, forecast, simulate_step,
+};

@@ -4,6 +4,12 @@ use crate::cost::PlanCosts;
 use crate::model::{OpKind, Plan, RankSet, Step};
 use std::collections::BTreeMap;
 
+/// The prefix of the keys under which `rlc run` writes, in each step's `metrics.jsonl` line, the
+/// wall seconds rank 0 spent in the ops of each [`BarKind`] (`time/generate`, `time/forward`,
+/// `time/train`, `time/kernel`, `time/transfer`, `time/other`): what `rlc plan --calibrate` fits
+/// the cost model's parameters to.
+pub const TIME_KEY_PREFIX: &str = "time/";
+
 /// What a bar of the chart stands for (its colour).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum BarKind {
@@ -47,6 +53,18 @@ impl BarKind {
                 BarKind::Other
             }
         }
+    }
+
+    /// The `metrics.jsonl` key of the seconds a run spent in ops of this kind in a step
+    /// (`time/generate`, …; see [`TIME_KEY_PREFIX`]).
+    pub fn time_key(self) -> String {
+        format!("{TIME_KEY_PREFIX}{}", self.label())
+    }
+
+    /// The kind a `metrics.jsonl` timing key names.
+    pub fn of_time_key(key: &str) -> Option<BarKind> {
+        let label = key.strip_prefix(TIME_KEY_PREFIX)?;
+        BarKind::ALL.into_iter().find(|k| k.label() == label)
     }
 
     pub fn label(self) -> &'static str {
@@ -108,6 +126,24 @@ impl Timeline {
                 }
             })
             .collect()
+    }
+
+    /// What the runtime's `time/…` keys measure on `rank`: the wall seconds of its lane by kind
+    /// of op, each bar with the wait before it (a rank inside a collective waits for the others
+    /// to reach it). Empty when no lane holds `rank`.
+    pub fn lane_seconds_by_kind(&self, rank: u32) -> BTreeMap<BarKind, f64> {
+        let mut by_kind = BTreeMap::new();
+        let Some(lane) = self.lanes.iter().find(|l| l.ranks.contains(rank)) else {
+            return by_kind;
+        };
+        let mut bars: Vec<&Bar> = lane.bars.iter().collect();
+        bars.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.end.total_cmp(&b.end)));
+        let mut previous = 0.0f64;
+        for bar in bars {
+            *by_kind.entry(bar.kind).or_insert(0.0) += bar.end - previous.min(bar.start);
+            previous = previous.max(bar.end);
+        }
+        by_kind
     }
 
     /// The utilisation of all devices together (each lane weighted by its ranks).
