@@ -240,9 +240,11 @@ pub fn fit_speed(
     Ok((Scales::uniform(k, links).apply(base), k))
 }
 
-/// One kind of op: its measured typical seconds and what the fitted model predicts.
+/// One kind of op of one run: its measured typical seconds and what the fitted model predicts.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KindFit {
+    /// Which of the fitted runs (0 for [`fit_ops`]'s one).
+    pub run: usize,
     pub kind: BarKind,
     pub measured: f64,
     pub predicted: f64,
@@ -268,7 +270,7 @@ pub struct OpsFit {
     pub scales: Scales,
     /// Per knob: whether it was fitted, or why it keeps the prior's scale.
     pub status: [KnobStatus; 5],
-    /// Per measured kind, in [`BarKind`] order.
+    /// Per run, per measured kind, in [`BarKind`] order.
     pub kinds: Vec<KindFit>,
 }
 
@@ -304,26 +306,68 @@ pub fn fit_ops(
     prior: Scales,
     predict: impl Fn(&CostParams) -> Result<BTreeMap<BarKind, f64>, String>,
 ) -> Result<OpsFit, String> {
-    let kinds: Vec<(BarKind, f64)> = measured
+    fit_runs(base, std::slice::from_ref(measured), prior, |p| {
+        Ok(vec![predict(p)?])
+    })
+}
+
+/// [`fit_ops`] over several runs at once (of other programs, or other layouts of one): one set
+/// of knobs for all, each run's kinds weighed against that run's total, and each run's total
+/// held. Runs whose passes differ in shape tell apart knobs that one run's kinds move together
+/// (a run whose every pass has the same rows cannot tell compute from per-layer overhead).
+/// `predict` gives each run's kinds, in the order of `measured`.
+pub fn fit_runs(
+    base: &CostParams,
+    measured: &[BTreeMap<BarKind, f64>],
+    prior: Scales,
+    predict: impl Fn(&CostParams) -> Result<Vec<BTreeMap<BarKind, f64>>, String>,
+) -> Result<OpsFit, String> {
+    let kinds: Vec<(usize, BarKind, f64)> = measured
         .iter()
-        .filter(|(k, m)| **m > 0.0 && m.is_finite() && **k != BarKind::Offload)
-        .map(|(k, m)| (*k, *m))
+        .enumerate()
+        .flat_map(|(run, kinds)| {
+            kinds
+                .iter()
+                .filter(|(k, m)| **m > 0.0 && m.is_finite() && **k != BarKind::Offload)
+                .map(move |(k, m)| (run, *k, *m))
+        })
         .collect();
     if kinds.is_empty() {
         return Err("the run timed no ops".into());
     }
-    let target: Vec<f64> = kinds.iter().map(|(_, m)| *m).collect();
-    let total: f64 = target.iter().sum();
+    let runs = measured.len();
+    if let Some(run) = (0..runs).find(|r| !kinds.iter().any(|(k, _, _)| k == r)) {
+        return Err(format!("run {} timed no ops", run + 1));
+    }
+    let target: Vec<f64> = kinds.iter().map(|(_, _, m)| *m).collect();
+    let run_of: Vec<usize> = kinds.iter().map(|(r, _, _)| *r).collect();
+    let totals: Vec<f64> = (0..runs)
+        .map(|r| {
+            kinds
+                .iter()
+                .filter(|(k, _, _)| *k == r)
+                .map(|(_, _, m)| m)
+                .sum()
+        })
+        .collect();
     let problem = Problem {
-        scale: target.iter().map(|m| m.max(SMALL_KIND * total)).collect(),
+        scale: kinds
+            .iter()
+            .map(|(r, _, m)| m.max(SMALL_KIND * totals[*r]))
+            .collect(),
         target,
+        run_of,
+        totals,
         prior,
     };
     let row = |s: &Scales| -> Result<Vec<f64>, String> {
         let p = predict(&s.apply(base))?;
+        if p.len() != runs {
+            return Err(format!("{} runs predicted for {runs}", p.len()));
+        }
         Ok(kinds
             .iter()
-            .map(|(k, _)| p.get(k).copied().unwrap_or(0.0))
+            .map(|(r, k, _)| p[*r].get(k).copied().unwrap_or(0.0))
             .collect())
     };
     // Knobs held at the floor: those the fit would take below it. Fitting the others again
@@ -384,7 +428,8 @@ pub fn fit_ops(
         kinds: kinds
             .iter()
             .zip(y)
-            .map(|(&(kind, measured), predicted)| KindFit {
+            .map(|(&(run, kind, measured), predicted)| KindFit {
+                run,
                 kind,
                 measured,
                 predicted,
@@ -401,6 +446,9 @@ type Row<'a> = dyn Fn(&Scales) -> Result<Vec<f64>, String> + 'a;
 struct Problem {
     target: Vec<f64>,
     scale: Vec<f64>,
+    /// The run each kind belongs to, and each run's measured total.
+    run_of: Vec<usize>,
+    totals: Vec<f64>,
     prior: Scales,
 }
 
@@ -412,18 +460,29 @@ impl Problem {
         }))
     }
 
-    /// The residuals of predictions `y`: each kind's error relative to its size, the total's
-    /// relative to [`TOTAL`] of it.
+    /// The residuals of predictions `y`: each kind's error relative to its size, then each
+    /// run's total's relative to [`TOTAL`] of it.
     fn residuals(&self, y: &[f64]) -> Vec<f64> {
-        let total: f64 = self.target.iter().sum();
         let mut r: Vec<f64> = y
             .iter()
             .zip(&self.target)
             .zip(&self.scale)
             .map(|((y, m), w)| (y - m) / w)
             .collect();
-        r.push((y.iter().sum::<f64>() - total) / (TOTAL * total));
+        for (run, total) in self.totals.iter().enumerate() {
+            r.push((self.run_sum(run, y.iter().copied()) - total) / (TOTAL * total));
+        }
         r
+    }
+
+    /// The sum of `values` (one per kind) over the kinds of `run`.
+    fn run_sum(&self, run: usize, values: impl IntoIterator<Item = f64>) -> f64 {
+        values
+            .into_iter()
+            .zip(&self.run_of)
+            .filter(|(_, r)| **r == run)
+            .map(|(v, _)| v)
+            .sum()
     }
 
     /// The sum of the squared residuals.
@@ -471,17 +530,18 @@ impl Problem {
             if idx.is_empty() {
                 break;
             }
-            let total: f64 = self.target.iter().sum();
             let mut jac: Vec<Vec<f64>> = shares
                 .iter()
                 .zip(&self.scale)
                 .map(|(b, w)| idx.iter().map(|&i| b[i] / w).collect())
                 .collect();
-            jac.push(
-                idx.iter()
-                    .map(|&i| shares.iter().map(|b| b[i]).sum::<f64>() / (TOTAL * total))
-                    .collect(),
-            );
+            for (run, total) in self.totals.iter().enumerate() {
+                jac.push(
+                    idx.iter()
+                        .map(|&i| self.run_sum(run, shares.iter().map(|b| b[i])) / (TOTAL * total))
+                        .collect(),
+                );
+            }
             let r = self.residuals(&y);
             let n = idx.len();
             let mut normal = vec![vec![0.0; n]; n];
@@ -787,6 +847,65 @@ mod tests {
             assert!((k.predicted / k.measured - 1.0).abs() < 1e-6, "{k:?}");
         }
         assert!(fit_ops(&base, &BTreeMap::new(), prior, |p| Ok(small_step(p))).is_err());
+    }
+
+    #[test]
+    fn runs_of_other_shapes_pin_the_knobs_one_run_moves_together() {
+        // Run A's kinds are all 3 parts compute to 1 part per-layer overhead (passes of one
+        // shape), run B's 1 to 4: alone, A fits any (compute, layer) pair on a line and the
+        // speed factor lands on one; with B there is one pair.
+        let base = CostParams::cpu();
+        let parts = |p: &CostParams| {
+            (
+                1e-3 * base.compute_efficiency / p.compute_efficiency,
+                1e-3 * p.layer_overhead / base.layer_overhead,
+            )
+        };
+        let run_a = |p: &CostParams| {
+            let (c, l) = parts(p);
+            BTreeMap::from([
+                (BarKind::Forward, 3.0 * c + l),
+                (BarKind::Train, 9.0 * c + 3.0 * l),
+            ])
+        };
+        let run_b = |p: &CostParams| {
+            let (c, l) = parts(p);
+            BTreeMap::from([(BarKind::Forward, c + 4.0 * l)])
+        };
+        let truth = Scales([2.0, 1.0, 0.5, 1.0, 1.0]).apply(&base);
+        let measured = [run_a(&truth), run_b(&truth)];
+        let step = |p: &CostParams| run_a(p).values().chain(run_b(p).values()).sum::<f64>();
+        let (_, k) = fit_speed(&base, step(&truth), false, step).unwrap();
+        let prior = Scales::uniform(k, false);
+
+        let joint = fit_runs(&base, &measured, prior, |p| Ok(vec![run_a(p), run_b(p)])).unwrap();
+        for knob in [Knob::Compute, Knob::Layer] {
+            let want = [2.0, 1.0, 0.5][knob.index()];
+            let got = joint.scales.get(knob);
+            assert!((got / want - 1.0).abs() < 1e-6, "{}: {got}", knob.name());
+            assert_eq!(joint.status[knob.index()], KnobStatus::Fitted);
+        }
+        assert_eq!(joint.status[Knob::Memory.index()], KnobStatus::Unused);
+        let runs: Vec<usize> = joint.kinds.iter().map(|k| k.run).collect();
+        assert_eq!(runs, [0, 0, 1]);
+        for k in &joint.kinds {
+            assert!((k.predicted / k.measured - 1.0).abs() < 1e-9, "{k:?}");
+        }
+
+        // A alone: its kinds come out exact, B's step twice what it is.
+        let alone = fit_ops(&base, &measured[0], prior, |p| Ok(run_a(p))).unwrap();
+        for k in &alone.kinds {
+            assert!((k.predicted / k.measured - 1.0).abs() < 1e-9, "{k:?}");
+        }
+        let b = run_b(&alone.params)[&BarKind::Forward] / measured[1][&BarKind::Forward];
+        assert!(b > 1.5, "run B under A's fit: {b}");
+
+        // A run with nothing timed is refused, by its number.
+        let err = fit_runs(&base, &[measured[0].clone(), BTreeMap::new()], prior, |p| {
+            Ok(vec![run_a(p), run_b(p)])
+        })
+        .unwrap_err();
+        assert_eq!(err, "run 2 timed no ops");
     }
 
     #[test]
