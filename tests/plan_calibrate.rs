@@ -7,8 +7,10 @@
 //!   (the model's shape, not only a fitted speed, decides this, and `grpo_digits.rl`'s run
 //!   hardly tells its links from its training: see the test); the other way round within a
 //!   factor of three (`ppo_critic.rl`'s run hardly tells compute from per-layer overhead);
-//! - a variant of the GRPO example with a larger policy within a factor of two, step and shares
-//!   (it runs after the others, under whatever else a shared machine does then).
+//! - fitted to both runs at once (`--calibrate-with`), each example's other steps within 25 %;
+//! - a variant of the GRPO example with a larger policy within a factor of two, step and shares,
+//!   under GRPO's fit, and its step under the joint one (it runs after the others, under
+//!   whatever else a shared machine does then).
 
 #![cfg(feature = "runtime")]
 
@@ -211,6 +213,8 @@ const STEPS: u64 = 25;
 /// has not seen.
 struct Calibrated {
     cost: PathBuf,
+    /// The half of the run the model was fitted to.
+    metrics: PathBuf,
     step: f64,
 }
 
@@ -251,7 +255,11 @@ fn calibrated_within_a_run(example: &str, dir: &Path) -> Calibrated {
         .map(|(kind, [_, _, fitted])| (kind, fitted))
         .collect();
     check_kinds(example, &fitted, &others, step, share_fits);
-    Calibrated { cost, step }
+    Calibrated {
+        cost,
+        metrics,
+        step,
+    }
 }
 
 #[test]
@@ -296,19 +304,53 @@ fn calibrated_on_a_cpu_run_the_model_predicts_its_steps_within_25_percent_and_th
         "{grpo} under {ppo}'s fit: {:+.1} %",
         error * 100.0
     );
-    // A larger policy.
+    // Both runs at once (`--calibrate-with`): one model for the two examples, each run's step
+    // held, so each example's other steps within 25 % as under its own fit.
+    let joint = dir.join("joint.json");
+    let out = rlc(&[
+        "plan",
+        grpo,
+        "--calibrate",
+        grpo_run.metrics.to_str().unwrap(),
+        "--calibrate-with",
+        ppo,
+        ppo_run.metrics.to_str().unwrap(),
+        "--save-cost",
+        joint.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    for (program, calibrated) in [(grpo, &grpo_run), (ppo, &ppo_run)] {
+        let error = report(
+            &format!("{program} (calibrated on both)"),
+            predict(program, &joint),
+            calibrated.step,
+        );
+        assert!(
+            error.abs() < 0.25,
+            "{program} under the joint fit: {:+.1} %",
+            error * 100.0
+        );
+    }
+    // A larger policy, under GRPO's fit and under the joint one.
     let cost = &grpo_run.cost;
     let wider = wider_variant(&dir);
     let wider = wider.to_str().unwrap();
     let wider_dir = dir.join("wider");
     let wider_lines = run(wider, &wider_dir, 13);
     let wider_time = median(&wider_lines, true);
-    let error = report(wider, predict(wider, cost), wider_time);
-    assert!(
-        (0.5..2.0).contains(&(1.0 + error)),
-        "the wider variant: {:+.1} %",
-        error * 100.0
-    );
+    for (fit, cost) in [(grpo, cost), ("both", &joint)] {
+        let error = report(
+            &format!("{wider} (calibrated on {fit})"),
+            predict(wider, cost),
+            wider_time,
+        );
+        assert!(
+            (0.5..2.0).contains(&(1.0 + error)),
+            "the wider variant under {fit}'s fit: {:+.1} %",
+            error * 100.0
+        );
+    }
     // Its kinds of op under the fitted model: the `start` column of a calibration on its own
     // run that starts from that model.
     let out = rlc(&[

@@ -1,5 +1,6 @@
 //! `rlc plan` through the binary: a simulation writes its timeline (the same bytes twice), the
-//! planner's report for `place auto`, E0901 with exit 1, and bad inputs refused without a panic.
+//! planner's report for `place auto`, E0901 with exit 1, calibration on one run and on several,
+//! and bad inputs refused without a panic.
 
 mod common;
 
@@ -212,6 +213,141 @@ fn calibration_fits_per_op_times_and_still_reads_step_times_alone() {
         .unwrap_or_else(|| panic!("{report}"));
     assert!(all_ops.starts_with("  all ops    195.11 ms"), "{all_ops}");
     assert!(all_ops.ends_with("195.11 ms    +0.0 %"), "{all_ops}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `predicted step:` line of `rlc plan`'s output.
+fn predicted_step(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("predicted step: "))
+        .unwrap_or_else(|| panic!("no prediction in {stdout}"))
+}
+
+#[test]
+fn calibration_on_several_runs_fits_one_model_and_holds_each_step() {
+    let dir = scratch("calibrate-with");
+    let (grpo, ppo) = ("examples/grpo_digits.rl", "examples/ppo_critic.rl");
+    let grpo_metrics = dir.join("grpo.jsonl");
+    metrics_file(
+        &grpo_metrics,
+        0.2,
+        &[
+            ("generate", 0.03),
+            ("forward", 0.05),
+            ("train", 0.1),
+            ("kernel", 0.015),
+            ("other", 0.0001),
+        ],
+    );
+    let ppo_metrics = dir.join("ppo.jsonl");
+    metrics_file(
+        &ppo_metrics,
+        0.15,
+        &[
+            ("generate", 0.02),
+            ("forward", 0.012),
+            ("train", 0.11),
+            ("kernel", 0.003),
+            ("transfer", 0.002),
+            ("other", 0.0001),
+        ],
+    );
+    let cost = dir.join("joint.json");
+    let joint = [
+        "plan",
+        grpo,
+        "--calibrate",
+        grpo_metrics.to_str().unwrap(),
+        "--calibrate-with",
+        ppo,
+        ppo_metrics.to_str().unwrap(),
+        "--save-cost",
+        cost.to_str().unwrap(),
+    ];
+    let reports: Vec<String> = (0..2)
+        .map(|_| {
+            let out = rlc(&joint);
+            assert!(out.status.success(), "{}", text(&out));
+            String::from_utf8_lossy(&out.stdout).to_string()
+        })
+        .collect();
+    assert_eq!(reports[0], reports[1]);
+    let report = &reports[0];
+    for line in [
+        format!("(a run of {ppo}): a measured step of 150.00 ms (median of 4 steps)"),
+        "fitted to the time of each kind of op on rank 0 of every run".to_string(),
+        format!("  {grpo}:\n  op kind     measured      start     fitted    error\n"),
+        format!("  {ppo}:\n  op kind     measured      start     fitted    error\n"),
+    ] {
+        assert!(report.contains(&line), "{line:?} in {report}");
+    }
+    // Each run's kinds together as measured, and each program's step under the saved
+    // parameters as the report's fitted step.
+    let totals: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("  all ops"))
+        .collect();
+    assert_eq!(totals.len(), 2, "{report}");
+    assert!(
+        totals
+            .iter()
+            .all(|l| l.ends_with(" +0.0 %") || l.ends_with(" -0.0 %")),
+        "{report}"
+    );
+    let fitted_steps: Vec<String> = report
+        .lines()
+        .filter(|l| l.starts_with("  step "))
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            format!("{} {}", words[5], words[6])
+        })
+        .collect();
+    for (program, fitted) in [grpo, ppo].into_iter().zip(&fitted_steps) {
+        let out = rlc(&["plan", program, "--cost", cost.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(predicted_step(&stdout), fitted, "{program}");
+    }
+    assert_eq!(predicted_step(report), fitted_steps[0]);
+
+    // Refused: another run without per-op times, a GPU program beside a CPU one, and
+    // `--calibrate-with` alone.
+    let old = dir.join("old.jsonl");
+    metrics_file(&old, 0.15, &[]);
+    let out = rlc(&[
+        "plan",
+        grpo,
+        "--calibrate",
+        grpo_metrics.to_str().unwrap(),
+        "--calibrate-with",
+        ppo,
+        old.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("without their `time/…` keys"),
+        "{}",
+        text(&out)
+    );
+    let out = rlc(&[
+        "plan",
+        grpo,
+        "--calibrate",
+        grpo_metrics.to_str().unwrap(),
+        "--calibrate-with",
+        "examples/ppo_70b_split.rl",
+        ppo_metrics.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("one runs on CPUs only"),
+        "{}",
+        text(&out)
+    );
+    let out = rlc(&["plan", grpo, "--calibrate-with", ppo, old.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(!text(&out).contains("panicked"), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

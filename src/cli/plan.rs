@@ -2,15 +2,13 @@
 //! step time, simulates a step (`--simulate`: a Gantt chart, utilisation per device,
 //! device-hours) and fits the cost model to a measured run (`--calibrate`).
 
+mod calibrate;
+
 use super::{OutputArgs, build, graph, output, sources};
 use rlc_plan::Plan;
-use rlc_plan::cost::calibrate::{
-    Knob, KnobStatus, MeasuredRun, OpsFit, SMALL_KIND, Scales, fit_ops, fit_speed,
-};
 use rlc_plan::cost::{CostParams, PlanCosts};
 use rlc_plan::planner::apply::PlanFailure;
-use rlc_plan::simulate::{self, BarKind, gantt::seconds_text};
-use std::collections::BTreeMap;
+use rlc_plan::simulate::{self, gantt::seconds_text};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -30,6 +28,17 @@ pub struct PlanArgs {
     /// Fit the cost model to a run of this program (its `metrics.jsonl`).
     #[arg(long, value_name = "METRICS")]
     pub calibrate: Option<PathBuf>,
+    /// With `--calibrate`, fit to a run of another program too (repeatable): one set of
+    /// parameters for all the runs, each run's step held. Runs of other shapes pin what one
+    /// run cannot tell apart (compute from per-layer overhead, links from training).
+    #[arg(
+        long,
+        num_args = 2,
+        value_names = ["PROGRAM", "METRICS"],
+        requires = "calibrate",
+        action = clap::ArgAction::Append
+    )]
+    pub calibrate_with: Vec<PathBuf>,
     /// Cost-model parameters to use (JSON, as `--save-cost` writes them). Default: the GPU
     /// defaults, or the CPU ones when every cluster is a CPU (`docs/planner.md`).
     #[arg(long, value_name = "PARAMS")]
@@ -94,113 +103,6 @@ fn read_params(path: &Path) -> Result<CostParams, String> {
         .map_err(|e| format!("`{}` is not cost-model parameters: {e}", path.display()))
 }
 
-/// The simulated step time of `plan` under `params`.
-fn step_time(plan: &Plan, params: &CostParams) -> Result<f64, String> {
-    let costs = PlanCosts::new(plan, params)?;
-    Ok(simulate::simulate_step(plan, &costs, &|_| false)?.step_seconds)
-}
-
-/// The simulated seconds of each kind of op on rank 0 (the rank whose times `rlc run`
-/// writes), waits for other ranks included.
-fn rank0_op_times(plan: &Plan, params: &CostParams) -> Result<BTreeMap<BarKind, f64>, String> {
-    let costs = PlanCosts::new(plan, params)?;
-    Ok(simulate::simulate_step(plan, &costs, &|_| false)?.lane_seconds_by_kind(0))
-}
-
-/// `x` to four significant digits.
-fn number(x: f64) -> String {
-    if x == 0.0 || !x.is_finite() {
-        return format!("{x}");
-    }
-    let decimals = (3 - x.abs().log10().floor() as i32).max(0) as usize;
-    format!("{x:.decimals$}")
-}
-
-/// The times a per-op fit compares: the measured step, and the predicted step and per-kind
-/// times under the parameters the fit started from.
-struct Before {
-    measured_step: f64,
-    step: f64,
-    ops: BTreeMap<BarKind, f64>,
-}
-
-/// The calibration report of a per-op fit: each knob's slow-down and parameters, then each
-/// kind's measured time, its prediction before and after the fit and the fitted one's error,
-/// their sums, and the step.
-fn fit_report(fit: &OpsFit, prior: &Scales, before: &Before, predicted_step: f64) -> String {
-    let p = &fit.params;
-    let mut out = String::from("  knob       slow-down  parameters\n");
-    for knob in Knob::ALL {
-        let params = match knob {
-            Knob::Compute => format!("compute_efficiency {}", number(p.compute_efficiency)),
-            Knob::Memory => format!("bandwidth_efficiency {}", number(p.bandwidth_efficiency)),
-            Knob::Layer => format!("layer_overhead {}", seconds_text(p.layer_overhead)),
-            Knob::Op => format!("op_overhead {}", seconds_text(p.op_overhead)),
-            Knob::Link => format!(
-                "link_efficiency {}, intra_latency {}, inter_latency {}",
-                number(p.link_efficiency),
-                seconds_text(p.intra_latency),
-                seconds_text(p.inter_latency)
-            ),
-        };
-        // The prior leaves a knob at its start (1) or at the step's speed factor.
-        let (kept, start) = if prior.get(knob) == 1.0 {
-            ("kept", "its start")
-        } else {
-            ("the step's factor", "the step's factor")
-        };
-        let note = match fit.status[knob as usize] {
-            KnobStatus::Fitted => String::new(),
-            KnobStatus::Unused => format!(" ({kept}: the timed ops hardly depend on it)"),
-            KnobStatus::AtFloor => {
-                format!(" (a hundredth of {start}: the fit would take it lower)")
-            }
-        };
-        let _ = writeln!(
-            out,
-            "  {:<9}  {:>9}  {params}{note}",
-            knob.name(),
-            number(fit.scales.get(knob))
-        );
-    }
-    let _ = writeln!(out, "  op kind     measured      start     fitted    error");
-    let row = |out: &mut String, name: &str, measured: f64, start: f64, fitted: f64| {
-        let _ = writeln!(
-            out,
-            "  {name:<9} {:>10} {:>10} {:>10} {:>+7.1} %",
-            seconds_text(measured),
-            seconds_text(start),
-            seconds_text(fitted),
-            (fitted / measured - 1.0) * 100.0
-        );
-    };
-    let (mut measured, mut start, mut fitted) = (0.0, 0.0, 0.0);
-    for k in &fit.kinds {
-        let s = before.ops.get(&k.kind).copied().unwrap_or(0.0);
-        row(&mut out, k.kind.label(), k.measured, s, k.predicted);
-        measured += k.measured;
-        start += s;
-        fitted += k.predicted;
-    }
-    row(&mut out, "all ops", measured, start, fitted);
-    row(
-        &mut out,
-        "step",
-        before.measured_step,
-        before.step,
-        predicted_step,
-    );
-    let small = fit.kinds.iter().any(|k| k.measured < SMALL_KIND * measured);
-    if small {
-        let _ = writeln!(
-            out,
-            "  (a kind under {:.0} % of all ops' time weighs in the fit as if it took that much: its own error counts little)",
-            SMALL_KIND * 100.0
-        );
-    }
-    out
-}
-
 /// A lane's ranks for the table: long rank lists are cut, with their count.
 fn lane_name(ranks: &rlc_plan::model::RankSet) -> String {
     let text = ranks.to_string();
@@ -232,70 +134,11 @@ pub fn run(args: &PlanArgs) -> Result<ExitCode, String> {
         if plan.clusters.len() == 1 { "" } else { "s" }
     );
     out.push_str(&report);
-    if let Some(metrics) = &args.calibrate {
-        let text = sources::read(metrics)?;
-        let run = match MeasuredRun::parse(&text) {
-            Ok(r) => r,
-            Err(e) => {
-                return fail(format!(
-                    "`{}` is not a run's metrics: {e}",
-                    metrics.display()
-                ));
-            }
-        };
-        let measured = run.typical_step();
-        let steps = run.typical_steps();
-        // Thread (or process) ranks on CPUs: their messages run at the machine's speed.
-        let cpus = plan.clusters.iter().all(|c| c.is_cpu);
-        let (single, factor) = match fit_speed(&params, measured, cpus, |p| {
-            step_time(&plan, p).unwrap_or(f64::NAN)
-        }) {
+    if args.calibrate.is_some() {
+        params = match calibrate::calibrate(args, &plan, params, &mut out)? {
             Ok(fitted) => fitted,
-            Err(e) => return fail(format!("cannot calibrate: {e}")),
+            Err(code) => return Ok(code),
         };
-        let _ = writeln!(
-            out,
-            "calibrated on {}: a measured step of {} (median of {steps} steps); from the step alone the device runs at {:.3}× the model's speed",
-            metrics.display(),
-            seconds_text(measured),
-            1.0 / factor
-        );
-        match run.typical_ops() {
-            None => {
-                let _ = writeln!(
-                    out,
-                    "  (no `time/…` keys in the file, a run from before they were written: one speed factor fitted)"
-                );
-                params = single;
-            }
-            Some(ops) => {
-                let before = match rank0_op_times(&plan, &params)
-                    .and_then(|ops| Ok((ops, step_time(&plan, &params)?)))
-                {
-                    Ok((ops, step)) => Before {
-                        measured_step: measured,
-                        step,
-                        ops,
-                    },
-                    Err(e) => return fail(e),
-                };
-                let prior = Scales::uniform(factor, cpus);
-                let fit = match fit_ops(&params, &ops, prior, |p| rank0_op_times(&plan, p)) {
-                    Ok(fit) => fit,
-                    Err(e) => return fail(format!("cannot calibrate: {e}")),
-                };
-                let predicted_step = match step_time(&plan, &fit.params) {
-                    Ok(t) => t,
-                    Err(e) => return fail(e),
-                };
-                let _ = writeln!(
-                    out,
-                    "fitted to the time of each kind of op on rank 0 (median of {steps} steps; slow-down relative to the parameters it started from):"
-                );
-                out.push_str(&fit_report(&fit, &prior, &before, predicted_step));
-                params = fit.params;
-            }
-        }
     }
     if let Some(path) = &args.save_cost {
         build::write_atomically(path, params.to_json().as_bytes())?;
