@@ -103,6 +103,12 @@ fn read_params(path: &Path) -> Result<CostParams, String> {
         .map_err(|e| format!("`{}` is not cost-model parameters: {e}", path.display()))
 }
 
+/// Prints why `rlc plan` on `args.path` stops: exit code 1.
+fn refused(args: &PlanArgs, message: &str) -> ExitCode {
+    eprintln!("error: `{}`: {message}", args.path.display());
+    ExitCode::from(1)
+}
+
 /// A lane's ranks for the table: long rank lists are cut, with their count.
 fn lane_name(ranks: &rlc_plan::model::RankSet) -> String {
     let text = ranks.to_string();
@@ -119,10 +125,7 @@ pub fn run(args: &PlanArgs) -> Result<ExitCode, String> {
         Ok(found) => found,
         Err(code) => return Ok(code),
     };
-    let fail = |m: String| {
-        eprintln!("error: `{}`: {m}", args.path.display());
-        Ok(ExitCode::from(1))
-    };
+    let fail = |m: String| Ok(refused(args, &m));
     if let Some(path) = &args.emit_plan {
         build::write_atomically(path, plan.to_json().as_bytes())?;
     }

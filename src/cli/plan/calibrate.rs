@@ -2,7 +2,7 @@
 //! steps, then one slow-down per knob from each kind of op's time: `rlc_plan::cost::calibrate`)
 //! and the report of the fit.
 
-use super::{PlanArgs, plan_of};
+use super::{PlanArgs, plan_of, refused};
 use crate::cli::sources;
 use rlc_plan::Plan;
 use rlc_plan::cost::calibrate::{
@@ -10,22 +10,18 @@ use rlc_plan::cost::calibrate::{
 };
 use rlc_plan::cost::{CostParams, PlanCosts};
 use rlc_plan::simulate::{self, BarKind, gantt::seconds_text};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-/// The simulated step time of `plan` under `params`.
-fn step_time(plan: &Plan, params: &CostParams) -> Result<f64, String> {
+/// The simulated step of `plan` under `params`: its time, and the seconds of each kind of op on
+/// rank 0 (the rank whose times `rlc run` writes), waits for other ranks included.
+fn simulated(plan: &Plan, params: &CostParams) -> Result<(f64, BTreeMap<BarKind, f64>), String> {
     let costs = PlanCosts::new(plan, params)?;
-    Ok(simulate::simulate_step(plan, &costs, &|_| false)?.step_seconds)
-}
-
-/// The simulated seconds of each kind of op on rank 0 (the rank whose times `rlc run`
-/// writes), waits for other ranks included.
-fn rank0_op_times(plan: &Plan, params: &CostParams) -> Result<BTreeMap<BarKind, f64>, String> {
-    let costs = PlanCosts::new(plan, params)?;
-    Ok(simulate::simulate_step(plan, &costs, &|_| false)?.lane_seconds_by_kind(0))
+    let timeline = simulate::simulate_step(plan, &costs, &|_| false)?;
+    Ok((timeline.step_seconds, timeline.lane_seconds_by_kind(0)))
 }
 
 /// `x` to four significant digits.
@@ -37,11 +33,12 @@ fn number(x: f64) -> String {
     format!("{x:.decimals$}")
 }
 
-/// One measured run: its program's plan, where it came from and what it measured.
-struct Run {
-    program: PathBuf,
-    metrics: PathBuf,
-    plan: Plan,
+/// One measured run: its program's plan (the one `rlc plan` was given, or another's), where it
+/// came from and what it measured.
+struct Run<'a> {
+    program: &'a Path,
+    metrics: &'a Path,
+    plan: Cow<'a, Plan>,
     measured: MeasuredRun,
 }
 
@@ -61,26 +58,26 @@ pub(super) fn calibrate(
     params: CostParams,
     out: &mut String,
 ) -> Result<Result<CostParams, ExitCode>, String> {
-    let fail = |m: String| {
-        eprintln!("error: `{}`: {m}", args.path.display());
-        Ok(Err(ExitCode::from(1)))
-    };
+    let fail = |m: String| Ok(Err(refused(args, &m)));
     let Some(metrics) = &args.calibrate else {
         return Ok(Ok(params));
     };
-    let mut sources_of_runs = vec![(args.path.clone(), metrics.clone(), None)];
-    for pair in args.calibrate_with.chunks(2) {
-        let program = pair[0].clone();
-        let other = match plan_of(&program, args, &mut String::new())? {
-            Ok((other, _)) => other,
-            Err(code) => return Ok(Err(code)),
-        };
-        sources_of_runs.push((program, pair[1].clone(), Some(other)));
-    }
+    let given = std::iter::once((args.path.as_path(), metrics.as_path()));
+    let others = args
+        .calibrate_with
+        .chunks(2)
+        .map(|pair| (pair[0].as_path(), pair[1].as_path()));
     let mut runs = Vec::new();
-    for (program, metrics, other) in sources_of_runs {
-        let text = sources::read(&metrics)?;
-        let measured = match MeasuredRun::parse(&text) {
+    for (program, metrics) in given.chain(others) {
+        let plan = if runs.is_empty() {
+            Cow::Borrowed(plan)
+        } else {
+            match plan_of(program, args, &mut String::new())? {
+                Ok((other, _)) => Cow::Owned(other),
+                Err(code) => return Ok(Err(code)),
+            }
+        };
+        let measured = match MeasuredRun::parse(&sources::read(metrics)?) {
             Ok(r) => r,
             Err(e) => {
                 return fail(format!(
@@ -92,7 +89,7 @@ pub(super) fn calibrate(
         runs.push(Run {
             program,
             metrics,
-            plan: other.unwrap_or_else(|| plan.clone()),
+            plan,
             measured,
         });
     }
@@ -112,7 +109,7 @@ pub(super) fn calibrate(
     let measured: f64 = runs.iter().map(|r| r.measured.typical_step()).sum();
     let (single, factor) = match fit_speed(&params, measured, cpus, |p| {
         runs.iter()
-            .map(|r| step_time(&r.plan, p).unwrap_or(f64::NAN))
+            .map(|r| simulated(&r.plan, p).map_or(f64::NAN, |(step, _)| step))
             .sum()
     }) {
         Ok(fitted) => fitted,
@@ -162,10 +159,8 @@ pub(super) fn calibrate(
     };
     let mut befores = Vec::new();
     for run in &runs {
-        let start = rank0_op_times(&run.plan, &params)
-            .and_then(|ops| Ok((ops, step_time(&run.plan, &params)?)));
-        match start {
-            Ok((ops, step)) => befores.push(Before {
+        match simulated(&run.plan, &params) {
+            Ok((step, ops)) => befores.push(Before {
                 measured_step: run.measured.typical_step(),
                 step,
                 ops,
@@ -175,15 +170,17 @@ pub(super) fn calibrate(
     }
     let prior = Scales::uniform(factor, cpus);
     let fit = match fit_runs(&params, &ops, prior, |p| {
-        runs.iter().map(|r| rank0_op_times(&r.plan, p)).collect()
+        runs.iter()
+            .map(|r| simulated(&r.plan, p).map(|(_, ops)| ops))
+            .collect()
     }) {
         Ok(fit) => fit,
         Err(e) => return fail(format!("cannot calibrate: {e}")),
     };
     let mut fitted_steps = Vec::new();
     for run in &runs {
-        match step_time(&run.plan, &fit.params) {
-            Ok(t) => fitted_steps.push(t),
+        match simulated(&run.plan, &fit.params) {
+            Ok((step, _)) => fitted_steps.push(step),
             Err(e) => return fail(e),
         }
     }
@@ -202,7 +199,7 @@ pub(super) fn calibrate(
     let names: Vec<Option<&Path>> = if runs.len() == 1 {
         vec![None]
     } else {
-        runs.iter().map(|r| Some(r.program.as_path())).collect()
+        runs.iter().map(|r| Some(r.program)).collect()
     };
     out.push_str(&fit_report(&fit, &prior, &names, &befores, &fitted_steps));
     Ok(Ok(fit.params))
