@@ -16,13 +16,12 @@
 
 mod common;
 
-use common::{rlc, scratch, text};
+use common::{predicted_step, rlc_stdout, scratch};
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 /// Runs `example` for `steps` steps into `dir`; the run's `metrics.jsonl` lines.
 fn run(example: &str, dir: &Path, steps: u64) -> Vec<String> {
-    let out = rlc(&[
+    rlc_stdout(&[
         "run",
         example,
         "--out",
@@ -30,7 +29,6 @@ fn run(example: &str, dir: &Path, steps: u64) -> Vec<String> {
         "--stop-after",
         &steps.to_string(),
     ]);
-    assert!(out.status.success(), "{}", text(&out));
     let metrics = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
     let lines: Vec<String> = metrics.lines().map(str::to_string).collect();
     assert_eq!(lines.len() as u64, steps, "{metrics}");
@@ -76,19 +74,13 @@ fn seconds(words: &mut std::str::SplitWhitespace) -> f64 {
 }
 
 /// The `predicted step:` line of `rlc plan`, in seconds.
-fn predicted(out: &Output) -> f64 {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("predicted step: "))
-        .unwrap_or_else(|| panic!("no prediction in {}", text(out)));
-    seconds(&mut line.split_whitespace())
+fn predicted(stdout: &str) -> f64 {
+    seconds(&mut predicted_step(stdout).split_whitespace())
 }
 
 /// The kinds of op of `--calibrate`'s table: (kind, [measured, start, fitted] seconds), the
 /// `all ops` and `step` rows left out.
-fn kinds(out: &Output) -> Vec<(String, [f64; 3])> {
-    let stdout = String::from_utf8_lossy(&out.stdout);
+fn kinds(stdout: &str) -> Vec<(String, [f64; 3])> {
     let rows = stdout
         .lines()
         .skip_while(|l| !l.starts_with("  op kind"))
@@ -102,7 +94,7 @@ fn kinds(out: &Output) -> Vec<(String, [f64; 3])> {
             (kind, times)
         })
         .collect();
-    assert!(!kinds.is_empty(), "no table of op kinds in {}", text(out));
+    assert!(!kinds.is_empty(), "no table of op kinds in {stdout}");
     kinds
 }
 
@@ -124,9 +116,12 @@ fn wider_variant(dir: &Path) -> PathBuf {
 
 /// `rlc plan PROGRAM --cost COST`'s predicted step, in seconds.
 fn predict(program: &str, cost: &Path) -> f64 {
-    let out = rlc(&["plan", program, "--cost", cost.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
-    predicted(&out)
+    predicted(&rlc_stdout(&[
+        "plan",
+        program,
+        "--cost",
+        cost.to_str().unwrap(),
+    ]))
 }
 
 /// Prints and returns the relative error of a prediction.
@@ -237,7 +232,7 @@ fn calibrated_within_a_run(example: &str, dir: &Path) -> Calibrated {
     let metrics = dir.join("fit.jsonl");
     std::fs::write(&metrics, fit.join("\n") + "\n").unwrap();
     let cost = dir.join("cost.json");
-    let out = rlc(&[
+    let out = rlc_stdout(&[
         "plan",
         example,
         "--calibrate",
@@ -245,8 +240,7 @@ fn calibrated_within_a_run(example: &str, dir: &Path) -> Calibrated {
         "--save-cost",
         cost.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", text(&out));
-    print!("{}", String::from_utf8_lossy(&out.stdout));
+    print!("{out}");
     let step = median(&others, false);
     let error = report(example, predict(example, &cost), step);
     assert!(error.abs() < 0.25, "{example}: {:+.1} %", error * 100.0);
@@ -307,7 +301,7 @@ fn calibrated_on_a_cpu_run_the_model_predicts_its_steps_within_25_percent_and_th
     // Both runs at once (`--calibrate-with`): one model for the two examples, each run's step
     // held, so each example's other steps within 25 % as under its own fit.
     let joint = dir.join("joint.json");
-    let out = rlc(&[
+    let out = rlc_stdout(&[
         "plan",
         grpo,
         "--calibrate",
@@ -318,8 +312,7 @@ fn calibrated_on_a_cpu_run_the_model_predicts_its_steps_within_25_percent_and_th
         "--save-cost",
         joint.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", text(&out));
-    print!("{}", String::from_utf8_lossy(&out.stdout));
+    print!("{out}");
     for (program, calibrated) in [(grpo, &grpo_run), (ppo, &ppo_run)] {
         let error = report(
             &format!("{program} (calibrated on both)"),
@@ -353,7 +346,7 @@ fn calibrated_on_a_cpu_run_the_model_predicts_its_steps_within_25_percent_and_th
     }
     // Its kinds of op under the fitted model: the `start` column of a calibration on its own
     // run that starts from that model.
-    let out = rlc(&[
+    let out = rlc_stdout(&[
         "plan",
         wider,
         "--cost",
@@ -361,7 +354,6 @@ fn calibrated_on_a_cpu_run_the_model_predicts_its_steps_within_25_percent_and_th
         "--calibrate",
         wider_dir.join("metrics.jsonl").to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", text(&out));
     let start: Vec<(String, f64)> = kinds(&out)
         .into_iter()
         .map(|(kind, [_, start, _])| (kind, start))

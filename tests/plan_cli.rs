@@ -4,15 +4,8 @@
 
 mod common;
 
-use common::{rlc, text};
+use common::{predicted_step, rlc, rlc_stdout, scratch, text};
 use std::path::PathBuf;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rlc-plan-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 #[test]
 fn simulate_writes_the_same_timeline_twice() {
@@ -20,7 +13,7 @@ fn simulate_writes_the_same_timeline_twice() {
     let mut pictures = Vec::new();
     for run in ["one", "two"] {
         let out_dir = dir.join(run);
-        let out = rlc(&[
+        let stdout = rlc_stdout(&[
             "plan",
             "examples/ppo_70b_split.rl",
             "--simulate",
@@ -29,8 +22,6 @@ fn simulate_writes_the_same_timeline_twice() {
             "--out",
             out_dir.to_str().unwrap(),
         ]);
-        assert!(out.status.success(), "{}", text(&out));
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(stdout.contains("predicted step: "), "{stdout}");
         assert!(stdout.contains("200 steps: "), "{stdout}");
         assert!(stdout.contains("device-hours"), "{stdout}");
@@ -67,14 +58,12 @@ fn place_auto_reports_the_chosen_placement() {
     let path = dir.join("auto.rl");
     std::fs::write(&path, auto).unwrap();
     let plan_path = dir.join("auto.plan.json");
-    let out = rlc(&[
+    let stdout = rlc_stdout(&[
         "plan",
         path.to_str().unwrap(),
         "--emit-plan",
         plan_path.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("placement chosen by the planner"),
         "{stdout}"
@@ -85,17 +74,15 @@ fn place_auto_reports_the_chosen_placement() {
         "{stdout}"
     );
     // The emitted plan is a valid plan file that simulates as it is.
-    let again = rlc(&["plan", plan_path.to_str().unwrap()]);
-    assert!(again.status.success(), "{}", text(&again));
+    rlc_stdout(&["plan", plan_path.to_str().unwrap()]);
     // `rlc build` plans the same way: the same instances, with the planner's layouts.
     let built_path = dir.join("auto.built.json");
-    let built = rlc(&[
+    rlc_stdout(&[
         "build",
         path.to_str().unwrap(),
         "-o",
         built_path.to_str().unwrap(),
     ]);
-    assert!(built.status.success(), "{}", text(&built));
     let instances = |p: &PathBuf| {
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
@@ -158,14 +145,12 @@ fn calibration_fits_per_op_times_and_still_reads_step_times_alone() {
     // A file from before the per-op times: one speed factor, which gives the measured step.
     let old = dir.join("old.jsonl");
     metrics_file(&old, 0.2, &[]);
-    let out = rlc(&[
+    let stdout = rlc_stdout(&[
         "plan",
         "examples/grpo_digits.rl",
         "--calibrate",
         old.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(stdout.contains("one speed factor fitted"), "{stdout}");
     assert!(stdout.contains("predicted step: 200.00 ms"), "{stdout}");
     assert!(!stdout.contains("op kind"), "{stdout}");
@@ -183,14 +168,12 @@ fn calibration_fits_per_op_times_and_still_reads_step_times_alone() {
     metrics_file(&new, 0.2, &ops);
     let mut reports = Vec::new();
     for _ in 0..2 {
-        let out = rlc(&[
+        reports.push(rlc_stdout(&[
             "plan",
             "examples/grpo_digits.rl",
             "--calibrate",
             new.to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{}", text(&out));
-        reports.push(String::from_utf8_lossy(&out.stdout).to_string());
+        ]));
     }
     assert_eq!(reports[0], reports[1]);
     let report = &reports[0];
@@ -214,14 +197,6 @@ fn calibration_fits_per_op_times_and_still_reads_step_times_alone() {
     assert!(all_ops.starts_with("  all ops    195.11 ms"), "{all_ops}");
     assert!(all_ops.ends_with("195.11 ms    +0.0 %"), "{all_ops}");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The `predicted step:` line of `rlc plan`'s output.
-fn predicted_step(stdout: &str) -> &str {
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("predicted step: "))
-        .unwrap_or_else(|| panic!("no prediction in {stdout}"))
 }
 
 #[test]
@@ -265,13 +240,7 @@ fn calibration_on_several_runs_fits_one_model_and_holds_each_step() {
         "--save-cost",
         cost.to_str().unwrap(),
     ];
-    let reports: Vec<String> = (0..2)
-        .map(|_| {
-            let out = rlc(&joint);
-            assert!(out.status.success(), "{}", text(&out));
-            String::from_utf8_lossy(&out.stdout).to_string()
-        })
-        .collect();
+    let reports: Vec<String> = (0..2).map(|_| rlc_stdout(&joint)).collect();
     assert_eq!(reports[0], reports[1]);
     let report = &reports[0];
     for line in [
@@ -304,9 +273,7 @@ fn calibration_on_several_runs_fits_one_model_and_holds_each_step() {
         })
         .collect();
     for (program, fitted) in [grpo, ppo].into_iter().zip(&fitted_steps) {
-        let out = rlc(&["plan", program, "--cost", cost.to_str().unwrap()]);
-        assert!(out.status.success(), "{}", text(&out));
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stdout = rlc_stdout(&["plan", program, "--cost", cost.to_str().unwrap()]);
         assert_eq!(predicted_step(&stdout), fitted, "{program}");
     }
     assert_eq!(predicted_step(report), fitted_steps[0]);

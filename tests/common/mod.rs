@@ -28,6 +28,27 @@ pub fn rlc(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// The standard output of `rlc ARGS…`, which must succeed (else the test fails with all of
+/// its output).
+pub fn rlc_stdout(args: &[&str]) -> String {
+    let out = rlc(args);
+    assert!(
+        out.status.success(),
+        "rlc {}: {}",
+        args.join(" "),
+        text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What follows `predicted step: ` in `rlc plan`'s output (`12.34 ms`).
+pub fn predicted_step(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("predicted step: "))
+        .unwrap_or_else(|| panic!("no prediction in {stdout}"))
+}
+
 /// Standard output then standard error.
 pub fn text(out: &Output) -> String {
     format!(
