@@ -29,7 +29,46 @@ pub struct RankGroups {
     pub data: Communicator,
 }
 
+/// Which of a rank's communicators: one per axis, and `data` (`dp` and `fsdp` together).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Members {
+    Tp,
+    Pp,
+    Fsdp,
+    Dp,
+    Data,
+}
+
 impl RankGroups {
+    /// Every rank of `layout` (ranks `0 .. layout.devices()`, numbered as the plan numbers them:
+    /// pp slowest, then dp, fsdp, tp) for which `comm` gives each communicator; `comm` gets the
+    /// rank, which communicator, the rank's index in it and its size.
+    pub fn assemble(
+        layout: Layout,
+        mut comm: impl FnMut(u32, Members, u32, u32) -> Option<Communicator>,
+    ) -> Vec<RankGroups> {
+        let instance = layout_instance(layout);
+        (0..layout.devices())
+            .filter_map(|rank| {
+                let (p, d, f, t) = instance.coord_of(rank).expect("a rank of the layout");
+                let mut comm = |members, index, size| comm(rank, members, index, size);
+                Some(RankGroups {
+                    rank: rank as usize,
+                    layout,
+                    pp_rank: p as usize,
+                    dp_rank: d as usize,
+                    fsdp_rank: f as usize,
+                    tp_rank: t as usize,
+                    tp: comm(Members::Tp, t, layout.tp)?,
+                    pp: comm(Members::Pp, p, layout.pp)?,
+                    fsdp: comm(Members::Fsdp, f, layout.fsdp)?,
+                    dp: comm(Members::Dp, d, layout.dp)?,
+                    data: comm(Members::Data, d * layout.fsdp + f, layout.data_ranks())?,
+                })
+            })
+            .collect()
+    }
+
     /// Which slice of the global batch this rank trains on (`d·fsdp + f`, as the plan numbers data
     /// ranks), out of `layout.data_ranks()`.
     pub fn data_rank(&self) -> usize {
@@ -60,16 +99,7 @@ pub fn process_groups_on(
         devices as usize,
         "one job rank per layout rank"
     );
-    let instance = Instance {
-        id: String::new(),
-        role: String::new(),
-        cluster: String::new(),
-        phases: Vec::new(),
-        ranks: RankSet::range(0, devices),
-        layout,
-        auto: false,
-        memory: Default::default(),
-    };
+    let instance = layout_instance(layout);
     let per_axis = |groups: &[Vec<u32>]| -> Result<BTreeMap<u32, Communicator>, CollectiveError> {
         let global: Vec<Vec<u32>> = groups
             .iter()
@@ -90,25 +120,31 @@ pub fn process_groups_on(
         })
         .collect();
     let mut data = per_axis(&data_groups)?;
-    Ok((0..devices)
-        .filter_map(|rank| {
-            let job_rank = job_ranks[rank as usize];
-            let (p, d, f, t) = instance.coord_of(rank).expect("rank of the layout");
-            Some(RankGroups {
-                rank: rank as usize,
-                layout,
-                pp_rank: p as usize,
-                dp_rank: d as usize,
-                fsdp_rank: f as usize,
-                tp_rank: t as usize,
-                tp: tp.remove(&job_rank)?,
-                pp: pp.remove(&job_rank)?,
-                fsdp: fsdp.remove(&job_rank)?,
-                dp: dp.remove(&job_rank)?,
-                data: data.remove(&job_rank)?,
-            })
-        })
-        .collect())
+    // This process's ranks only: the others' communicators live in their processes.
+    Ok(RankGroups::assemble(layout, |rank, members, _, _| {
+        let of_axis = match members {
+            Members::Tp => &mut tp,
+            Members::Pp => &mut pp,
+            Members::Fsdp => &mut fsdp,
+            Members::Dp => &mut dp,
+            Members::Data => &mut data,
+        };
+        of_axis.remove(&job_ranks[rank as usize])
+    }))
+}
+
+/// `layout` as an instance on ranks `0 .. layout.devices()`: what numbers its ranks.
+fn layout_instance(layout: Layout) -> Instance {
+    Instance {
+        id: String::new(),
+        role: String::new(),
+        cluster: String::new(),
+        phases: Vec::new(),
+        ranks: RankSet::range(0, layout.devices()),
+        layout,
+        auto: false,
+        memory: Default::default(),
+    }
 }
 
 #[cfg(test)]

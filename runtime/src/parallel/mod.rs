@@ -14,5 +14,5 @@ pub mod shards;
 pub mod tape;
 pub mod tp;
 
-pub use groups::{RankGroups, process_groups, process_groups_on};
+pub use groups::{Members, RankGroups, process_groups, process_groups_on};
 pub use tape::Tape;

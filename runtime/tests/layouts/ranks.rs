@@ -13,7 +13,7 @@ use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread;
 
-use rlc_plan::model::{Instance, Layout, RankSet};
+use rlc_plan::model::Layout;
 use rlc_runtime::collectives::{
     CollectiveError, Communicator, Group, ProcessWorld, init_processes, split, wire,
 };
@@ -101,40 +101,10 @@ pub fn all_groups(layout: Layout) -> Vec<RankGroups> {
     if processes().is_none() {
         return process_groups(layout);
     }
-    let instance = Instance {
-        id: String::new(),
-        role: String::new(),
-        cluster: String::new(),
-        phases: Vec::new(),
-        ranks: RankSet::range(0, layout.devices()),
-        layout,
-        auto: false,
-        memory: Default::default(),
-    };
-    let unconnected = |rank: u32, size: u32| {
-        Group::new(size as usize)
-            .into_iter()
-            .nth(rank as usize)
-            .expect("a rank of the group")
-    };
-    (0..layout.devices())
-        .map(|rank| {
-            let (p, d, f, t) = instance.coord_of(rank).expect("a rank of the layout");
-            RankGroups {
-                rank: rank as usize,
-                layout,
-                pp_rank: p as usize,
-                dp_rank: d as usize,
-                fsdp_rank: f as usize,
-                tp_rank: t as usize,
-                tp: unconnected(t, layout.tp),
-                pp: unconnected(p, layout.pp),
-                fsdp: unconnected(f, layout.fsdp),
-                dp: unconnected(d, layout.dp),
-                data: unconnected(d * layout.fsdp + f, layout.data_ranks()),
-            }
-        })
-        .collect()
+    RankGroups::assemble(layout, |_, _, index, size| {
+        let group = Group::new(size as usize).into_iter().nth(index as usize);
+        Some(group.expect("a rank of the group"))
+    })
 }
 
 /// A communicator over job ranks `0..ranks` for each of them that runs here (see [`split`]).
