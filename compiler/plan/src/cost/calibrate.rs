@@ -336,20 +336,16 @@ pub fn fit_runs(
         return Err("the run timed no ops".into());
     }
     let runs = measured.len();
-    if let Some(run) = (0..runs).find(|r| !kinds.iter().any(|(k, _, _)| k == r)) {
+    let mut totals = vec![0.0; runs];
+    for (run, _, m) in &kinds {
+        totals[*run] += m;
+    }
+    // Every kept kind took some time: a run with none has a total of 0.
+    if let Some(run) = totals.iter().position(|t| *t == 0.0) {
         return Err(format!("run {} timed no ops", run + 1));
     }
     let target: Vec<f64> = kinds.iter().map(|(_, _, m)| *m).collect();
     let run_of: Vec<usize> = kinds.iter().map(|(r, _, _)| *r).collect();
-    let totals: Vec<f64> = (0..runs)
-        .map(|r| {
-            kinds
-                .iter()
-                .filter(|(k, _, _)| *k == r)
-                .map(|(_, _, m)| m)
-                .sum()
-        })
-        .collect();
     let problem = Problem {
         scale: kinds
             .iter()
