@@ -23,7 +23,7 @@ impl SourceLoader for NoFiles {
 }
 
 const ROOT: &str = r#"
-import std.algo { gae_whitened, grpo_advantage, ppo_clip, token_mean }
+import std.algo { gae, gae_whitened, grpo_advantage, ppo_clip, token_mean }
 
 fn ppo_loss(logp: f32[B, T], old: f32[B, T], adv: f32[B, T], m: Mask[B, T]) -> f32 {
   token_mean(ppo_clip(logp, old, adv, eps: 0.2), m)
@@ -97,6 +97,26 @@ fn main() {
         t * 1e3,
         gae.schedule().passes.len()
     );
+
+    // The scan alone (one pass), to tell its cost from the whitening's.
+    let scan =
+        Jit::compile(&lower_fn(m, "gae", &["r", "v", "m", "gamma", "lam"]).unwrap()).unwrap();
+    let t = fastest(|| {
+        scan.run(
+            &[B, T],
+            &[
+                Slice::F32(&x),
+                Slice::F32(&x),
+                Slice::Bool(&mask),
+                Slice::F32(&one),
+                Slice::F32(&gamma),
+            ],
+            &mut [SliceMut::F32(&mut out)],
+            threads(),
+        )
+        .unwrap()
+    });
+    println!("gae (the scan alone): {:.3} ms", t * 1e3);
 
     let grpo =
         Jit::compile(&lower_fn(m, "grpo_advantage", &["score", "group", "mask"]).unwrap()).unwrap();

@@ -11,7 +11,10 @@
 //! Values are memoised per region (before the rows, per row, per position); a value of a
 //! lower level needed inside a loop and not computed before it is computed in place.
 
+mod lanes;
 mod vector;
+
+pub use lanes::ROW_LANES;
 
 use super::math;
 use crate::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un};
@@ -66,6 +69,12 @@ pub struct PassGen<'a, 'b> {
     skip: &'a HashSet<usize>,
     /// In a vector loop: four `f32` zeros, made before the loop.
     vzero: Option<Value>,
+    /// In a row after a scan of four rows in lanes: which of the four (its scratch rows).
+    lane: Option<Value>,
+    /// In a scan of four rows in lanes: the rows' offsets, whose loads gather a lane each.
+    gather: Option<lanes::Gather>,
+    /// Scans of the pass that a later loop of their row reads from scratch.
+    scratch_scans: HashSet<NodeId>,
 }
 
 fn flags() -> MemFlags {
@@ -103,6 +112,9 @@ impl<'a, 'b> PassGen<'a, 'b> {
             row_base: HashMap::new(),
             skip,
             vzero: None,
+            lane: None,
+            gather: None,
+            scratch_scans: HashSet::new(),
         };
         let entry = g.b.create_block();
         g.b.append_block_params_for_function_params(entry);
@@ -131,6 +143,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
             row: None,
             pos: None,
         };
+        self.scratch_scans = self.scans_read_later(pass);
         // Level-0 values first: they dominate everything after.
         let level0 = crate::schedule::pass_scalars(self.k, self.s, pass);
         for n in level0 {
@@ -152,11 +165,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
             self.b.ins().jump(after, &[]);
             self.b.switch_to_block(after);
         }
-        let row_stores = pass
-            .row_stores
-            .iter()
-            .any(|st| !self.skip.contains(&st.buffer));
-        if !pass.loops.is_empty() || row_stores {
+        if !pass.loops.is_empty() || self.has_row_stores(pass) {
             self.rows(pass, row_begin, row_end);
         }
         self.b.ins().return_(&[]);
@@ -167,26 +176,58 @@ impl<'a, 'b> PassGen<'a, 'b> {
     fn rows(&mut self, pass: &Pass, begin: Value, end: Value) {
         let i = self.b.declare_var(types::I64);
         self.b.def_var(i, begin);
+        if let Some(first) = self.lane_scan(pass) {
+            // Blocks of four rows: the first loop with the rows in lanes, then each row's
+            // other loops and stores.
+            let (header, exit) = self.open_loop(i, |b, iv| {
+                let last = b.ins().iadd_imm(iv, ROW_LANES);
+                b.ins().icmp(IntCC::SignedLessThanOrEqual, last, end)
+            });
+            let row0 = self.b.use_var(i);
+            self.phys = 1;
+            self.scan_rows_in_lanes(first, row0);
+            if pass.loops.len() > 1 || self.has_row_stores(pass) {
+                let j = self.b.declare_var(types::I64);
+                let zero = self.b.ins().iconst(types::I64, 0);
+                self.b.def_var(j, zero);
+                let (inner, done) = self.open_loop(j, |b, jv| {
+                    b.ins().icmp_imm(IntCC::SignedLessThan, jv, ROW_LANES)
+                });
+                let jv = self.b.use_var(j);
+                let row = self.b.ins().iadd(row0, jv);
+                self.lane = Some(jv);
+                self.row_body(pass, row, 1);
+                self.lane = None;
+                let next = self.b.ins().iadd_imm(jv, 1);
+                self.b.def_var(j, next);
+                self.close_loop(inner, done);
+            }
+            self.phys = 0;
+            let next = self.b.ins().iadd_imm(row0, ROW_LANES);
+            self.b.def_var(i, next);
+            self.close_loop(header, exit);
+        }
         let (header, exit) =
             self.open_loop(i, |b, iv| b.ins().icmp(IntCC::SignedLessThan, iv, end));
         let row = self.b.use_var(i);
+        self.row_body(pass, row, 0);
+        let next = self.b.ins().iadd_imm(row, 1);
+        self.b.def_var(i, next);
+        self.close_loop(header, exit);
+    }
+
+    fn has_row_stores(&self, pass: &Pass) -> bool {
+        pass.row_stores
+            .iter()
+            .any(|st| !self.skip.contains(&st.buffer))
+    }
+
+    /// One row: its loops from `first_loop` on, then its level-1 stores.
+    fn row_body(&mut self, pass: &Pass, row: Value, first_loop: usize) {
         self.memo[1].clear();
         self.phys = 1;
-        self.row_base.clear();
-        for (bi, buf) in self.s.buffers.iter().enumerate() {
-            if buf.level == 0 {
-                continue;
-            }
-            let elems = if buf.level == 2 {
-                self.b.ins().imul(row, self.cols)
-            } else {
-                row
-            };
-            let off = self.scaled(elems, buf.elem.bytes());
-            let base = self.b.ins().iadd(self.ptrs[bi], off);
-            self.row_base.insert(bi, base);
-        }
-        for l in &pass.loops {
+        self.set_row(row);
+        for l in &pass.loops[first_loop..] {
             self.row_loop(l, row);
         }
         let at = At {
@@ -201,11 +242,83 @@ impl<'a, 'b> PassGen<'a, 'b> {
             let v = self.value(st.node, at);
             self.store(*st, v, at);
         }
-        let next = self.b.ins().iadd_imm(row, 1);
-        self.b.def_var(i, next);
-        self.close_loop(header, exit);
         self.memo[1].clear();
         self.phys = 0;
+    }
+
+    /// Points `row_base` at `row` of every buffer of level 1 or 2.
+    fn set_row(&mut self, row: Value) {
+        self.row_base.clear();
+        for (bi, buf) in self.s.buffers.iter().enumerate() {
+            if buf.level == 0 {
+                continue;
+            }
+            let elems = if buf.level == 2 {
+                self.b.ins().imul(row, self.cols)
+            } else {
+                row
+            };
+            let off = self.scaled(elems, buf.elem.bytes());
+            let base = self.b.ins().iadd(self.ptrs[bi], off);
+            self.row_base.insert(bi, base);
+        }
+    }
+
+    /// The pass's scans that a later loop of the row reads, not from a stored buffer: they
+    /// keep their values in scratch.
+    fn scans_read_later(&self, pass: &Pass) -> HashSet<NodeId> {
+        let k = self.k;
+        let mut read = HashSet::new();
+        for (i, l) in pass.loops.iter().enumerate() {
+            let LoopKind::Scan(n) = l.kind else {
+                continue;
+            };
+            let mut todo: Vec<NodeId> = Vec::new();
+            for later in &pass.loops[i + 1..] {
+                todo.extend(later.stores.iter().map(|st| st.node));
+                for &r in &later.reductions {
+                    todo.extend(self.reduce_operands(r));
+                }
+                if let LoopKind::Scan(m) = later.kind {
+                    todo.push(m);
+                }
+            }
+            let mut seen = HashSet::new();
+            while let Some(m) = todo.pop() {
+                if m == n {
+                    read.insert(n);
+                    break;
+                }
+                if !seen.insert(m) || self.s.loaded.contains_key(&m) || k.node(m).level < 2 {
+                    continue;
+                }
+                match &k.node(m).op {
+                    Op::Scan(s) => todo.extend(s.body.iter().filter_map(|bn| match bn.op {
+                        Op::Column(o) => Some(o),
+                        _ => None,
+                    })),
+                    op => todo.extend(crate::ir::operands(op)),
+                }
+            }
+        }
+        read
+    }
+
+    /// The address of a scan's value at `pos` in this thread's scratch: a row per scan and
+    /// lane of a block of four rows.
+    fn scratch_addr(&mut self, scan: NodeId, pos: Value) -> Value {
+        let slot = self.s.scans.iter().position(|&x| x == scan).unwrap_or(0);
+        let first = self.b.ins().imul_imm(self.cols, slot as i64 * ROW_LANES);
+        let first = match self.lane {
+            Some(j) => {
+                let lane = self.b.ins().imul(j, self.cols);
+                self.b.ins().iadd(first, lane)
+            }
+            None => first,
+        };
+        let idx = self.b.ins().iadd(first, pos);
+        let off = self.scaled(idx, 4);
+        self.b.ins().iadd(self.scratch, off)
     }
 
     fn row_loop(&mut self, l: &crate::schedule::Loop, row: Value) {
@@ -328,9 +441,11 @@ impl<'a, 'b> PassGen<'a, 'b> {
                 None => (combined, self.b.ins().iconst(types::I8, 1)),
             };
             self.b.def_var(acc, new);
-            let an = self.b.use_var(any);
-            let an = self.b.ins().bor(an, sel);
-            self.b.def_var(any, an);
+            if op != Red::Sum {
+                let an = self.b.use_var(any);
+                let an = self.b.ins().bor(an, sel);
+                self.b.def_var(any, an);
+            }
         }
         if let Some((n, s)) = scan {
             let mut body_vals: HashMap<NodeId, Value> = HashMap::new();
@@ -351,14 +466,11 @@ impl<'a, 'b> PassGen<'a, 'b> {
             }
             let emitted = body_vals[&s.emit];
             self.memo[2].insert(n, emitted);
-            // Later loops of the row read the scan from scratch.
-            let slot = self.s.scans.iter().position(|&x| x == n).unwrap_or(0);
-            let base = self.b.ins().imul_imm(self.cols, slot as i64);
-            let idx = self.b.ins().iadd(base, pos);
-            let off = self.scaled(idx, 4);
-            let addr = self.b.ins().iadd(self.scratch, off);
-            let e32 = self.convert(emitted, s.body[s.emit].elem, Elem::F32);
-            self.b.ins().store(flags(), e32, addr, 0);
+            if self.scratch_scans.contains(&n) {
+                let addr = self.scratch_addr(n, pos);
+                let e32 = self.convert(emitted, s.body[s.emit].elem, Elem::F32);
+                self.b.ins().store(flags(), e32, addr, 0);
+            }
         }
         for st in &l.stores {
             let v = self.value(st.node, at);
@@ -375,9 +487,15 @@ impl<'a, 'b> PassGen<'a, 'b> {
         self.phys = 1;
         for (r, acc, any) in accs {
             let a = self.b.use_var(acc);
-            let an = self.b.use_var(any);
-            let zero = self.b.ins().f32const(0.0);
-            let v = self.b.ins().select(an, a, zero);
+            // A sum of nothing is its identity, zero; a minimum or maximum of nothing is zero
+            // too, not ±inf.
+            let v = if matches!(self.k.node(r).op, Op::Reduce { op: Red::Sum, .. }) {
+                a
+            } else {
+                let an = self.b.use_var(any);
+                let zero = self.b.ins().f32const(0.0);
+                self.b.ins().select(an, a, zero)
+            };
             self.memo[1].insert(r, v);
         }
     }
@@ -494,14 +612,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
                 }
                 Op::Scan(_) => {
                     // Computed by an earlier loop of this row: its scratch row.
-                    let slot = self.s.scans.iter().position(|&x| x == n).unwrap_or(0);
-                    let base = self.b.ins().imul_imm(self.cols, slot as i64);
-                    let idx = self
-                        .b
-                        .ins()
-                        .iadd(base, at.pos.expect("scan read at a position"));
-                    let off = self.scaled(idx, 4);
-                    let addr = self.b.ins().iadd(self.scratch, off);
+                    let addr = self.scratch_addr(n, at.pos.expect("scan read at a position"));
                     let v = self.b.ins().load(types::F32, flags(), addr, 0);
                     self.convert(v, Elem::F32, node.elem)
                 }

@@ -299,7 +299,8 @@ impl Jit {
         let rows = sizes.first().copied().unwrap_or(1) as i64;
         let cols = if sizes.len() >= 2 { sizes[1] } else { 1 };
         let threads = threads.max(1).min(rows.max(1) as usize);
-        let scratch_len = self.schedule.scans.len() * cols;
+        // A row per scan and lane of a block of rows scanned together (codegen's ROW_LANES).
+        let scratch_len = self.schedule.scans.len() * cols * codegen::ROW_LANES as usize;
         let chunk = (rows + threads as i64 - 1) / threads as i64;
         let shared = Shared {
             bufs: &ptrs,

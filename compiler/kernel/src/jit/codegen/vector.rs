@@ -34,14 +34,17 @@ impl PassGen<'_, '_> {
 
     /// Whether every level-2 operation of the loop has a four-lane form.
     pub(super) fn vectorizable(&self, l: &Loop) -> bool {
-        let k = self.k;
-        if l.stores
+        l.stores
             .iter()
-            .any(|st| self.s.buffers[st.buffer].elem != Elem::F32)
-        {
-            return false;
-        }
-        let mut roots = self.loop_roots(l);
+            .all(|st| self.s.buffers[st.buffer].elem == Elem::F32)
+            && self.lanes_ok(self.loop_roots(l), None)
+    }
+
+    /// Whether the values of `roots` and everything they read at a position have four-lane
+    /// forms. `scan`: the scan whose loop has the rows in lanes (its value is the loop's
+    /// own; no other unstored scan can be read there).
+    pub(super) fn lanes_ok(&self, mut roots: Vec<NodeId>, scan: Option<NodeId>) -> bool {
+        let k = self.k;
         let mut seen = HashSet::new();
         while let Some(n) = roots.pop() {
             if !seen.insert(n) {
@@ -63,32 +66,15 @@ impl PassGen<'_, '_> {
             }
             let ok = match &node.op {
                 Op::Input(_) => node.elem != Elem::I32,
-                Op::Scan(_) => node.elem == Elem::F32,
-                Op::Const(_) => node.elem != Elem::I32,
-                Op::Unary(u, a) => {
-                    let from = k.node(*a).elem;
-                    match u {
-                        Un::Cast => matches!(
-                            (from, node.elem),
-                            (Elem::Bool, Elem::F32) | (Elem::F32, Elem::Bool)
-                        ),
-                        Un::Log | Un::Tanh => false,
-                        Un::Not => true,
-                        _ => node.elem == Elem::F32,
-                    }
-                }
-                Op::Binary(b, a, _) => match k.node(*a).elem {
-                    Elem::F32 => !matches!(b, Bin::Rem | Bin::Pow | Bin::And | Bin::Or),
-                    Elem::Bool => matches!(b, Bin::And | Bin::Or | Bin::Eq | Bin::Ne),
-                    Elem::I32 => false,
-                },
-                Op::Select(..) => node.elem != Elem::I32,
-                _ => false,
+                Op::Scan(_) => node.elem == Elem::F32 && scan.is_none_or(|s| s == n),
+                op => lane_op_ok(op, node.elem, &|id| k.node(id).elem),
             };
             if !ok {
                 return false;
             }
-            roots.extend(crate::ir::operands(&node.op));
+            if !matches!(node.op, Op::Scan(_)) {
+                roots.extend(crate::ir::operands(&node.op));
+            }
         }
         true
     }
@@ -107,15 +93,23 @@ impl PassGen<'_, '_> {
             let Op::Reduce { op, .. } = self.k.node(r).op else {
                 continue;
             };
-            let acc = self.b.declare_var(types::F32X4);
-            let init = self.b.ins().f32const(crate::schedule::identity(op));
-            let init = self.b.ins().splat(types::F32X4, init);
-            self.b.def_var(acc, init);
-            let any = self.b.declare_var(types::I32X4);
-            let zero = self.b.ins().iconst(types::I32, 0);
-            let zero = self.b.ins().splat(types::I32X4, zero);
-            self.b.def_var(any, zero);
-            vaccs.push((r, acc, any));
+            // One accumulator per group of the sixteen-wide loop: four chains of additions
+            // that do not wait for each other.
+            let mut accs = Vec::new();
+            let mut anys = Vec::new();
+            for _ in 0..4 {
+                let acc = self.b.declare_var(types::F32X4);
+                let init = self.b.ins().f32const(crate::schedule::identity(op));
+                let init = self.b.ins().splat(types::F32X4, init);
+                self.b.def_var(acc, init);
+                let any = self.b.declare_var(types::I32X4);
+                let zero = self.b.ins().iconst(types::I32, 0);
+                let zero = self.b.ins().splat(types::I32X4, zero);
+                self.b.def_var(any, zero);
+                accs.push(acc);
+                anys.push(any);
+            }
+            vaccs.push((r, accs, anys));
         }
         // Lanes of values that do not change along the row (level 0 or 1, constants), and the
         // zero the mask bytes are compared with: splatted once, before the loop.
@@ -151,7 +145,7 @@ impl PassGen<'_, '_> {
                     pos: Some(p),
                 };
                 let mut lanes = vmemo.clone();
-                self.vector_step(l, at, &vaccs, &mut lanes);
+                self.vector_step(l, at, &vaccs, g as usize, &mut lanes);
             }
             let next = self.b.ins().iadd_imm(pos, width);
             self.b.def_var(t, next);
@@ -160,12 +154,23 @@ impl PassGen<'_, '_> {
             self.phys = 1;
         }
         self.vzero = None;
-        // Fold the lanes into the scalar accumulators the remainder loop continues.
-        for (&(r, acc_s, any_s), &(_, acc_v, any_v)) in accs.iter().zip(&vaccs) {
+        // Fold the groups, then the lanes, into the scalar accumulators the remainder loop
+        // continues.
+        for (&(r, acc_s, any_s), (_, acc_v, any_v)) in accs.iter().zip(&vaccs) {
             let Op::Reduce { op, .. } = self.k.node(r).op else {
                 continue;
             };
-            let v = self.b.use_var(acc_v);
+            let mut v = self.b.use_var(acc_v[0]);
+            let mut av = self.b.use_var(any_v[0]);
+            for g in 1..4 {
+                let x = self.b.use_var(acc_v[g]);
+                v = match op {
+                    Red::Sum => self.b.ins().fadd(v, x),
+                    Red::Max | Red::Min => self.vextremum(op, x, v),
+                };
+                let a = self.b.use_var(any_v[g]);
+                av = self.b.ins().bor(av, a);
+            }
             let mut s = self.b.use_var(acc_s);
             for lane in 0..4 {
                 let x = self.b.ins().extractlane(v, lane);
@@ -176,48 +181,64 @@ impl PassGen<'_, '_> {
                 };
             }
             self.b.def_var(acc_s, s);
-            let av = self.b.use_var(any_v);
-            let some = self.b.ins().vany_true(av);
-            let an = self.b.use_var(any_s);
-            let an = self.b.ins().bor(an, some);
-            self.b.def_var(any_s, an);
+            if op != Red::Sum {
+                let some = self.b.ins().vany_true(av);
+                let an = self.b.use_var(any_s);
+                let an = self.b.ins().bor(an, some);
+                self.b.def_var(any_s, an);
+            }
         }
     }
 
-    /// One group of four positions: the reductions' and the stores' lanes at `at`.
+    /// One group of four positions: the reductions' and the stores' lanes at `at`, into the
+    /// accumulators of `group`.
     fn vector_step(
         &mut self,
         l: &Loop,
         at: At,
-        vaccs: &[(NodeId, Variable, Variable)],
+        vaccs: &[(NodeId, Vec<Variable>, Vec<Variable>)],
+        group: usize,
         vmemo: &mut HashMap<NodeId, Value>,
     ) {
-        for &(r, acc, any) in vaccs {
-            let Op::Reduce { op, x, mask } = self.k.node(r).op else {
+        for (r, accs, anys) in vaccs {
+            let Op::Reduce { op, x, mask } = self.k.node(*r).op else {
                 continue;
             };
+            let (acc, any) = (accs[group], anys[group]);
             let xv = self.vvalue(x, at, vmemo);
             let a = self.b.use_var(acc);
-            let combined = match op {
-                Red::Sum => self.b.ins().fadd(a, xv),
-                Red::Max => self.b.ins().fmax(a, xv),
-                Red::Min => self.b.ins().fmin(a, xv),
-            };
-            let (new, sel) = match mask {
-                Some(m) => {
-                    let mv = self.vvalue(m, at, vmemo);
-                    let mf = self.b.ins().bitcast(types::F32X4, MemFlags::new(), mv);
-                    (self.b.ins().bitselect(mf, combined, a), mv)
+            let mv = mask.map(|m| self.vvalue(m, at, vmemo));
+            let new = match (op, mv) {
+                // A masked sum adds zero where the mask is off: the chain from one position
+                // to the next is the addition alone.
+                (Red::Sum, Some(m)) => {
+                    let mf = self.as_float_mask(m);
+                    let zero = self.vzero.expect("zeros made before the loop");
+                    let term = self.b.ins().bitselect(mf, xv, zero);
+                    self.b.ins().fadd(a, term)
                 }
-                None => {
-                    let ones = self.b.ins().iconst(types::I32, -1);
-                    (combined, self.b.ins().splat(types::I32X4, ones))
+                (Red::Sum, None) => self.b.ins().fadd(a, xv),
+                (_, Some(m)) => {
+                    let combined = self.vextremum(op, xv, a);
+                    let mf = self.as_float_mask(m);
+                    self.b.ins().bitselect(mf, combined, a)
                 }
+                (_, None) => self.vextremum(op, xv, a),
             };
             self.b.def_var(acc, new);
-            let an = self.b.use_var(any);
-            let an = self.b.ins().bor(an, sel);
-            self.b.def_var(any, an);
+            // Whether anything was selected matters only where the identity is not zero.
+            if op != Red::Sum {
+                let sel = match mv {
+                    Some(m) => m,
+                    None => {
+                        let ones = self.b.ins().iconst(types::I32, -1);
+                        self.b.ins().splat(types::I32X4, ones)
+                    }
+                };
+                let an = self.b.use_var(any);
+                let an = self.b.ins().bor(an, sel);
+                self.b.def_var(any, an);
+            }
         }
         for st in &l.stores {
             self.vstore(*st, at, vmemo);
@@ -227,8 +248,13 @@ impl PassGen<'_, '_> {
     /// The nodes below level 2 that the loop's level-2 operations read (their lanes are the
     /// same at every position).
     fn row_invariant(&self, l: &Loop) -> Vec<NodeId> {
+        self.invariant_of(self.loop_roots(l))
+    }
+
+    /// The nodes below level 2 that `roots` read through element-wise operations at a
+    /// position (as [`PassGen::vvalue`] descends).
+    pub(super) fn invariant_of(&self, mut roots: Vec<NodeId>) -> Vec<NodeId> {
         let k = self.k;
-        let mut roots = self.loop_roots(l);
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         while let Some(n) = roots.pop() {
@@ -262,6 +288,22 @@ impl PassGen<'_, '_> {
         self.b.ins().store(unaligned(), v, addr, 0);
     }
 
+    /// The lanes' minimum or maximum of `x` and `y`, NaN when either is NaN: x86's
+    /// `minps`/`maxps` (which give `y` when either is NaN) and a blend that puts back a NaN
+    /// of `x`: three instructions where `fmin`/`fmax` with IEEE semantics take eight.
+    fn vextremum(&mut self, op: Red, x: Value, y: Value) -> Value {
+        // The operand order Cranelift matches to `minps x, y` / `maxps x, y`.
+        let pick_x = match op {
+            Red::Max => self.b.ins().fcmp(FloatCC::LessThan, y, x),
+            _ => self.b.ins().fcmp(FloatCC::LessThan, x, y),
+        };
+        let pick_x = self.as_float_mask(pick_x);
+        let r = self.b.ins().bitselect(pick_x, x, y);
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+        let nan = self.as_float_mask(nan);
+        self.b.ins().bitselect(nan, x, r)
+    }
+
     fn splat_f32(&mut self, x: f32) -> Value {
         let s = self.b.ins().f32const(x);
         self.b.ins().splat(types::F32X4, s)
@@ -272,7 +314,12 @@ impl PassGen<'_, '_> {
     }
 
     /// The four lanes of node `n` at positions `pos..pos+4` of the row.
-    fn vvalue(&mut self, n: NodeId, at: At, vmemo: &mut HashMap<NodeId, Value>) -> Value {
+    pub(super) fn vvalue(
+        &mut self,
+        n: NodeId,
+        at: At,
+        vmemo: &mut HashMap<NodeId, Value>,
+    ) -> Value {
         if let Some(&v) = vmemo.get(&n) {
             return v;
         }
@@ -280,6 +327,10 @@ impl PassGen<'_, '_> {
         let node = k.node(n);
         let pos = at.pos.expect("position");
         let v = if node.level < 2 {
+            assert!(
+                self.gather.is_none(),
+                "rows in lanes: {n} is not among the loop's invariant lanes"
+            );
             let row_at = At {
                 row: at.row,
                 pos: None,
@@ -294,6 +345,10 @@ impl PassGen<'_, '_> {
                     self.b.ins().splat(types::I32X4, m)
                 }
             }
+        } else if let Some(&buffer) = self.s.loaded.get(&n)
+            && self.gather.is_some()
+        {
+            self.gather_f32(buffer, pos)
         } else if let Some(&buffer) = self.s.loaded.get(&n) {
             let off = self.scaled(pos, 4);
             let addr = self.b.ins().iadd(self.row_base[&buffer], off);
@@ -302,6 +357,10 @@ impl PassGen<'_, '_> {
                 .load(types::F32X4, unaligned().with_readonly(), addr, 0)
         } else {
             match &node.op {
+                Op::Input(i) if self.gather.is_some() => match node.elem {
+                    Elem::F32 => self.gather_f32(*i, pos),
+                    _ => self.gather_mask(*i, pos),
+                },
                 Op::Input(i) if node.elem == Elem::F32 => {
                     let off = self.scaled(pos, 4);
                     let addr = self.b.ins().iadd(self.row_base[i], off);
@@ -332,95 +391,133 @@ impl PassGen<'_, '_> {
                     self.b.ins().fcmp(FloatCC::NotEqual, floats, zero)
                 }
                 Op::Scan(_) => {
-                    let slot = self.s.scans.iter().position(|&x| x == n).unwrap_or(0);
-                    let base = self.b.ins().imul_imm(self.cols, slot as i64);
-                    let idx = self.b.ins().iadd(base, pos);
-                    let off = self.scaled(idx, 4);
-                    let addr = self.b.ins().iadd(self.scratch, off);
+                    let addr = self.scratch_addr(n, pos);
                     self.b.ins().load(types::F32X4, unaligned(), addr, 0)
                 }
-                Op::Const(x) if node.elem == Elem::F32 => self.splat_f32(*x as f32),
-                Op::Const(x) => {
-                    let m = self
-                        .b
-                        .ins()
-                        .iconst(types::I32, if *x != 0.0 { -1 } else { 0 });
-                    self.b.ins().splat(types::I32X4, m)
-                }
-                Op::Unary(u, a) => {
-                    let from = k.node(*a).elem;
-                    let x = self.vvalue(*a, at, vmemo);
-                    match u {
-                        Un::Neg => self.b.ins().fneg(x),
-                        Un::Not => self.b.ins().bnot(x),
-                        Un::Abs => self.b.ins().fabs(x),
-                        Un::Sqrt => self.b.ins().sqrt(x),
-                        Un::Rsqrt => {
-                            let s = self.b.ins().sqrt(x);
-                            let one = self.splat_f32(1.0);
-                            self.b.ins().fdiv(one, s)
-                        }
-                        Un::Exp => super::math::exp(&mut self.b, x, 4),
-                        Un::Sigmoid => {
-                            let nx = self.b.ins().fneg(x);
-                            let e = super::math::exp(&mut self.b, nx, 4);
-                            let one = self.splat_f32(1.0);
-                            let d = self.b.ins().fadd(one, e);
-                            self.b.ins().fdiv(one, d)
-                        }
-                        Un::StopGrad => x,
-                        Un::Cast if from == Elem::Bool => {
-                            let m = self.as_float_mask(x);
-                            let (one, zero) = (self.splat_f32(1.0), self.splat_f32(0.0));
-                            self.b.ins().bitselect(m, one, zero)
-                        }
-                        Un::Cast => {
-                            let zero = self.splat_f32(0.0);
-                            self.b.ins().fcmp(FloatCC::NotEqual, x, zero)
-                        }
-                        Un::Log | Un::Tanh => unreachable!("not vectorised"),
+                op => {
+                    let mut vals = HashMap::new();
+                    for o in crate::ir::operands(op) {
+                        let v = self.vvalue(o, at, vmemo);
+                        vals.insert(o, v);
                     }
+                    self.vcompute(op, node.elem, &|id| vals[&id], &|id| k.node(id).elem)
                 }
-                Op::Binary(b, a, c) => {
-                    let operand = k.node(*a).elem;
-                    let x = self.vvalue(*a, at, vmemo);
-                    let y = self.vvalue(*c, at, vmemo);
-                    let i = &mut self.b;
-                    match (operand, b) {
-                        (Elem::F32, Bin::Add) => i.ins().fadd(x, y),
-                        (Elem::F32, Bin::Sub) => i.ins().fsub(x, y),
-                        (Elem::F32, Bin::Mul) => i.ins().fmul(x, y),
-                        (Elem::F32, Bin::Div) => i.ins().fdiv(x, y),
-                        (Elem::F32, Bin::Min) => i.ins().fmin(x, y),
-                        (Elem::F32, Bin::Max) => i.ins().fmax(x, y),
-                        (Elem::F32, Bin::Eq) => i.ins().fcmp(FloatCC::Equal, x, y),
-                        (Elem::F32, Bin::Ne) => i.ins().fcmp(FloatCC::NotEqual, x, y),
-                        (Elem::F32, Bin::Lt) => i.ins().fcmp(FloatCC::LessThan, x, y),
-                        (Elem::F32, Bin::Le) => i.ins().fcmp(FloatCC::LessThanOrEqual, x, y),
-                        (Elem::F32, Bin::Gt) => i.ins().fcmp(FloatCC::GreaterThan, x, y),
-                        (Elem::F32, Bin::Ge) => i.ins().fcmp(FloatCC::GreaterThanOrEqual, x, y),
-                        (_, Bin::And) => i.ins().band(x, y),
-                        (_, Bin::Or) => i.ins().bor(x, y),
-                        (_, Bin::Eq) => i.ins().icmp(IntCC::Equal, x, y),
-                        (_, Bin::Ne) => i.ins().icmp(IntCC::NotEqual, x, y),
-                        _ => unreachable!("not vectorised"),
-                    }
-                }
-                Op::Select(c, a, b) => {
-                    let cv = self.vvalue(*c, at, vmemo);
-                    let x = self.vvalue(*a, at, vmemo);
-                    let y = self.vvalue(*b, at, vmemo);
-                    if node.elem == Elem::F32 {
-                        let m = self.as_float_mask(cv);
-                        self.b.ins().bitselect(m, x, y)
-                    } else {
-                        self.b.ins().bitselect(cv, x, y)
-                    }
-                }
-                other => unreachable!("not vectorised: {other:?}"),
             }
         };
         vmemo.insert(n, v);
         v
+    }
+
+    /// An element-wise operation on four lanes of computed operands (masks are `i32x4`
+    /// lanes of all ones or zeros).
+    pub(super) fn vcompute(
+        &mut self,
+        op: &Op,
+        elem: Elem,
+        get: &dyn Fn(NodeId) -> Value,
+        elem_of: &dyn Fn(NodeId) -> Elem,
+    ) -> Value {
+        match op {
+            Op::Const(x) if elem == Elem::F32 => self.splat_f32(*x as f32),
+            Op::Const(x) => {
+                let m = self
+                    .b
+                    .ins()
+                    .iconst(types::I32, if *x != 0.0 { -1 } else { 0 });
+                self.b.ins().splat(types::I32X4, m)
+            }
+            Op::Unary(u, a) => {
+                let (x, from) = (get(*a), elem_of(*a));
+                match u {
+                    Un::Neg => self.b.ins().fneg(x),
+                    Un::Not => self.b.ins().bnot(x),
+                    Un::Abs => self.b.ins().fabs(x),
+                    Un::Sqrt => self.b.ins().sqrt(x),
+                    Un::Rsqrt => {
+                        let s = self.b.ins().sqrt(x);
+                        let one = self.splat_f32(1.0);
+                        self.b.ins().fdiv(one, s)
+                    }
+                    Un::Exp => super::math::exp(&mut self.b, x, 4),
+                    Un::Sigmoid => {
+                        let nx = self.b.ins().fneg(x);
+                        let e = super::math::exp(&mut self.b, nx, 4);
+                        let one = self.splat_f32(1.0);
+                        let d = self.b.ins().fadd(one, e);
+                        self.b.ins().fdiv(one, d)
+                    }
+                    Un::StopGrad => x,
+                    Un::Cast if from == Elem::Bool => {
+                        let m = self.as_float_mask(x);
+                        let (one, zero) = (self.splat_f32(1.0), self.splat_f32(0.0));
+                        self.b.ins().bitselect(m, one, zero)
+                    }
+                    Un::Cast => {
+                        let zero = self.splat_f32(0.0);
+                        self.b.ins().fcmp(FloatCC::NotEqual, x, zero)
+                    }
+                    Un::Log | Un::Tanh => unreachable!("not vectorised"),
+                }
+            }
+            Op::Binary(b, a, c) => {
+                let (x, y, operand) = (get(*a), get(*c), elem_of(*a));
+                let i = &mut self.b;
+                match (operand, b) {
+                    (Elem::F32, Bin::Min) => self.vextremum(Red::Min, x, y),
+                    (Elem::F32, Bin::Max) => self.vextremum(Red::Max, x, y),
+                    (Elem::F32, Bin::Add) => i.ins().fadd(x, y),
+                    (Elem::F32, Bin::Sub) => i.ins().fsub(x, y),
+                    (Elem::F32, Bin::Mul) => i.ins().fmul(x, y),
+                    (Elem::F32, Bin::Div) => i.ins().fdiv(x, y),
+                    (Elem::F32, Bin::Eq) => i.ins().fcmp(FloatCC::Equal, x, y),
+                    (Elem::F32, Bin::Ne) => i.ins().fcmp(FloatCC::NotEqual, x, y),
+                    (Elem::F32, Bin::Lt) => i.ins().fcmp(FloatCC::LessThan, x, y),
+                    (Elem::F32, Bin::Le) => i.ins().fcmp(FloatCC::LessThanOrEqual, x, y),
+                    (Elem::F32, Bin::Gt) => i.ins().fcmp(FloatCC::GreaterThan, x, y),
+                    (Elem::F32, Bin::Ge) => i.ins().fcmp(FloatCC::GreaterThanOrEqual, x, y),
+                    (_, Bin::And) => i.ins().band(x, y),
+                    (_, Bin::Or) => i.ins().bor(x, y),
+                    (_, Bin::Eq) => i.ins().icmp(IntCC::Equal, x, y),
+                    (_, Bin::Ne) => i.ins().icmp(IntCC::NotEqual, x, y),
+                    _ => unreachable!("not vectorised"),
+                }
+            }
+            Op::Select(c, a, b) => {
+                let (cv, x, y) = (get(*c), get(*a), get(*b));
+                if elem == Elem::F32 {
+                    let m = self.as_float_mask(cv);
+                    self.b.ins().bitselect(m, x, y)
+                } else {
+                    self.b.ins().bitselect(cv, x, y)
+                }
+            }
+            other => unreachable!("not vectorised: {other:?}"),
+        }
+    }
+}
+
+/// Whether an element-wise operation has a four-lane form ([`PassGen::vcompute`]).
+pub(super) fn lane_op_ok(op: &Op, elem: Elem, elem_of: &dyn Fn(NodeId) -> Elem) -> bool {
+    match op {
+        Op::Const(_) => elem != Elem::I32,
+        Op::Unary(u, a) => {
+            let from = elem_of(*a);
+            match u {
+                Un::Cast => matches!(
+                    (from, elem),
+                    (Elem::Bool, Elem::F32) | (Elem::F32, Elem::Bool)
+                ),
+                Un::Log | Un::Tanh => false,
+                Un::Not => true,
+                _ => elem == Elem::F32,
+            }
+        }
+        Op::Binary(b, a, _) => match elem_of(*a) {
+            Elem::F32 => !matches!(b, Bin::Rem | Bin::Pow | Bin::And | Bin::Or),
+            Elem::Bool => matches!(b, Bin::And | Bin::Or | Bin::Eq | Bin::Ne),
+            Elem::I32 => false,
+        },
+        Op::Select(..) => elem != Elem::I32,
+        _ => false,
     }
 }
