@@ -285,12 +285,12 @@ impl<'a, 'b> PassGen<'a, 'b> {
             }
             let mut seen = HashSet::new();
             while let Some(m) = todo.pop() {
+                if !seen.insert(m) || self.s.loaded.contains_key(&m) || k.node(m).level < 2 {
+                    continue;
+                }
                 if m == n {
                     read.insert(n);
                     break;
-                }
-                if !seen.insert(m) || self.s.loaded.contains_key(&m) || k.node(m).level < 2 {
-                    continue;
                 }
                 match &k.node(m).op {
                     Op::Scan(s) => todo.extend(s.body.iter().filter_map(|bn| match bn.op {

@@ -283,7 +283,7 @@ impl PassGen<'_, '_> {
             }
         }
         let mut steps: Vec<HashMap<NodeId, Value>> = vec![scan.invariant.clone(); 4];
-        for leaf in self.lane_leaves(roots) {
+        for leaf in self.lane_leaves(roots, scan.node) {
             let columns = self.load_block(leaf, first);
             for (step, c) in steps.iter_mut().zip(columns) {
                 step.insert(leaf, c);
@@ -333,13 +333,14 @@ impl PassGen<'_, '_> {
     }
 
     /// The inputs and stored values of level 2 that `roots` read at a position (where
-    /// [`PassGen::vvalue`] stops descending).
-    fn lane_leaves(&self, mut roots: Vec<NodeId>) -> Vec<NodeId> {
+    /// [`PassGen::vvalue`] stops descending), but the loop's own scan (stored or not, its
+    /// value comes from the step).
+    fn lane_leaves(&self, mut roots: Vec<NodeId>, scan: NodeId) -> Vec<NodeId> {
         let k = self.k;
         let mut seen = HashSet::new();
         let mut leaves = Vec::new();
         while let Some(n) = roots.pop() {
-            if !seen.insert(n) || k.node(n).level < 2 {
+            if n == scan || !seen.insert(n) || k.node(n).level < 2 {
                 continue;
             }
             if self.s.loaded.contains_key(&n) || matches!(k.node(n).op, Op::Input(_)) {
