@@ -75,47 +75,31 @@ fn main() {
         copy * 1e3
     );
 
-    let gae = Jit::compile(&lower_fn(m, "gae_whitened", &["r", "v", "m", "gamma", "lam"]).unwrap())
-        .unwrap();
-    let t = fastest(|| {
-        gae.run(
-            &[B, T],
-            &[
-                Slice::F32(&x),
-                Slice::F32(&x),
-                Slice::Bool(&mask),
-                Slice::F32(&one),
-                Slice::F32(&gamma),
-            ],
-            &mut [SliceMut::F32(&mut out)],
-            threads(),
-        )
-        .unwrap()
-    });
-    println!(
-        "gae_whitened: {:.3} ms ({} passes)",
-        t * 1e3,
-        gae.schedule().passes.len()
-    );
-
-    // The scan alone (one pass), to tell its cost from the whitening's.
-    let scan =
-        Jit::compile(&lower_fn(m, "gae", &["r", "v", "m", "gamma", "lam"]).unwrap()).unwrap();
-    let t = fastest(|| {
-        scan.run(
-            &[B, T],
-            &[
-                Slice::F32(&x),
-                Slice::F32(&x),
-                Slice::Bool(&mask),
-                Slice::F32(&one),
-                Slice::F32(&gamma),
-            ],
-            &mut [SliceMut::F32(&mut out)],
-            threads(),
-        )
-        .unwrap()
-    });
+    // GAE + whitening, and the scan alone (one pass), to tell its cost from the whitening's.
+    let gae_time = |function: &str| {
+        let k = Jit::compile(&lower_fn(m, function, &["r", "v", "m", "gamma", "lam"]).unwrap())
+            .unwrap();
+        let mut out = vec![0f32; B * T];
+        let t = fastest(|| {
+            k.run(
+                &[B, T],
+                &[
+                    Slice::F32(&x),
+                    Slice::F32(&x),
+                    Slice::Bool(&mask),
+                    Slice::F32(&one),
+                    Slice::F32(&gamma),
+                ],
+                &mut [SliceMut::F32(&mut out)],
+                threads(),
+            )
+            .unwrap()
+        });
+        (t, k.schedule().passes.len())
+    };
+    let (t, passes) = gae_time("gae_whitened");
+    println!("gae_whitened: {:.3} ms ({passes} passes)", t * 1e3);
+    let (t, _) = gae_time("gae");
     println!("gae (the scan alone): {:.3} ms", t * 1e3);
 
     let grpo =

@@ -378,22 +378,14 @@ impl PassGen<'_, '_> {
         // row over all four of its bytes (nonzero exactly where the byte is), compared as
         // floats so that selects blend.
         let base = self.b.ins().iadd(self.row_base[&buffer], first);
-        let mut words = None;
-        for (j, o) in offsets.bytes.into_iter().enumerate() {
+        let words = offsets.bytes.map(|o| {
             let addr = self.b.ins().iadd(base, o);
-            let w = self
-                .b
+            self.b
                 .ins()
-                .load(types::I32, unaligned().with_readonly(), addr, 0);
-            words = Some(match words {
-                None => self.b.ins().scalar_to_vector(types::I32X4, w),
-                Some(v) => self.b.ins().insertlane(v, w, j as u8),
-            });
-        }
-        let bytes = self
-            .b
-            .ins()
-            .bitcast(types::I8X16, little(), words.expect("four rows"));
+                .load(types::I32, unaligned().with_readonly(), addr, 0)
+        });
+        let words = self.vector_of(&words);
+        let bytes = self.b.ins().bitcast(types::I8X16, little(), words);
         let zero = self.vzero.expect("zeros made before the loop");
         [0u8, 1, 2, 3].map(|k| {
             let mut idx = [0u8; 16];
@@ -458,22 +450,32 @@ impl PassGen<'_, '_> {
 
     /// Four values, one per row, as lanes (`bool`s as masks of all ones or zeros).
     fn lanes_of(&mut self, values: &[Value], elem: Elem) -> Value {
-        let (lane_ty, vec_ty) = match elem {
-            Elem::F32 => (types::F32, types::F32X4),
-            _ => (types::I32, types::I32X4),
-        };
+        let values: Vec<Value> = values
+            .iter()
+            .map(|&x| {
+                if elem == Elem::F32 {
+                    x
+                } else {
+                    let ones = self.b.ins().iconst(types::I32, -1);
+                    let zero = self.b.ins().iconst(types::I32, 0);
+                    self.b.ins().select(x, ones, zero)
+                }
+            })
+            .collect();
+        self.vector_of(&values)
+    }
+
+    /// A vector of four `f32`s or `i32`s. The first `f32` is broadcast (from memory, one
+    /// instruction, where moving a scalar into a vector first clears it); the first `i32` is
+    /// moved in from its register.
+    fn vector_of(&mut self, values: &[Value]) -> Value {
         let mut v = None;
         for (j, &x) in values.iter().enumerate() {
-            let x = if elem == Elem::F32 {
-                x
-            } else {
-                let ones = self.b.ins().iconst(types::I32, -1);
-                let zero = self.b.ins().iconst(types::I32, 0);
-                self.b.ins().select(x, ones, zero)
-            };
-            debug_assert_eq!(self.b.func.dfg.value_type(x), lane_ty);
             v = Some(match v {
-                None => self.b.ins().scalar_to_vector(vec_ty, x),
+                None if self.b.func.dfg.value_type(x) == types::F32 => {
+                    self.b.ins().splat(types::F32X4, x)
+                }
+                None => self.b.ins().scalar_to_vector(types::I32X4, x),
                 Some(v) => self.b.ins().insertlane(v, x, j as u8),
             });
         }
@@ -485,18 +487,11 @@ impl PassGen<'_, '_> {
         let off = self.scaled(pos, 4);
         let first = self.b.ins().iadd(self.row_base[&buffer], off);
         let rows = self.gather.expect("row offsets").wide;
-        let mut v = None;
-        for (j, row) in rows.into_iter().enumerate() {
+        let values = rows.map(|row| {
             let addr = self.b.ins().iadd(first, row);
-            let x = self.b.ins().load(types::F32, readonly(), addr, 0);
-            v = Some(match v {
-                // A broadcast from memory: one instruction, where a scalar moved into a
-                // vector first clears it.
-                None => self.b.ins().splat(types::F32X4, x),
-                Some(v) => self.b.ins().insertlane(v, x, j as u8),
-            });
-        }
-        v.expect("four rows")
+            self.b.ins().load(types::F32, readonly(), addr, 0)
+        });
+        self.vector_of(&values)
     }
 
     /// The mask bytes at `pos` of each of the block's rows of `buffer`, as lanes of all ones
@@ -504,18 +499,13 @@ impl PassGen<'_, '_> {
     pub(super) fn gather_mask(&mut self, buffer: usize, pos: Value) -> Value {
         let first = self.b.ins().iadd(self.row_base[&buffer], pos);
         let rows = self.gather.expect("row offsets").bytes;
-        let mut v = None;
-        for (j, row) in rows.into_iter().enumerate() {
+        let values = rows.map(|row| {
             let addr = self.b.ins().iadd(first, row);
-            let x = self.b.ins().uload8(types::I32, readonly(), addr, 0);
-            v = Some(match v {
-                None => self.b.ins().scalar_to_vector(types::I32X4, x),
-                Some(v) => self.b.ins().insertlane(v, x, j as u8),
-            });
-        }
+            self.b.ins().uload8(types::I32, readonly(), addr, 0)
+        });
+        let words = self.vector_of(&values);
         // As in `vvalue`: a byte b ≠ 0 shifted to b · 2^23 is a nonzero float, and a float
         // comparison is a mask that selects blend.
-        let words = v.expect("four rows");
         let shifted = self.b.ins().ishl_imm(words, 23);
         let floats = self.b.ins().bitcast(types::F32X4, MemFlags::new(), shifted);
         let zero = self.vzero.expect("zeros made before the loop");
