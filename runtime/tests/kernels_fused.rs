@@ -29,8 +29,9 @@ fn odds_and_ends(x: f32[B, T], m: Mask[B, T], g: i32[B]) -> f32[B, T] {
   softmax(x, over: T) + where(m, hi - lo, pow(abs(x), 1.5)) + k + tanh(x) * sigmoid(x) + log(1.0 + x * x) / sqrt(2.0 + x * x)
 }
 
-/// Scans as the JIT runs them four rows at a time: a forward scan from a per-row start, read
-/// back by a later scan and by a reduction of its row (its scratch rows), and one stored.
+/// Scans as the JIT runs them four rows at a time: a forward scan from a per-row start,
+/// reduced in its own loop (a sum, and a maximum that is 0 on an empty row) and read back by
+/// a later scan (from its scratch rows).
 fn scans_in_lanes(x: f32[B, T], m: Mask[B, T], g: i32[B]) -> f32[B, T] {
   let run = scan forward over T with (acc = f32(g) * 0.25) { t ->
     acc = where(m[t], acc * 0.5 + x[t], acc - 0.125)
@@ -40,7 +41,7 @@ fn scans_in_lanes(x: f32[B, T], m: Mask[B, T], g: i32[B]) -> f32[B, T] {
     c = c * 0.9 + run[t]
     emit c
   }
-  run / (1.0 + abs(sum(run, over: T, mask: m))) + back
+  run / (1.0 + abs(sum(run, over: T, mask: m))) + back + max(run, over: T, mask: m)
 }
 
 /// A scalar loss through every differentiable operation.

@@ -319,7 +319,11 @@ fn row_loops(
         needed.extend(closure(k, r.1, leaves));
     }
     let mut loops: Vec<Loop> = Vec::new();
+    // The loop after which a node's value can be read at any position of the row.
     let mut ready: HashMap<NodeId, usize> = HashMap::new();
+    // The loop in which a node's value can be read at each position as the loop reaches it:
+    // a scan's own loop, where `ready` is the loop after.
+    let mut at_position: HashMap<NodeId, usize> = HashMap::new();
     let ready_of = |ready: &HashMap<NodeId, usize>, n: NodeId| ready.get(&n).copied().unwrap_or(0);
     let map_loop = |loops: &mut Vec<Loop>, earliest: usize| -> usize {
         match (earliest..loops.len()).find(|&i| loops[i].kind == LoopKind::Map) {
@@ -344,6 +348,11 @@ fn row_loops(
             .map(|&o| ready_of(&ready, o))
             .max()
             .unwrap_or(0);
+        let positional = operands(&node.op)
+            .iter()
+            .map(|&o| at_position.get(&o).copied().unwrap_or(ready_of(&ready, o)))
+            .max()
+            .unwrap_or(0);
         match &node.op {
             Op::Scan(_) => {
                 loops.push(Loop {
@@ -352,14 +361,21 @@ fn row_loops(
                     stores: Vec::new(),
                 });
                 ready.insert(n, loops.len());
+                at_position.insert(n, loops.len() - 1);
             }
             Op::Reduce { .. } if node.level == 1 => {
-                let home = map_loop(&mut loops, earliest);
+                // Into the scan's loop when it has every operand at each position (one pass
+                // over the row instead of two), else the first map loop that can.
+                let home = match loops.get(positional) {
+                    Some(l) if matches!(l.kind, LoopKind::Scan(_)) => positional,
+                    _ => map_loop(&mut loops, earliest),
+                };
                 loops[home].reductions.push(n);
                 ready.insert(n, home + 1);
             }
             _ => {
                 ready.insert(n, earliest);
+                at_position.insert(n, positional);
             }
         }
     }

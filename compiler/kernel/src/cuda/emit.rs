@@ -363,24 +363,6 @@ impl<'a> PassEmitter<'a> {
         self.indent += 1;
         self.memo[2].clear();
         self.phys = 2;
-        for &r in &l.reductions {
-            let Op::Reduce { op, x, mask } = k.node(r).op else {
-                continue;
-            };
-            let xv = self.value(x, POS);
-            let combined = match op {
-                Red::Sum => format!("acc{r} + {xv}"),
-                Red::Max => format!("rlc_max(acc{r}, {xv})"),
-                Red::Min => format!("rlc_min(acc{r}, {xv})"),
-            };
-            match mask {
-                Some(m) => {
-                    let mv = self.value(m, POS);
-                    self.line(&format!("if ({mv}) {{ acc{r} = {combined}; any{r} = 1; }}"));
-                }
-                None => self.line(&format!("acc{r} = {combined}; any{r} = 1;")),
-            }
-        }
         if let Some((n, s)) = scan {
             let mut names: Vec<String> = Vec::with_capacity(s.body.len());
             for (bi, bn) in s.body.iter().enumerate() {
@@ -409,6 +391,25 @@ impl<'a> PassEmitter<'a> {
             self.scratch = true;
             let e32 = convert(&emitted, s.body[s.emit].elem, Elem::F32);
             self.line(&format!("scr[{slot} * cols + p] = {e32};  // scan %{n}"));
+        }
+        // After the scan's body: a reduction in a scan's loop may read the scan.
+        for &r in &l.reductions {
+            let Op::Reduce { op, x, mask } = k.node(r).op else {
+                continue;
+            };
+            let xv = self.value(x, POS);
+            let combined = match op {
+                Red::Sum => format!("acc{r} + {xv}"),
+                Red::Max => format!("rlc_max(acc{r}, {xv})"),
+                Red::Min => format!("rlc_min(acc{r}, {xv})"),
+            };
+            match mask {
+                Some(m) => {
+                    let mv = self.value(m, POS);
+                    self.line(&format!("if ({mv}) {{ acc{r} = {combined}; any{r} = 1; }}"));
+                }
+                None => self.line(&format!("acc{r} = {combined}; any{r} = 1;")),
+            }
         }
         for &st in &l.stores {
             let v = self.value(st.node, POS);

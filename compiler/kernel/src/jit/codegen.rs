@@ -20,7 +20,7 @@ use super::math;
 use crate::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un};
 use crate::schedule::{LoopKind, Pass, Schedule, Store, identity};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{Block, FuncRef, InstBuilder, MemFlags, Type, Value, types};
+use cranelift_codegen::ir::{Block, FuncRef, InstBuilder, MemFlags, StackSlot, Type, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
 use std::collections::{HashMap, HashSet};
 
@@ -75,6 +75,8 @@ pub struct PassGen<'a, 'b> {
     gather: Option<lanes::Gather>,
     /// Scans of the pass that a later loop of their row reads from scratch.
     scratch_scans: HashSet<NodeId>,
+    /// After a scan of four rows in lanes: its row reductions, a lane per row, in stack slots.
+    lane_results: Vec<(NodeId, StackSlot)>,
 }
 
 fn flags() -> MemFlags {
@@ -115,6 +117,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
             lane: None,
             gather: None,
             scratch_scans: HashSet::new(),
+            lane_results: Vec::new(),
         };
         let entry = g.b.create_block();
         g.b.append_block_params_for_function_params(entry);
@@ -227,6 +230,16 @@ impl<'a, 'b> PassGen<'a, 'b> {
         self.memo[1].clear();
         self.phys = 1;
         self.set_row(row);
+        if let Some(j) = self.lane {
+            // The reductions of the loop that ran with the rows in lanes: this row's lane.
+            for (r, slot) in self.lane_results.clone() {
+                let lanes = self.b.ins().stack_addr(types::I64, slot, 0);
+                let off = self.scaled(j, 4);
+                let addr = self.b.ins().iadd(lanes, off);
+                let v = self.b.ins().load(types::F32, flags(), addr, 0);
+                self.memo[1].insert(r, v);
+            }
+        }
         for l in &pass.loops[first_loop..] {
             self.row_loop(l, row);
         }
@@ -422,31 +435,6 @@ impl<'a, 'b> PassGen<'a, 'b> {
         };
         self.memo[2].clear();
         self.phys = 2;
-        for &(r, acc, any) in &accs {
-            let Op::Reduce { op, x, mask } = self.k.node(r).op else {
-                continue;
-            };
-            let xv = self.value(x, at);
-            let a = self.b.use_var(acc);
-            let combined = match op {
-                Red::Sum => self.b.ins().fadd(a, xv),
-                Red::Max => self.b.ins().fmax(a, xv),
-                Red::Min => self.b.ins().fmin(a, xv),
-            };
-            let (new, sel) = match mask {
-                Some(m) => {
-                    let mv = self.value(m, at);
-                    (self.b.ins().select(mv, combined, a), mv)
-                }
-                None => (combined, self.b.ins().iconst(types::I8, 1)),
-            };
-            self.b.def_var(acc, new);
-            if op != Red::Sum {
-                let an = self.b.use_var(any);
-                let an = self.b.ins().bor(an, sel);
-                self.b.def_var(any, an);
-            }
-        }
         if let Some((n, s)) = scan {
             let mut body_vals: HashMap<NodeId, Value> = HashMap::new();
             for (bi, bn) in s.body.iter().enumerate() {
@@ -470,6 +458,32 @@ impl<'a, 'b> PassGen<'a, 'b> {
                 let addr = self.scratch_addr(n, pos);
                 let e32 = self.convert(emitted, s.body[s.emit].elem, Elem::F32);
                 self.b.ins().store(flags(), e32, addr, 0);
+            }
+        }
+        // After the scan's body: a reduction in a scan's loop may read the scan.
+        for &(r, acc, any) in &accs {
+            let Op::Reduce { op, x, mask } = self.k.node(r).op else {
+                continue;
+            };
+            let xv = self.value(x, at);
+            let a = self.b.use_var(acc);
+            let combined = match op {
+                Red::Sum => self.b.ins().fadd(a, xv),
+                Red::Max => self.b.ins().fmax(a, xv),
+                Red::Min => self.b.ins().fmin(a, xv),
+            };
+            let (new, sel) = match mask {
+                Some(m) => {
+                    let mv = self.value(m, at);
+                    (self.b.ins().select(mv, combined, a), mv)
+                }
+                None => (combined, self.b.ins().iconst(types::I8, 1)),
+            };
+            self.b.def_var(acc, new);
+            if op != Red::Sum {
+                let an = self.b.use_var(any);
+                let an = self.b.ins().bor(an, sel);
+                self.b.def_var(any, an);
             }
         }
         for st in &l.stores {

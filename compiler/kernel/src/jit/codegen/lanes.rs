@@ -8,10 +8,12 @@
 
 use super::vector::lane_op_ok;
 use super::{At, PassGen};
-use crate::ir::{Elem, NodeId, Op, Scan};
+use crate::ir::{Elem, NodeId, Op, Red, Scan};
 use crate::schedule::{Loop, LoopKind, Pass};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{ConstantData, Endianness, InstBuilder, MemFlags, Value, types};
+use cranelift_codegen::ir::{
+    ConstantData, Endianness, InstBuilder, MemFlags, StackSlotData, StackSlotKind, Value, types,
+};
 use cranelift_frontend::Variable;
 use std::collections::{HashMap, HashSet};
 
@@ -31,10 +33,23 @@ struct Step<'a> {
     node: NodeId,
     scan: &'a Scan,
     carries: &'a [Variable],
+    /// The loop's row reductions: (node, accumulator, lanes that selected something).
+    accs: &'a [(NodeId, Variable, Variable)],
     /// Body values computed before the loop (see `scan_rows_in_lanes`).
     fixed: &'a [Option<Value>],
     /// The lanes of what does not move along the rows.
     invariant: &'a HashMap<NodeId, Value>,
+}
+
+/// The values and masks `reductions` read at each position.
+fn reduce_operands(k: &crate::ir::Kernel, reductions: &[NodeId]) -> Vec<NodeId> {
+    reductions
+        .iter()
+        .flat_map(|&r| match k.node(r).op {
+            Op::Reduce { x, mask, .. } => std::iter::once(x).chain(mask).collect(),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 fn readonly() -> MemFlags {
@@ -52,9 +67,9 @@ fn little() -> MemFlags {
 }
 
 impl PassGen<'_, '_> {
-    /// The pass's first loop, when it is a scan that can run with rows in lanes: no row
-    /// reductions of its own, `f32` carries, value and stores, and four-lane forms for
-    /// every operation it and its stores perform.
+    /// The pass's first loop, when it is a scan that can run with rows in lanes: `f32`
+    /// carries, value, stores and reduced values, and four-lane forms for every operation it,
+    /// its stores and its reductions perform.
     pub(super) fn lane_scan<'p>(&self, pass: &'p Pass) -> Option<&'p Loop> {
         let k = self.k;
         let l = pass.loops.first()?;
@@ -81,7 +96,14 @@ impl PassGen<'_, '_> {
             ref op => lane_op_ok(op, bn.elem, &|id| s.body[id].elem),
         });
         let stores = self.lanes_ok(l.stores.iter().map(|st| st.node).collect(), Some(n));
-        let ok = l.reductions.is_empty()
+        let reductions = l.reductions.iter().all(|&r| match k.node(r).op {
+            Op::Reduce { x, mask, .. } => {
+                k.node(x).elem == Elem::F32
+                    && self.lanes_ok(std::iter::once(x).chain(mask).collect(), Some(n))
+            }
+            _ => false,
+        });
+        let ok = reductions
             && k.node(n).elem == Elem::F32
             && s.body[s.emit].elem == Elem::F32
             && f32_stores
@@ -108,6 +130,7 @@ impl PassGen<'_, '_> {
             }
         }
         roots.extend(&s.inits);
+        roots.extend(reduce_operands(self.k, &l.reductions));
         let invariant = self.invariant_of(roots);
         let mut per_row: Vec<Vec<Value>> = vec![Vec::new(); invariant.len()];
         for j in 0..ROW_LANES {
@@ -156,10 +179,30 @@ impl PassGen<'_, '_> {
             };
             fixed.push(v);
         }
+        // The loop's row reductions: a row per lane.
+        let accs: Vec<(NodeId, Variable, Variable)> = l
+            .reductions
+            .iter()
+            .map(|&r| {
+                let Op::Reduce { op, .. } = k.node(r).op else {
+                    unreachable!("a loop's reduction is a Reduce")
+                };
+                let acc = self.b.declare_var(types::F32X4);
+                let init = self.b.ins().f32const(crate::schedule::identity(op));
+                let init = self.b.ins().splat(types::F32X4, init);
+                self.b.def_var(acc, init);
+                let any = self.b.declare_var(types::I32X4);
+                let zero = self.b.ins().iconst(types::I32, 0);
+                let zero = self.b.ins().splat(types::I32X4, zero);
+                self.b.def_var(any, zero);
+                (r, acc, any)
+            })
+            .collect();
         let scan = Step {
             node: n,
             scan: s,
             carries: &carries,
+            accs: &accs,
             fixed: &fixed,
             invariant: &vmemo,
         };
@@ -207,6 +250,25 @@ impl PassGen<'_, '_> {
         }
         self.memo[2].clear();
         self.phys = 1;
+        // Each row's reductions, for its later loops and stores (`row_body` loads lane j).
+        self.lane_results.clear();
+        for (r, acc, any) in accs {
+            let mut v = self.b.use_var(acc);
+            if !matches!(k.node(r).op, Op::Reduce { op: Red::Sum, .. }) {
+                // A minimum or maximum of nothing is zero, not ±inf.
+                let some = self.b.use_var(any);
+                let some = self.as_float_mask(some);
+                let zero = self.vzero.expect("zeros made before the loop");
+                v = self.b.ins().bitselect(some, v, zero);
+            }
+            let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+                StackSlotKind::ExplicitSlot,
+                16,
+                4,
+            ));
+            self.b.ins().stack_store(v, slot, 0);
+            self.lane_results.push((r, slot));
+        }
         self.gather = None;
         self.vzero = None;
     }
@@ -244,6 +306,9 @@ impl PassGen<'_, '_> {
         self.phys = 2;
         let mut lanes = scan.invariant.clone();
         let emitted = self.lane_step(scan, at, &mut lanes);
+        for &(r, acc, any) in scan.accs {
+            self.vaccumulate(r, acc, any, at, &mut lanes);
+        }
         if self.scratch_scans.contains(&scan.node) {
             // Each row's later loops read its scan from its lane's scratch row.
             for j in 0..ROW_LANES {
@@ -282,6 +347,7 @@ impl PassGen<'_, '_> {
                 roots.push(o);
             }
         }
+        roots.extend(reduce_operands(self.k, &l.reductions));
         let mut steps: Vec<HashMap<NodeId, Value>> = vec![scan.invariant.clone(); 4];
         for leaf in self.lane_leaves(roots, scan.node) {
             let columns = self.load_block(leaf, first);
@@ -304,6 +370,9 @@ impl PassGen<'_, '_> {
             };
             let lanes = &mut steps[k];
             emitted[k] = self.lane_step(scan, at, lanes);
+            for &(r, acc, any) in scan.accs {
+                self.vaccumulate(r, acc, any, at, lanes);
+            }
             for (st, out) in l.stores.iter().zip(&mut stored) {
                 out[k] = self.vvalue(st.node, at, lanes);
             }

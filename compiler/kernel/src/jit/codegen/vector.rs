@@ -201,10 +201,27 @@ impl PassGen<'_, '_> {
         vmemo: &mut HashMap<NodeId, Value>,
     ) {
         for (r, accs, anys) in vaccs {
-            let Op::Reduce { op, x, mask } = self.k.node(*r).op else {
-                continue;
+            self.vaccumulate(*r, accs[group], anys[group], at, vmemo);
+        }
+        for st in &l.stores {
+            self.vstore(*st, at, vmemo);
+        }
+    }
+
+    /// Reduction `r`'s four lanes at `at` into `acc`, and into `any` which lanes selected
+    /// something (minimum and maximum only: a sum's identity is its empty value).
+    pub(super) fn vaccumulate(
+        &mut self,
+        r: NodeId,
+        acc: Variable,
+        any: Variable,
+        at: At,
+        vmemo: &mut HashMap<NodeId, Value>,
+    ) {
+        {
+            let Op::Reduce { op, x, mask } = self.k.node(r).op else {
+                return;
             };
-            let (acc, any) = (accs[group], anys[group]);
             let xv = self.vvalue(x, at, vmemo);
             let a = self.b.use_var(acc);
             let mv = mask.map(|m| self.vvalue(m, at, vmemo));
@@ -239,9 +256,6 @@ impl PassGen<'_, '_> {
                 let an = self.b.ins().bor(an, sel);
                 self.b.def_var(any, an);
             }
-        }
-        for st in &l.stores {
-            self.vstore(*st, at, vmemo);
         }
     }
 
@@ -309,7 +323,7 @@ impl PassGen<'_, '_> {
         self.b.ins().splat(types::F32X4, s)
     }
 
-    fn as_float_mask(&mut self, m: Value) -> Value {
+    pub(super) fn as_float_mask(&mut self, m: Value) -> Value {
         self.b.ins().bitcast(types::F32X4, MemFlags::new(), m)
     }
 
