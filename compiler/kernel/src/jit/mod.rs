@@ -313,7 +313,7 @@ impl Jit {
         // barriers the host finishes (passes exchange nothing else between rows: a stored scan
         // is read back by the thread that wrote its rows). Thread 0 finishes the barriers
         // while the others wait; a panic there is held until the protocol is complete.
-        let meet = std::sync::Barrier::new(threads);
+        let meet = pool::Meet::new(threads);
         let failed = std::sync::Mutex::new(None);
         let body = |t: usize| {
             // The whole struct is used (it is Sync), not its fields.

@@ -5,7 +5,7 @@
 //! for the workers' end, before they sleep.
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -145,6 +145,52 @@ pub fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
     assert!(!worker_panicked, "a kernel worker's task panicked");
 }
 
+/// A barrier for the threads of one run, which meet around each pass whose barriers the host
+/// finishes: like [`std::sync::Barrier`], but a waiter spins for [`SPIN`] before it sleeps
+/// (passes end within microseconds of each other; a sleeping waiter costs a wake-up).
+pub struct Meet {
+    n: usize,
+    /// Threads arrived in this generation, and the generation.
+    state: Mutex<(usize, u64)>,
+    cv: Condvar,
+    /// Mirror of the generation, read while spinning without the lock.
+    generation: AtomicU64,
+}
+
+impl Meet {
+    pub fn new(n: usize) -> Self {
+        Meet {
+            n,
+            state: Mutex::new((0, 0)),
+            cv: Condvar::new(),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// Returns when all `n` threads have called it (once each per generation).
+    pub fn wait(&self) {
+        let lock = || self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut s = lock();
+        let generation = s.1;
+        s.0 += 1;
+        if s.0 == self.n {
+            s.0 = 0;
+            s.1 += 1;
+            self.generation.store(s.1, Ordering::Release);
+            self.cv.notify_all();
+            return;
+        }
+        drop(s);
+        if spin_until(|| self.generation.load(Ordering::Acquire) != generation) {
+            return;
+        }
+        let mut s = lock();
+        while s.1 == generation {
+            s = self.cv.wait(s).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +205,17 @@ mod tests {
             });
             assert!(hits.iter().all(|h| h.load(Ordering::SeqCst) == 1));
         }
+        // No thread passes a meeting before every thread has reached it.
+        let meet = Meet::new(3);
+        let arrived = AtomicUsize::new(0);
+        run(3, &|_| {
+            for round in 1..=50 {
+                arrived.fetch_add(1, Ordering::SeqCst);
+                meet.wait();
+                assert!(arrived.load(Ordering::SeqCst) >= 3 * round);
+                meet.wait();
+            }
+        });
         // Runs from several threads at once each get their own workers.
         std::thread::scope(|s| {
             for _ in 0..3 {
