@@ -187,14 +187,7 @@ impl PassGen<'_, '_> {
                 let Op::Reduce { op, .. } = k.node(r).op else {
                     unreachable!("a loop's reduction is a Reduce")
                 };
-                let acc = self.b.declare_var(types::F32X4);
-                let init = self.b.ins().f32const(crate::schedule::identity(op));
-                let init = self.b.ins().splat(types::F32X4, init);
-                self.b.def_var(acc, init);
-                let any = self.b.declare_var(types::I32X4);
-                let zero = self.b.ins().iconst(types::I32, 0);
-                let zero = self.b.ins().splat(types::I32X4, zero);
-                self.b.def_var(any, zero);
+                let (acc, any) = self.vaccumulator(op);
                 (r, acc, any)
             })
             .collect();

@@ -95,20 +95,7 @@ impl PassGen<'_, '_> {
             };
             // One accumulator per group of the sixteen-wide loop: four chains of additions
             // that do not wait for each other.
-            let mut accs = Vec::new();
-            let mut anys = Vec::new();
-            for _ in 0..4 {
-                let acc = self.b.declare_var(types::F32X4);
-                let init = self.b.ins().f32const(crate::schedule::identity(op));
-                let init = self.b.ins().splat(types::F32X4, init);
-                self.b.def_var(acc, init);
-                let any = self.b.declare_var(types::I32X4);
-                let zero = self.b.ins().iconst(types::I32, 0);
-                let zero = self.b.ins().splat(types::I32X4, zero);
-                self.b.def_var(any, zero);
-                accs.push(acc);
-                anys.push(any);
-            }
+            let (accs, anys) = (0..4).map(|_| self.vaccumulator(op)).unzip();
             vaccs.push((r, accs, anys));
         }
         // Lanes of values that do not change along the row (level 0 or 1, constants), and the
@@ -206,6 +193,20 @@ impl PassGen<'_, '_> {
         for st in &l.stores {
             self.vstore(*st, at, vmemo);
         }
+    }
+
+    /// A reduction's four-lane accumulator (at the identity of `op`) and its lanes that
+    /// selected something (none yet).
+    pub(super) fn vaccumulator(&mut self, op: Red) -> (Variable, Variable) {
+        let acc = self.b.declare_var(types::F32X4);
+        let init = self.b.ins().f32const(crate::schedule::identity(op));
+        let init = self.b.ins().splat(types::F32X4, init);
+        self.b.def_var(acc, init);
+        let any = self.b.declare_var(types::I32X4);
+        let zero = self.b.ins().iconst(types::I32, 0);
+        let zero = self.b.ins().splat(types::I32X4, zero);
+        self.b.def_var(any, zero);
+        (acc, any)
     }
 
     /// Reduction `r`'s four lanes at `at` into `acc`, and into `any` which lanes selected
