@@ -14,7 +14,8 @@
 //! "reused"). A table prints the medians, the speed-up over eager and the fraction of copy
 //! bandwidth. Goals: ≥ 5× eager, ≥ 60 % of copy bandwidth.
 //!
-//! `cargo bench -p rlc-runtime --bench kernels`
+//! `cargo bench -p rlc-runtime --bench kernels` (`RLC_BENCH_ROWS=4096` for a batch that
+//! leaves the cache)
 //!
 //! With `RLC_BENCH_DEVICE=cuda` (`scripts/gpu-check.sh`) all three run on CUDA device 0: the
 //! fused kernel as CUDA C (NVRTC) on libtorch's tensors, eager on libtorch's CUDA kernels, the
@@ -33,7 +34,14 @@ use std::cell::RefCell;
 use std::time::{Duration, Instant};
 use tch::{Device, Kind, Tensor};
 
-const B: i64 = 512;
+/// Rows: 512, the size, unless `RLC_BENCH_ROWS` says otherwise (larger batches move
+/// the data out of cache, where the copy reference runs at memory bandwidth).
+fn rows() -> i64 {
+    std::env::var("RLC_BENCH_ROWS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(512)
+}
 const T: i64 = 1024;
 const THREADS: usize = 2;
 
@@ -111,24 +119,25 @@ impl Kernel {
 }
 
 fn inputs(device: Device) -> Inputs {
+    let b = rows();
     let mut rng = Rng::new(1);
     let mut normal = |n: i64| {
         let v: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
         Tensor::from_slice(&v)
     };
-    let r = normal(B * T).view([B, T]);
-    let v = normal(B * T).view([B, T]);
-    let logp = (normal(B * T).view([B, T]) * 0.1 - 1.0).contiguous();
-    let old = (&logp + normal(B * T).view([B, T]) * 0.05).contiguous();
-    let adv = normal(B * T).view([B, T]);
-    let score = normal(B);
+    let r = normal(b * T).view([b, T]);
+    let v = normal(b * T).view([b, T]);
+    let logp = (normal(b * T).view([b, T]) * 0.1 - 1.0).contiguous();
+    let old = (&logp + normal(b * T).view([b, T]) * 0.05).contiguous();
+    let adv = normal(b * T).view([b, T]);
+    let score = normal(b);
     // Right-padded responses of lengths between T/4 and T.
-    let lens: Vec<i64> = (0..B).map(|i| T / 4 + (i * 7919) % (3 * T / 4)).collect();
+    let lens: Vec<i64> = (0..b).map(|i| T / 4 + (i * 7919) % (3 * T / 4)).collect();
     let cols = Tensor::arange(T, (Kind::Int64, tch::Device::Cpu)).view([1, T]);
     let mask = cols
-        .lt_tensor(&Tensor::from_slice(&lens).view([B, 1]))
+        .lt_tensor(&Tensor::from_slice(&lens).view([b, 1]))
         .contiguous();
-    let group = Tensor::from_slice(&(0..B).map(|i| (i / 16) as i32).collect::<Vec<_>>());
+    let group = Tensor::from_slice(&(0..b).map(|i| (i / 16) as i32).collect::<Vec<_>>());
     let on = |t: Tensor| t.to_device(device);
     Inputs {
         r: on(r),
@@ -374,7 +383,7 @@ fn main() {
         Device::Cuda(_) => "CUDA device 0".to_string(),
         _ => format!("{THREADS} threads"),
     };
-    println!("fused kernels at B·T = {B}·{T}, {on} ({timing}):");
+    println!("fused kernels at B·T = {}·{T}, {on} ({timing}):", rows());
     println!(
         "{:<18} {:>9} {:>9} {:>9} {:>8} {:>15} {:>15}",
         "kernel", "fused ms", "reused ms", "eager ms", "copy ms", "vs eager", "of copy bw"
