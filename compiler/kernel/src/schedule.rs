@@ -387,15 +387,61 @@ fn row_loops(
             l.stores.push(store);
             continue;
         }
-        let earliest = if leaves.contains_key(&node) {
-            0
+        let (earliest, positional) = if leaves.contains_key(&node) {
+            (0, None)
         } else {
-            ready_of(&ready, node)
+            (ready_of(&ready, node), at_position.get(&node).copied())
         };
-        let home = map_loop(&mut loops, earliest);
+        // Into a scan's loop when it has the value at each position (`gae(…) + v` as the
+        // scan runs, not in a second loop reading the scan back).
+        let home = match positional.and_then(|p| loops.get(p).map(|l| (p, l))) {
+            Some((p, l)) if matches!(l.kind, LoopKind::Scan(_)) => p,
+            _ => map_loop(&mut loops, earliest),
+        };
         loops[home].stores.push(store);
     }
     loops
+}
+
+/// The scans of `pass` that a later loop of their row reads and that are not stored: the back
+/// ends keep their values in scratch rows (a stored scan is read from its buffer).
+pub fn scans_read_later(k: &Kernel, s: &Schedule, pass: &Pass) -> BTreeSet<NodeId> {
+    let mut read = BTreeSet::new();
+    for (i, l) in pass.loops.iter().enumerate() {
+        let LoopKind::Scan(n) = l.kind else {
+            continue;
+        };
+        let mut todo: Vec<NodeId> = Vec::new();
+        for later in &pass.loops[i + 1..] {
+            todo.extend(later.stores.iter().map(|st| st.node));
+            for &r in &later.reductions {
+                if let Op::Reduce { x, mask, .. } = k.node(r).op {
+                    todo.extend(std::iter::once(x).chain(mask));
+                }
+            }
+            if let LoopKind::Scan(m) = later.kind {
+                todo.push(m);
+            }
+        }
+        let mut seen = BTreeSet::new();
+        while let Some(m) = todo.pop() {
+            if !seen.insert(m) || s.loaded.contains_key(&m) || k.node(m).level < 2 {
+                continue;
+            }
+            if m == n {
+                read.insert(n);
+                break;
+            }
+            match &k.node(m).op {
+                Op::Scan(scan) => todo.extend(scan.body.iter().filter_map(|bn| match bn.op {
+                    Op::Column(o) => Some(o),
+                    _ => None,
+                })),
+                op => todo.extend(operands(op)),
+            }
+        }
+    }
+    read
 }
 
 /// The nodes of exactly `level` that `n` depends on without passing a node computed in a loop

@@ -46,3 +46,30 @@ fn every_std_function_lowers_and_compiles() {
     }
     assert!(compiled >= 45, "{compiled} compiled");
 }
+
+/// Work on a row's positions joins a scan's loop when the loop has its operands at each
+/// position: GAE's returns are stored as the scan runs, and whitening's mean and count are
+/// summed there, so neither reads the scan back in a second loop over the row.
+#[test]
+fn work_at_each_position_of_a_scan_rides_in_its_loop() {
+    use rlc_kernel::schedule::{LoopKind, schedule};
+    let mut files = Files::new();
+    let checked = rlc_check::check(&NoFiles, &mut files, "t.rl", "import std.algo\n".into());
+    let given = ["r", "v", "m", "gamma", "lam"];
+    let first_pass_loops = |f: &str| {
+        let k = lower_fn(&checked.modules, f, &given).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let s = schedule(&k).unwrap_or_else(|e| panic!("{f}: {e}"));
+        s.passes[0].loops.clone()
+    };
+    let returns = first_pass_loops("std.algo.gae_returns");
+    assert_eq!(returns.len(), 1, "{returns:?}");
+    assert!(matches!(returns[0].kind, LoopKind::Scan(_)), "{returns:?}");
+    assert_eq!(returns[0].stores.len(), 1, "{returns:?}");
+    let whitened = first_pass_loops("std.algo.gae_whitened");
+    assert_eq!(whitened.len(), 1, "{whitened:?}");
+    assert!(
+        matches!(whitened[0].kind, LoopKind::Scan(_)),
+        "{whitened:?}"
+    );
+    assert_eq!(whitened[0].reductions.len(), 2, "{whitened:?}");
+}

@@ -161,6 +161,8 @@ struct PassEmitter<'a> {
     used: BTreeSet<usize>,
     /// Whether the pass reads or writes scan scratch.
     scratch: bool,
+    /// The pass's scans that later loops read from scratch.
+    scratch_scans: BTreeSet<NodeId>,
 }
 
 impl<'a> PassEmitter<'a> {
@@ -174,6 +176,7 @@ impl<'a> PassEmitter<'a> {
             memo: Default::default(),
             used: BTreeSet::new(),
             scratch: false,
+            scratch_scans: BTreeSet::new(),
         }
     }
 
@@ -186,6 +189,7 @@ impl<'a> PassEmitter<'a> {
     }
 
     fn pass(mut self, p: usize, pass: &Pass) -> String {
+        self.scratch_scans = crate::schedule::scans_read_later(self.k, self.s, pass);
         // Level-0 values first: every thread computes them, before any branch.
         let level0 = crate::schedule::pass_scalars(self.k, self.s, pass);
         for n in level0 {
@@ -386,11 +390,13 @@ impl<'a> PassEmitter<'a> {
             }
             let emitted = names[s.emit].clone();
             self.memo[2].insert(n, emitted.clone());
-            // Later loops of the row read the scan from scratch.
-            let slot = self.scan_slot(n);
-            self.scratch = true;
-            let e32 = convert(&emitted, s.body[s.emit].elem, Elem::F32);
-            self.line(&format!("scr[{slot} * cols + p] = {e32};  // scan %{n}"));
+            if self.scratch_scans.contains(&n) {
+                // Later loops of the row read the scan from scratch.
+                let slot = self.scan_slot(n);
+                self.scratch = true;
+                let e32 = convert(&emitted, s.body[s.emit].elem, Elem::F32);
+                self.line(&format!("scr[{slot} * cols + p] = {e32};  // scan %{n}"));
+            }
         }
         // After the scan's body: a reduction in a scan's loop may read the scan.
         for &r in &l.reductions {

@@ -22,7 +22,7 @@ use crate::schedule::{LoopKind, Pass, Schedule, Store, identity};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{Block, FuncRef, InstBuilder, MemFlags, StackSlot, Type, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Functions the generated code calls (libm), declared in the function being built.
 pub struct Calls {
@@ -74,7 +74,7 @@ pub struct PassGen<'a, 'b> {
     /// In a scan of four rows in lanes: the rows' offsets, whose loads gather a lane each.
     gather: Option<lanes::Gather>,
     /// Scans of the pass that a later loop of their row reads from scratch.
-    scratch_scans: HashSet<NodeId>,
+    scratch_scans: BTreeSet<NodeId>,
     /// After a scan of four rows in lanes: its row reductions, a lane per row, in stack slots.
     lane_results: Vec<(NodeId, StackSlot)>,
 }
@@ -116,7 +116,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
             vzero: None,
             lane: None,
             gather: None,
-            scratch_scans: HashSet::new(),
+            scratch_scans: BTreeSet::new(),
             lane_results: Vec::new(),
         };
         let entry = g.b.create_block();
@@ -146,7 +146,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
             row: None,
             pos: None,
         };
-        self.scratch_scans = self.scans_read_later(pass);
+        self.scratch_scans = crate::schedule::scans_read_later(self.k, self.s, pass);
         // Level-0 values first: they dominate everything after.
         let level0 = crate::schedule::pass_scalars(self.k, self.s, pass);
         for n in level0 {
@@ -275,46 +275,6 @@ impl<'a, 'b> PassGen<'a, 'b> {
             let base = self.b.ins().iadd(self.ptrs[bi], off);
             self.row_base.insert(bi, base);
         }
-    }
-
-    /// The pass's scans that a later loop of the row reads, not from a stored buffer: they
-    /// keep their values in scratch.
-    fn scans_read_later(&self, pass: &Pass) -> HashSet<NodeId> {
-        let k = self.k;
-        let mut read = HashSet::new();
-        for (i, l) in pass.loops.iter().enumerate() {
-            let LoopKind::Scan(n) = l.kind else {
-                continue;
-            };
-            let mut todo: Vec<NodeId> = Vec::new();
-            for later in &pass.loops[i + 1..] {
-                todo.extend(later.stores.iter().map(|st| st.node));
-                for &r in &later.reductions {
-                    todo.extend(self.reduce_operands(r));
-                }
-                if let LoopKind::Scan(m) = later.kind {
-                    todo.push(m);
-                }
-            }
-            let mut seen = HashSet::new();
-            while let Some(m) = todo.pop() {
-                if !seen.insert(m) || self.s.loaded.contains_key(&m) || k.node(m).level < 2 {
-                    continue;
-                }
-                if m == n {
-                    read.insert(n);
-                    break;
-                }
-                match &k.node(m).op {
-                    Op::Scan(s) => todo.extend(s.body.iter().filter_map(|bn| match bn.op {
-                        Op::Column(o) => Some(o),
-                        _ => None,
-                    })),
-                    op => todo.extend(crate::ir::operands(op)),
-                }
-            }
-        }
-        read
     }
 
     /// The address of a scan's value at `pos` in this thread's scratch: a row per scan and

@@ -58,6 +58,19 @@ fn clip_max(x: f32[B, T], m: Mask[B, T]) -> f32[B, T] {
 fn clip_min(x: f32[B, T], m: Mask[B, T]) -> f32[B, T] {
   where(m, x, min(x, 1.0))
 }
+
+/// A scan reduced in its own loop and read back by a later scan from its scratch row.
+fn scans_in_lanes(x: f32[B, T], m: Mask[B, T], g: i32[B]) -> f32[B, T] {
+  let run = scan forward over T with (acc = f32(g) * 0.25) { t ->
+    acc = where(m[t], acc * 0.5 + x[t], acc - 0.125)
+    emit acc
+  }
+  let back = scan reverse over T with (c = 0.0) { t ->
+    c = c * 0.9 + run[t]
+    emit c
+  }
+  run / (1.0 + abs(sum(run, over: T, mask: m))) + back + max(run, over: T, mask: m)
+}
 "#;
 
 pub fn program() -> Checked {
@@ -147,6 +160,7 @@ pub fn kernels_with_derivatives() -> Vec<Kernel> {
         "row_max",
         "clip_max",
         "clip_min",
+        "scans_in_lanes",
     ] {
         out.push(kernel(&p, f));
     }
