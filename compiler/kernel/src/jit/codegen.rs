@@ -77,6 +77,10 @@ pub struct PassGen<'a, 'b> {
     scratch_scans: BTreeSet<NodeId>,
     /// After a scan of four rows in lanes: its row reductions, a lane per row, in stack slots.
     lane_results: Vec<(NodeId, StackSlot)>,
+    /// In the sixteen-wide vector loop: the iteration's first position and the group of four
+    /// being written; and the mask inputs' sixteen bytes loaded so far this iteration.
+    wide: Option<(Value, u8)>,
+    wide_masks: HashMap<usize, Value>,
 }
 
 fn flags() -> MemFlags {
@@ -118,6 +122,8 @@ impl<'a, 'b> PassGen<'a, 'b> {
             gather: None,
             scratch_scans: BTreeSet::new(),
             lane_results: Vec::new(),
+            wide: None,
+            wide_masks: HashMap::new(),
         };
         let entry = g.b.create_block();
         g.b.append_block_params_for_function_params(entry);

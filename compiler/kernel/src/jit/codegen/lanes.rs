@@ -461,7 +461,7 @@ impl PassGen<'_, '_> {
     }
 
     /// `shuffle` of two vectors' bytes (`idx` < 16 from `a`, the rest from `b`).
-    fn shuffle(&mut self, a: Value, b: Value, idx: [u8; 16]) -> Value {
+    pub(super) fn shuffle(&mut self, a: Value, b: Value, idx: [u8; 16]) -> Value {
         let imm = self
             .b
             .func

@@ -121,6 +121,7 @@ impl PassGen<'_, '_> {
             let pos = self.b.use_var(t);
             self.phys = 2;
             self.memo[2].clear();
+            self.wide_masks.clear();
             for g in 0..groups {
                 let p = if g == 0 {
                     pos
@@ -131,9 +132,13 @@ impl PassGen<'_, '_> {
                     row: Some(row),
                     pos: Some(p),
                 };
+                if groups > 1 {
+                    self.wide = Some((pos, g as u8));
+                }
                 let mut lanes = vmemo.clone();
                 self.vector_step(l, at, &vaccs, g as usize, &mut lanes);
             }
+            self.wide = None;
             let next = self.b.ins().iadd_imm(pos, width);
             self.b.def_var(t, next);
             self.close_loop(header, exit);
@@ -319,6 +324,35 @@ impl PassGen<'_, '_> {
         self.b.ins().bitselect(nan, x, r)
     }
 
+    /// In the sixteen-wide loop: the lanes of mask input `i` for the current group, from its
+    /// sixteen bytes loaded once an iteration. Group g's lane j repeats byte 4g + j over its
+    /// four bytes (one `pshufb`): nonzero exactly where the byte is, compared as a float so
+    /// that selects blend — two instructions a group where widening four bytes takes six.
+    fn mask_of_wide(&mut self, i: usize) -> Value {
+        let (first, group) = self.wide.expect("in the sixteen-wide loop");
+        let bytes = match self.wide_masks.get(&i) {
+            Some(&v) => v,
+            None => {
+                let addr = self.b.ins().iadd(self.row_base[&i], first);
+                let v = self
+                    .b
+                    .ins()
+                    .load(types::I8X16, unaligned().with_readonly(), addr, 0);
+                self.wide_masks.insert(i, v);
+                v
+            }
+        };
+        let mut idx = [0u8; 16];
+        for (k, b) in idx.iter_mut().enumerate() {
+            *b = 4 * group + k as u8 / 4;
+        }
+        let spread = self.shuffle(bytes, bytes, idx);
+        let little = MemFlags::new().with_endianness(Endianness::Little);
+        let floats = self.b.ins().bitcast(types::F32X4, little, spread);
+        let zero = self.vzero.expect("zeros made before the loop");
+        self.b.ins().fcmp(FloatCC::NotEqual, floats, zero)
+    }
+
     fn splat_f32(&mut self, x: f32) -> Value {
         let s = self.b.ins().f32const(x);
         self.b.ins().splat(types::F32X4, s)
@@ -383,6 +417,7 @@ impl PassGen<'_, '_> {
                         .ins()
                         .load(types::F32X4, unaligned().with_readonly(), addr, 0)
                 }
+                Op::Input(i) if self.wide.is_some() => self.mask_of_wide(*i),
                 Op::Input(i) => {
                     // Four mask bytes → four lanes of all ones or zeros.
                     let addr = self.b.ins().iadd(self.row_base[i], pos);
