@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{predicted_step, rlc, rlc_stdout, scratch, text};
+use common::{predicted_step, refused, rlc, rlc_stdout, scratch};
 use std::path::PathBuf;
 
 #[test]
@@ -116,8 +116,8 @@ fn no_feasible_layout_is_e0901_and_exit_1() {
     let path = dir.join("wrong.rl");
     std::fs::write(&path, wrong).unwrap();
     let out = rlc(&["plan", path.to_str().unwrap(), "--color", "never"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("E0901"), "{}", text(&out));
+    let said = refused(&out, 1);
+    assert!(said.contains("E0901"), "{said}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -291,12 +291,8 @@ fn calibration_on_several_runs_fits_one_model_and_holds_each_step() {
         ppo,
         old.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        text(&out).contains("without their `time/…` keys"),
-        "{}",
-        text(&out)
-    );
+    let said = refused(&out, 1);
+    assert!(said.contains("without their `time/…` keys"), "{said}");
     let out = rlc(&[
         "plan",
         grpo,
@@ -306,15 +302,10 @@ fn calibration_on_several_runs_fits_one_model_and_holds_each_step() {
         "examples/ppo_70b_split.rl",
         ppo_metrics.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        text(&out).contains("one runs on CPUs only"),
-        "{}",
-        text(&out)
-    );
+    let said = refused(&out, 1);
+    assert!(said.contains("one runs on CPUs only"), "{said}");
     let out = rlc(&["plan", grpo, "--calibrate-with", ppo, old.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(!text(&out).contains("panicked"), "{}", text(&out));
+    refused(&out, 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -329,7 +320,7 @@ fn bad_inputs_are_refused_without_a_panic() {
         "--cost",
         cost.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    refused(&out, 2);
     let metrics = dir.join("metrics.jsonl");
     std::fs::write(&metrics, "not json\n").unwrap();
     let out = rlc(&[
@@ -338,10 +329,9 @@ fn bad_inputs_are_refused_without_a_panic() {
         "--calibrate",
         metrics.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("not a run's metrics"), "{}", text(&out));
+    let said = refused(&out, 1);
+    assert!(said.contains("not a run's metrics"), "{said}");
     let out = rlc(&["plan", "no/such/file.rl"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(!text(&out).contains("panicked"), "{}", text(&out));
+    refused(&out, 2);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,9 +5,9 @@
 
 mod common;
 
+use common::refused;
 #[cfg(feature = "runtime")]
-use common::scratch;
-use common::text;
+use common::{scratch, text};
 #[cfg(feature = "runtime")]
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,8 +25,8 @@ fn without_the_runtime_the_command_says_how_to_get_it() {
         .args(["run", "examples/grpo_digits.rl"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("--features runtime"), "{}", text(&out));
+    let said = refused(&out, 2);
+    assert!(said.contains("--features runtime"), "{said}");
 }
 
 /// A GRPO job small enough for a test: 3-digit reversal, a one-layer policy, 4 steps.
@@ -158,11 +158,10 @@ fn what_the_runtime_cannot_execute_is_refused() {
         )
     });
     let out = run_into(&source, &dir.join("run"), &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let said = refused(&out, 1);
     assert!(
-        text(&out).contains("cannot run the plan") && text(&out).contains("sequence parallelism"),
-        "{}",
-        text(&out)
+        said.contains("cannot run the plan") && said.contains("sequence parallelism"),
+        "{said}"
     );
 }
 
@@ -472,8 +471,8 @@ fn a_plan_without_sources_is_refused() {
     json.as_object_mut().unwrap().remove("sources");
     std::fs::write(&plan, json.to_string()).unwrap();
     let out = run_into(&plan, &dir.join("run"), &[]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("carries no sources"), "{}", text(&out));
+    let said = refused(&out, 2);
+    assert!(said.contains("carries no sources"), "{said}");
 }
 
 /// The SHA-256 a checkpoint's manifest records for `file`.
@@ -557,8 +556,8 @@ fn prompts_come_from_a_jsonl_file() {
     // A file that is not there is an error naming it.
     std::fs::remove_file(dir.join("prompts.jsonl")).unwrap();
     let out = run_into(&source, &run, &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("prompts.jsonl"), "{}", text(&out));
+    let said = refused(&out, 1);
+    assert!(said.contains("prompts.jsonl"), "{said}");
 }
 
 /// A Hugging Face model trains on prompts in its own text: `jsonl(…, tokenizer: dir)` encodes
@@ -613,8 +612,8 @@ fn prompts_in_a_models_text_are_encoded_with_its_tokenizer() {
     });
     std::fs::write(dir.join("questions.jsonl"), lines.join("\n")).unwrap();
     let out = run_into(&source, &dir.join("run"), &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("questions.jsonl"), "{}", text(&out));
+    let said = refused(&out, 1);
+    assert!(said.contains("questions.jsonl"), "{said}");
 }
 
 /// Writes `tensors` as a safetensors file.
@@ -690,11 +689,10 @@ fn rlc_kernel_evaluates_a_fn_on_named_tensors() {
         .arg(&inputs)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let said = refused(&out, 1);
     assert!(
-        text(&out).contains("E0301") && text(&out).contains("`T` is 3 in `resp` but 2 in `target`"),
-        "{}",
-        text(&out)
+        said.contains("E0301") && said.contains("`T` is 3 in `resp` but 2 in `target`"),
+        "{said}"
     );
 }
 

@@ -49,6 +49,15 @@ pub fn predicted_step(stdout: &str) -> &str {
         .unwrap_or_else(|| panic!("no prediction in {stdout}"))
 }
 
+/// The text of a run that must end with exit status `code` and not in a panic (else the test
+/// fails with all of its output).
+pub fn refused(out: &Output, code: i32) -> String {
+    let t = text(out);
+    assert_eq!(out.status.code(), Some(code), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+    t
+}
+
 /// Standard output then standard error.
 pub fn text(out: &Output) -> String {
     format!(
