@@ -415,9 +415,7 @@ pub fn scans_read_later(k: &Kernel, s: &Schedule, pass: &Pass) -> BTreeSet<NodeI
         for later in &pass.loops[i + 1..] {
             todo.extend(later.stores.iter().map(|st| st.node));
             for &r in &later.reductions {
-                if let Op::Reduce { x, mask, .. } = k.node(r).op {
-                    todo.extend(std::iter::once(x).chain(mask));
-                }
+                todo.extend(operands(&k.node(r).op));
             }
             if let LoopKind::Scan(m) = later.kind {
                 todo.push(m);

@@ -20,7 +20,9 @@ use super::math;
 use crate::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un};
 use crate::schedule::{LoopKind, Pass, Schedule, Store, identity};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{Block, FuncRef, InstBuilder, MemFlags, StackSlot, Type, Value, types};
+use cranelift_codegen::ir::{
+    Block, Endianness, FuncRef, InstBuilder, MemFlags, StackSlot, Type, Value, types,
+};
 use cranelift_frontend::{FunctionBuilder, Variable};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -90,6 +92,16 @@ fn flags() -> MemFlags {
 /// Loads of memory no pass writes while it runs (buffer pointers, sizes, inputs, values of
 /// earlier passes). Not `can_move`: Cranelift would then sink them, and what depends on
 /// them, into the innermost loop; values are placed by hand where they dominate.
+/// Vector loads and stores need not be aligned.
+fn unaligned() -> MemFlags {
+    MemFlags::new().with_notrap()
+}
+
+/// Lane order for bitcasts between vector types of different lane counts.
+fn little() -> MemFlags {
+    MemFlags::new().with_endianness(Endianness::Little)
+}
+
 fn readonly() -> MemFlags {
     MemFlags::trusted().with_readonly()
 }
@@ -313,7 +325,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
         }
         for &r in &l.reductions {
             level1.extend(
-                self.reduce_operands(r)
+                crate::ir::operands(&k.node(r).op)
                     .into_iter()
                     .flat_map(|o| self.needed_at_level(o, 1)),
             );
@@ -505,13 +517,6 @@ impl<'a, 'b> PassGen<'a, 'b> {
     fn close_loop(&mut self, header: Block, exit: Block) {
         self.b.ins().jump(header, &[]);
         self.b.switch_to_block(exit);
-    }
-
-    fn reduce_operands(&self, r: NodeId) -> Vec<NodeId> {
-        match self.k.node(r).op {
-            Op::Reduce { x, mask, .. } => std::iter::once(x).chain(mask).collect(),
-            _ => Vec::new(),
-        }
     }
 
     /// Nodes of exactly `level` that `n` depends on without passing a node computed in a loop

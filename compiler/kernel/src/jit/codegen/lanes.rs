@@ -7,12 +7,12 @@
 //! usual; a scan they read comes from its stored buffer or from the lane's scratch row.
 
 use super::vector::lane_op_ok;
-use super::{At, PassGen};
+use super::{At, PassGen, little, readonly, unaligned};
 use crate::ir::{Elem, NodeId, Op, Red, Scan};
 use crate::schedule::{Loop, LoopKind, Pass};
-use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
-    ConstantData, Endianness, InstBuilder, MemFlags, StackSlotData, StackSlotKind, Value, types,
+    ConstantData, InstBuilder, MemFlags, StackSlotData, StackSlotKind, Value, types,
 };
 use cranelift_frontend::Variable;
 use std::collections::{HashMap, HashSet};
@@ -39,31 +39,6 @@ struct Step<'a> {
     fixed: &'a [Option<Value>],
     /// The lanes of what does not move along the rows.
     invariant: &'a HashMap<NodeId, Value>,
-}
-
-/// The values and masks `reductions` read at each position.
-fn reduce_operands(k: &crate::ir::Kernel, reductions: &[NodeId]) -> Vec<NodeId> {
-    reductions
-        .iter()
-        .flat_map(|&r| match k.node(r).op {
-            Op::Reduce { x, mask, .. } => std::iter::once(x).chain(mask).collect(),
-            _ => Vec::new(),
-        })
-        .collect()
-}
-
-fn readonly() -> MemFlags {
-    MemFlags::trusted().with_readonly()
-}
-
-/// Vector loads and stores of rows need not be aligned.
-fn unaligned() -> MemFlags {
-    MemFlags::new().with_notrap()
-}
-
-/// Lane order for bitcasts between vector types of different lane counts.
-fn little() -> MemFlags {
-    MemFlags::new().with_endianness(Endianness::Little)
 }
 
 impl PassGen<'_, '_> {
@@ -97,9 +72,9 @@ impl PassGen<'_, '_> {
         });
         let stores = self.lanes_ok(l.stores.iter().map(|st| st.node).collect(), Some(n));
         let reductions = l.reductions.iter().all(|&r| match k.node(r).op {
-            Op::Reduce { x, mask, .. } => {
+            Op::Reduce { x, .. } => {
                 k.node(x).elem == Elem::F32
-                    && self.lanes_ok(std::iter::once(x).chain(mask).collect(), Some(n))
+                    && self.lanes_ok(crate::ir::operands(&k.node(r).op), Some(n))
             }
             _ => false,
         });
@@ -123,14 +98,13 @@ impl PassGen<'_, '_> {
             unreachable!("a scan loop of a node that is not a scan")
         };
         // What the loop reads that does not move along the row: each row's value in its lane.
-        let mut roots: Vec<NodeId> = l.stores.iter().map(|st| st.node).collect();
+        let mut roots = self.loop_roots(l);
         for bn in &s.body {
             if let Op::Column(o) | Op::Outer(o) = bn.op {
                 roots.push(o);
             }
         }
         roots.extend(&s.inits);
-        roots.extend(reduce_operands(self.k, &l.reductions));
         let invariant = self.invariant_of(roots);
         let mut per_row: Vec<Vec<Value>> = vec![Vec::new(); invariant.len()];
         for j in 0..ROW_LANES {
@@ -334,13 +308,12 @@ impl PassGen<'_, '_> {
     fn lane_block(&mut self, l: &Loop, scan: &Step, row0: Value, first: Value) {
         self.memo[2].clear();
         self.phys = 2;
-        let mut roots: Vec<NodeId> = l.stores.iter().map(|st| st.node).collect();
+        let mut roots = self.loop_roots(l);
         for bn in &scan.scan.body {
             if let Op::Column(o) = bn.op {
                 roots.push(o);
             }
         }
-        roots.extend(reduce_operands(self.k, &l.reductions));
         let mut steps: Vec<HashMap<NodeId, Value>> = vec![scan.invariant.clone(); 4];
         for leaf in self.lane_leaves(roots, scan.node) {
             let columns = self.load_block(leaf, first);
@@ -448,16 +421,8 @@ impl PassGen<'_, '_> {
         });
         let words = self.vector_of(&words);
         let bytes = self.b.ins().bitcast(types::I8X16, little(), words);
-        let zero = self.vzero.expect("zeros made before the loop");
-        [0u8, 1, 2, 3].map(|k| {
-            let mut idx = [0u8; 16];
-            for (i, b) in idx.iter_mut().enumerate() {
-                *b = (i as u8 / 4) * 4 + k;
-            }
-            let spread = self.shuffle(bytes, bytes, idx);
-            let floats = self.b.ins().bitcast(types::F32X4, little(), spread);
-            self.b.ins().fcmp(FloatCC::NotEqual, floats, zero)
-        })
+        // Step k's lane j is byte k of row j's four.
+        [0u8, 1, 2, 3].map(|k| self.mask_of_bytes(bytes, [k, 4 + k, 8 + k, 12 + k]))
     }
 
     /// `shuffle` of two vectors' bytes (`idx` < 16 from `a`, the rest from `b`).
@@ -566,11 +531,6 @@ impl PassGen<'_, '_> {
             self.b.ins().uload8(types::I32, readonly(), addr, 0)
         });
         let words = self.vector_of(&values);
-        // As in `vvalue`: a byte b ≠ 0 shifted to b · 2^23 is a nonzero float, and a float
-        // comparison is a mask that selects blend.
-        let shifted = self.b.ins().ishl_imm(words, 23);
-        let floats = self.b.ins().bitcast(types::F32X4, MemFlags::new(), shifted);
-        let zero = self.vzero.expect("zeros made before the loop");
-        self.b.ins().fcmp(FloatCC::NotEqual, floats, zero)
+        self.mask_of_words(words)
     }
 }

@@ -5,29 +5,21 @@
 //! through a float comparison (which a select turns into a blend). Reductions keep four
 //! partial accumulators, folded into the scalar ones after the loops.
 
-use super::{At, PassGen};
+use super::{At, PassGen, little, unaligned};
 use crate::ir::{Bin, Elem, NodeId, Op, Red, Un};
 use crate::schedule::{Loop, Store};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{Endianness, InstBuilder, MemFlags, Value, types};
+use cranelift_codegen::ir::{InstBuilder, MemFlags, Value, types};
 use cranelift_frontend::Variable;
 use std::collections::{HashMap, HashSet};
-
-/// Loads of four elements need not be aligned.
-fn unaligned() -> MemFlags {
-    MemFlags::new().with_notrap()
-}
 
 impl PassGen<'_, '_> {
     /// What the loop computes at each position: its stores' values and its reductions'
     /// operands and masks.
-    fn loop_roots(&self, l: &Loop) -> Vec<NodeId> {
+    pub(super) fn loop_roots(&self, l: &Loop) -> Vec<NodeId> {
         let mut roots: Vec<NodeId> = l.stores.iter().map(|st| st.node).collect();
         for &r in &l.reductions {
-            if let Op::Reduce { x, mask, .. } = self.k.node(r).op {
-                roots.push(x);
-                roots.extend(mask);
-            }
+            roots.extend(crate::ir::operands(&self.k.node(r).op));
         }
         roots
     }
@@ -325,9 +317,8 @@ impl PassGen<'_, '_> {
     }
 
     /// In the sixteen-wide loop: the lanes of mask input `i` for the current group, from its
-    /// sixteen bytes loaded once an iteration. Group g's lane j repeats byte 4g + j over its
-    /// four bytes (one `pshufb`): nonzero exactly where the byte is, compared as a float so
-    /// that selects blend — two instructions a group where widening four bytes takes six.
+    /// sixteen bytes loaded once an iteration (group g's lane j is byte 4g + j): two
+    /// instructions a group where widening four bytes takes six.
     fn mask_of_wide(&mut self, i: usize) -> Value {
         let (first, group) = self.wide.expect("in the sixteen-wide loop");
         let bytes = match self.wide_masks.get(&i) {
@@ -342,14 +333,36 @@ impl PassGen<'_, '_> {
                 v
             }
         };
+        self.mask_of_bytes(bytes, [0, 1, 2, 3].map(|j| 4 * group + j))
+    }
+
+    /// Lanes of all ones where 32-bit lane `j` of `words` (a mask byte, widened) is nonzero:
+    /// shifted to b · 2^23 a nonzero byte is a nonzero normal float (or inf), and a float
+    /// comparison is a mask x86 blends with where a select uses it.
+    pub(super) fn mask_of_words(&mut self, words: Value) -> Value {
+        let shifted = self.b.ins().ishl_imm(words, 23);
+        let floats = self.b.ins().bitcast(types::F32X4, MemFlags::new(), shifted);
+        self.nonzero_lanes(floats)
+    }
+
+    /// Lanes of all ones where byte `which[j]` of the sixteen `bytes` is nonzero: one `pshufb`
+    /// repeats it over lane j's four bytes, nonzero exactly where the byte is (as a float:
+    /// normal, inf or NaN), and a float comparison makes the mask.
+    pub(super) fn mask_of_bytes(&mut self, bytes: Value, which: [u8; 4]) -> Value {
         let mut idx = [0u8; 16];
         for (k, b) in idx.iter_mut().enumerate() {
-            *b = 4 * group + k as u8 / 4;
+            *b = which[k / 4];
         }
         let spread = self.shuffle(bytes, bytes, idx);
-        let little = MemFlags::new().with_endianness(Endianness::Little);
-        let floats = self.b.ins().bitcast(types::F32X4, little, spread);
-        let zero = self.vzero.expect("zeros made before the loop");
+        let floats = self.b.ins().bitcast(types::F32X4, little(), spread);
+        self.nonzero_lanes(floats)
+    }
+
+    fn nonzero_lanes(&mut self, floats: Value) -> Value {
+        let zero = match self.vzero {
+            Some(z) => z,
+            None => self.splat_f32(0.0),
+        };
         self.b.ins().fcmp(FloatCC::NotEqual, floats, zero)
     }
 
@@ -426,19 +439,10 @@ impl PassGen<'_, '_> {
                         .ins()
                         .load(types::I32, unaligned().with_readonly(), addr, 0);
                     let v = self.b.ins().scalar_to_vector(types::I32X4, word);
-                    let little = MemFlags::new().with_endianness(Endianness::Little);
-                    let bytes = self.b.ins().bitcast(types::I8X16, little, v);
+                    let bytes = self.b.ins().bitcast(types::I8X16, little(), v);
                     let halves = self.b.ins().uwiden_low(bytes);
                     let words = self.b.ins().uwiden_low(halves);
-                    // A byte b ≠ 0 shifted to b · 2^23 is a nonzero normal float (or inf):
-                    // a float comparison, which x86 turns into a blend where a select uses it.
-                    let shifted = self.b.ins().ishl_imm(words, 23);
-                    let floats = self.b.ins().bitcast(types::F32X4, MemFlags::new(), shifted);
-                    let zero = match self.vzero {
-                        Some(z) => z,
-                        None => self.splat_f32(0.0),
-                    };
-                    self.b.ins().fcmp(FloatCC::NotEqual, floats, zero)
+                    self.mask_of_words(words)
                 }
                 Op::Scan(_) => {
                     let addr = self.scratch_addr(n, pos);
