@@ -241,7 +241,7 @@ impl PassGen<'_, '_> {
     }
 
     /// One step of the scan at `at` with the rows in lanes: its carries moved on, its value
-    /// (also put in `lanes`) returned.
+    /// (also put in `lanes`) returned, and the loop's reductions accumulated.
     fn lane_step(&mut self, scan: &Step, at: At, lanes: &mut HashMap<NodeId, Value>) -> Value {
         let s = scan.scan;
         let mut body: Vec<Value> = Vec::with_capacity(s.body.len());
@@ -259,7 +259,19 @@ impl PassGen<'_, '_> {
         }
         let emitted = body[s.emit];
         lanes.insert(scan.node, emitted);
+        for &(r, acc, any) in scan.accs {
+            self.vaccumulate(r, acc, any, at, lanes);
+        }
         emitted
+    }
+
+    /// The address of `pos` in the scratch row of the block's row `j`.
+    fn lane_scratch_addr(&mut self, scan: NodeId, j: usize, pos: Value) -> Value {
+        let jv = self.b.ins().iconst(types::I64, j as i64);
+        self.lane = Some(jv);
+        let addr = self.scratch_addr(scan, pos);
+        self.lane = None;
+        addr
     }
 
     /// The scan at one position of the four rows: loads gathered, stores scattered a lane at
@@ -273,19 +285,13 @@ impl PassGen<'_, '_> {
         self.phys = 2;
         let mut lanes = scan.invariant.clone();
         let emitted = self.lane_step(scan, at, &mut lanes);
-        for &(r, acc, any) in scan.accs {
-            self.vaccumulate(r, acc, any, at, &mut lanes);
-        }
         if self.scratch_scans.contains(&scan.node) {
             // Each row's later loops read its scan from its lane's scratch row.
-            for j in 0..ROW_LANES {
-                let jv = self.b.ins().iconst(types::I64, j);
-                self.lane = Some(jv);
-                let addr = self.scratch_addr(scan.node, pos);
+            for j in 0..4 {
+                let addr = self.lane_scratch_addr(scan.node, j, pos);
                 let x = self.b.ins().extractlane(emitted, j as u8);
                 self.b.ins().store(MemFlags::trusted(), x, addr, 0);
             }
-            self.lane = None;
         }
         for st in &l.stores {
             let v = self.vvalue(st.node, at, &mut lanes);
@@ -336,9 +342,6 @@ impl PassGen<'_, '_> {
             };
             let lanes = &mut steps[k];
             emitted[k] = self.lane_step(scan, at, lanes);
-            for &(r, acc, any) in scan.accs {
-                self.vaccumulate(r, acc, any, at, lanes);
-            }
             for (st, out) in l.stores.iter().zip(&mut stored) {
                 out[k] = self.vvalue(st.node, at, lanes);
             }
@@ -346,12 +349,9 @@ impl PassGen<'_, '_> {
         if self.scratch_scans.contains(&scan.node) {
             let rows = self.transpose(emitted);
             for (j, row) in rows.into_iter().enumerate() {
-                let jv = self.b.ins().iconst(types::I64, j as i64);
-                self.lane = Some(jv);
-                let addr = self.scratch_addr(scan.node, first);
+                let addr = self.lane_scratch_addr(scan.node, j, first);
                 self.b.ins().store(unaligned(), row, addr, 0);
             }
-            self.lane = None;
         }
         for (st, values) in l.stores.iter().zip(stored) {
             let rows = self.transpose(values);
