@@ -216,44 +216,42 @@ impl PassGen<'_, '_> {
         at: At,
         vmemo: &mut HashMap<NodeId, Value>,
     ) {
-        {
-            let Op::Reduce { op, x, mask } = self.k.node(r).op else {
-                return;
-            };
-            let xv = self.vvalue(x, at, vmemo);
-            let a = self.b.use_var(acc);
-            let mv = mask.map(|m| self.vvalue(m, at, vmemo));
-            let new = match (op, mv) {
-                // A masked sum adds zero where the mask is off: the chain from one position
-                // to the next is the addition alone.
-                (Red::Sum, Some(m)) => {
-                    let mf = self.as_float_mask(m);
-                    let zero = self.vzero.expect("zeros made before the loop");
-                    let term = self.b.ins().bitselect(mf, xv, zero);
-                    self.b.ins().fadd(a, term)
-                }
-                (Red::Sum, None) => self.b.ins().fadd(a, xv),
-                (_, Some(m)) => {
-                    let combined = self.vextremum(op, xv, a);
-                    let mf = self.as_float_mask(m);
-                    self.b.ins().bitselect(mf, combined, a)
-                }
-                (_, None) => self.vextremum(op, xv, a),
-            };
-            self.b.def_var(acc, new);
-            // Whether anything was selected matters only where the identity is not zero.
-            if op != Red::Sum {
-                let sel = match mv {
-                    Some(m) => m,
-                    None => {
-                        let ones = self.b.ins().iconst(types::I32, -1);
-                        self.b.ins().splat(types::I32X4, ones)
-                    }
-                };
-                let an = self.b.use_var(any);
-                let an = self.b.ins().bor(an, sel);
-                self.b.def_var(any, an);
+        let Op::Reduce { op, x, mask } = self.k.node(r).op else {
+            return;
+        };
+        let xv = self.vvalue(x, at, vmemo);
+        let a = self.b.use_var(acc);
+        let mv = mask.map(|m| self.vvalue(m, at, vmemo));
+        let new = match (op, mv) {
+            // A masked sum adds zero where the mask is off: the chain from one position
+            // to the next is the addition alone.
+            (Red::Sum, Some(m)) => {
+                let mf = self.as_float_mask(m);
+                let zero = self.vzero.expect("zeros made before the loop");
+                let term = self.b.ins().bitselect(mf, xv, zero);
+                self.b.ins().fadd(a, term)
             }
+            (Red::Sum, None) => self.b.ins().fadd(a, xv),
+            (_, Some(m)) => {
+                let combined = self.vextremum(op, xv, a);
+                let mf = self.as_float_mask(m);
+                self.b.ins().bitselect(mf, combined, a)
+            }
+            (_, None) => self.vextremum(op, xv, a),
+        };
+        self.b.def_var(acc, new);
+        // Whether anything was selected matters only where the identity is not zero.
+        if op != Red::Sum {
+            let sel = match mv {
+                Some(m) => m,
+                None => {
+                    let ones = self.b.ins().iconst(types::I32, -1);
+                    self.b.ins().splat(types::I32X4, ones)
+                }
+            };
+            let an = self.b.use_var(any);
+            let an = self.b.ins().bor(an, sel);
+            self.b.def_var(any, an);
         }
     }
 
