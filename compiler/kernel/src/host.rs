@@ -42,55 +42,75 @@ pub fn group(op: GroupOp, x: Option<&[f32]>, by: &[i32], out: &mut [f32]) {
     group_in(op, x, &Groups::of(by), out);
 }
 
-/// Rows numbered by group: each row's group as a dense number, and how many groups there are.
-/// Several statistics over the same ids (a mean and a std) share one numbering.
+/// Rows numbered by group: each row's group as a dense number, each group's size and first
+/// row. Several statistics over the same ids (a mean and a std) share one numbering.
 pub struct Groups {
     slot: Vec<usize>,
-    groups: usize,
+    count: Vec<f64>,
+    first: Vec<usize>,
 }
 
 impl Groups {
     pub fn of(by: &[i32]) -> Groups {
         let (slot, groups) = slots(by);
-        Groups { slot, groups }
+        let mut first = vec![usize::MAX; groups];
+        for (i, &g) in slot.iter().enumerate().rev() {
+            first[g] = i;
+        }
+        let mut count = vec![0f64; groups];
+        accumulate_in_runs(&slot, &mut count, |_, _| 1.0);
+        Groups { slot, count, first }
     }
 }
 
-/// [`group`] over rows already numbered by group.
+/// [`group`] over rows already numbered by group. Each group's statistic is computed once
+/// (groups are far fewer than rows) and then handed to its rows.
 pub fn group_in(op: GroupOp, x: Option<&[f32]>, numbered: &Groups, out: &mut [f32]) {
-    let (slot, groups) = (&numbered.slot, numbered.groups);
-    let mut first = vec![usize::MAX; groups];
-    let mut count = vec![0f64; groups];
-    for (i, &g) in slot.iter().enumerate() {
-        if first[g] == usize::MAX {
-            first[g] = i;
-        }
-        count[g] += 1.0;
-    }
+    let Groups { slot, count, first } = numbered;
     let value = |i: usize| x.map_or(0.0, |x| f64::from(x[i]));
     let shift: Vec<f64> = first.iter().map(|&i| value(i)).collect();
-    let mut sum = vec![0f64; groups];
+    let mut sum = vec![0f64; count.len()];
     if op != GroupOp::Count {
-        for (i, &g) in slot.iter().enumerate() {
-            sum[g] += value(i) - shift[g];
-        }
+        accumulate_in_runs(slot, &mut sum, |i, g| value(i) - shift[g]);
     }
-    let mut sq = vec![0f64; groups];
+    let mean: Vec<f64> = sum.iter().zip(count).map(|(s, n)| s / n).collect();
+    let mut sq = vec![0f64; count.len()];
     if op == GroupOp::Std {
-        for (i, &g) in slot.iter().enumerate() {
-            let d = value(i) - shift[g] - sum[g] / count[g];
-            sq[g] += d * d;
-        }
+        accumulate_in_runs(slot, &mut sq, |i, g| {
+            let d = value(i) - shift[g] - mean[g];
+            d * d
+        });
     }
+    let statistic: Vec<f32> = (0..count.len())
+        .map(|g| {
+            let n = count[g];
+            (match op {
+                GroupOp::Count => n,
+                GroupOp::Sum => sum[g] + shift[g] * n,
+                GroupOp::Mean => mean[g] + shift[g],
+                GroupOp::Std if n > 1.0 => (sq[g] / (n - 1.0)).sqrt(),
+                GroupOp::Std => 0.0,
+            }) as f32
+        })
+        .collect();
     for (o, &g) in out.iter_mut().zip(slot) {
-        let n = count[g];
-        *o = match op {
-            GroupOp::Count => n,
-            GroupOp::Sum => sum[g] + shift[g] * n,
-            GroupOp::Mean => sum[g] / n + shift[g],
-            GroupOp::Std if n > 1.0 => (sq[g] / (n - 1.0)).sqrt(),
-            GroupOp::Std => 0.0,
-        } as f32;
+        *o = statistic[g];
+    }
+}
+
+/// `acc[g] += term(i, g)` for every row `i` of group `g`, in row order. A group's rows are
+/// usually adjacent, so the running sum stays in a register through each run of equal groups
+/// instead of going through memory at every row; the additions and their order are the same.
+fn accumulate_in_runs(slot: &[usize], acc: &mut [f64], term: impl Fn(usize, usize) -> f64) {
+    let mut i = 0;
+    while i < slot.len() {
+        let g = slot[i];
+        let mut running = acc[g];
+        while i < slot.len() && slot[i] == g {
+            running += term(i, g);
+            i += 1;
+        }
+        acc[g] = running;
     }
 }
 
