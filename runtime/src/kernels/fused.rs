@@ -71,10 +71,14 @@ pub(super) fn kernel_inputs(
                 _ => sizes[i] = Some(n),
             }
         }
-        let t = t
-            .f_to_device(device)?
-            .f_to_kind(kind_of(p.elem))?
-            .f_contiguous()?;
+        // Converted only where needed: each libtorch call costs as much as a small kernel.
+        let kind = kind_of(p.elem);
+        let ready = t.device() == device && t.kind() == kind && t.is_contiguous();
+        let t = if ready {
+            t
+        } else {
+            t.f_to_device(device)?.f_to_kind(kind)?.f_contiguous()?
+        };
         inputs.push(t);
     }
     let sizes = sizes.into_iter().map(|s| s.unwrap_or(1) as usize).collect();
