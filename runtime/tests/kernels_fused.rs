@@ -29,6 +29,12 @@ fn odds_and_ends(x: f32[B, T], m: Mask[B, T], g: i32[B]) -> f32[B, T] {
   softmax(x, over: T) + where(m, hi - lo, pow(abs(x), 1.5)) + k + tanh(x) * sigmoid(x) + log(1.0 + x * x) / sqrt(2.0 + x * x)
 }
 
+/// Clamps as the language defines them, `min(max(x, lo), hi)` (so `lo > hi` gives `hi`), and
+/// `exp` of clamped arguments: inside `exp`'s finite range the JIT leaves out its own clamp.
+fn clamps(x: f32[B, T]) -> f32[B, T] {
+  clamp(x, 0.5, -0.5) + exp(clamp(x * 30.0, -60.0, 60.0)) * 1e-20 + exp(clamp(x * 100.0, -200.0, 5.0))
+}
+
 /// Scans as the JIT runs them four rows at a time: a forward scan from a per-row start,
 /// reduced in its own loop (a sum, and a maximum that is 0 on an empty row) and read back by
 /// a later scan (from its scratch rows).

@@ -214,6 +214,37 @@ pub fn operands(op: &Op) -> Vec<NodeId> {
     }
 }
 
+/// Bounds `[lo, hi]` of the values of `n` other than NaN, as far as constants and clamps (a
+/// select of a bound where a comparison with it fails, `lowering`'s form of `clamp`) show;
+/// `(-inf, inf)` where they do not. Looks `depth` selects deep.
+pub fn value_range(k: &Kernel, n: NodeId, depth: usize) -> (f64, f64) {
+    const ANY: (f64, f64) = (f64::NEG_INFINITY, f64::INFINITY);
+    let constant = |m: NodeId| match k.node(m).op {
+        Op::Const(c) => Some(c),
+        _ => None,
+    };
+    match k.node(n).op {
+        Op::Const(c) => (c, c),
+        Op::Select(c, a, b) if depth > 0 => {
+            let (lo, hi) = value_range(k, b, depth - 1);
+            // `select(b < K, K, b)` raises b to K; `select(b > K, K, b)` caps it at K.
+            match (&k.node(c).op, constant(a)) {
+                (&Op::Binary(Bin::Lt, x, y), Some(bound)) if x == b && y == a => {
+                    (lo.max(bound), hi)
+                }
+                (&Op::Binary(Bin::Gt, x, y), Some(bound)) if x == b && y == a => {
+                    (lo, hi.min(bound))
+                }
+                _ => {
+                    let (alo, ahi) = value_range(k, a, depth - 1);
+                    (lo.min(alo), hi.max(ahi))
+                }
+            }
+        }
+        _ => ANY,
+    }
+}
+
 /// The outer nodes a scan's body reads.
 pub fn outer_uses(s: &Scan) -> Vec<NodeId> {
     s.body

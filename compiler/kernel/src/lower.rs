@@ -902,7 +902,9 @@ impl<'m> Lowerer<'m> {
                 if let (LVal::Number(x), LVal::Number(lo), LVal::Number(hi)) = (&x, &lo, &hi) {
                     return Ok(LVal::Number(x.max(*lo).min(*hi)));
                 }
-                // As torch's clamp: NaN stays NaN, and the derivative passes at the bounds.
+                // As torch's clamp, `min(max(x, lo), hi)`: NaN stays NaN, the derivative
+                // passes at the bounds, `lo > hi` gives `hi`. Each select compares the value it
+                // passes on, the form x86's `maxps`/`minps` implement in one instruction.
                 let elem = self.meet(&x, &lo);
                 if elem == Elem::Bool {
                     return Err(self.type_err(frame, "`clamp` of a mask"));
@@ -912,9 +914,9 @@ impl<'m> Lowerer<'m> {
                 let hi = self.node_of(frame, hi, elem)?;
                 let (x, lo, hi) = (self.cast(x, elem), self.cast(lo, elem), self.cast(hi, elem));
                 let below = self.binary(Bin::Lt, x, lo, Elem::Bool);
-                let above = self.binary(Bin::Gt, x, hi, Elem::Bool);
-                let upper = self.select(above, hi, x);
-                Ok(LVal::Node(self.select(below, lo, upper)))
+                let raised = self.select(below, lo, x);
+                let above = self.binary(Bin::Gt, raised, hi, Elem::Bool);
+                Ok(LVal::Node(self.select(above, hi, raised)))
             }
             Builtin::Min | Builtin::Max => {
                 let bin = if b == Builtin::Min {

@@ -73,3 +73,40 @@ fn work_at_each_position_of_a_scan_rides_in_its_loop() {
     );
     assert_eq!(whitened[0].reductions.len(), 2, "{whitened:?}");
 }
+
+/// PPO's ratio is `exp` of a log-ratio clamped to ±20: the IR shows the bounds (so the JIT
+/// leaves out `exp`'s own range checks), and a clamp's selects each compare the value they
+/// pass on (the form of x86's `maxps`/`minps`).
+#[test]
+fn clamped_arguments_have_known_ranges() {
+    use rlc_kernel::ir::{Bin, Op, Un, value_range};
+    let mut files = Files::new();
+    let checked = rlc_check::check(&NoFiles, &mut files, "t.rl", "import std.algo\n".into());
+    let k = lower_fn(
+        &checked.modules,
+        "std.algo.ppo_clip",
+        &["logp", "old_logp", "adv", "eps"],
+    )
+    .unwrap();
+    let exp_args: Vec<_> = k
+        .nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::Unary(Un::Exp, a) => Some(a),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(exp_args.len(), 1, "{k}");
+    assert_eq!(value_range(&k, exp_args[0], 4), (-20.0, 20.0), "{k}");
+    // Looking less deep than the clamp's two selects shows only one bound.
+    assert_eq!(value_range(&k, exp_args[0], 1), (f64::NEG_INFINITY, 20.0));
+    let Op::Select(c, _, passed) = k.node(exp_args[0]).op else {
+        panic!("the clamp ends in a select: {k}")
+    };
+    assert!(
+        matches!(k.node(c).op, Op::Binary(Bin::Gt, x, _) if x == passed),
+        "{k}"
+    );
+    // An input is unbounded.
+    assert_eq!(value_range(&k, 0, 4), (f64::NEG_INFINITY, f64::INFINITY));
+}

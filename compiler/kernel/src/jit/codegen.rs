@@ -605,6 +605,10 @@ impl<'a, 'b> PassGen<'a, 'b> {
                     // Row-local reductions are memoised by their loop.
                     unreachable!("row reduction {n} read before its loop")
                 }
+                &Op::Unary(Un::Exp, a) if exp_in_range(k, a) => {
+                    let x = self.value(a, at);
+                    math::exp_in_range(&mut self.b, x, 1)
+                }
                 op => {
                     let ops = crate::ir::operands(op);
                     let mut vals = HashMap::new();
@@ -770,4 +774,10 @@ impl<'a, 'b> PassGen<'a, 'b> {
             },
         }
     }
+}
+
+/// Whether `x`'s values (but NaN) are known to lie where `exp` needs no clamp.
+fn exp_in_range(k: &Kernel, x: NodeId) -> bool {
+    let (lo, hi) = crate::ir::value_range(k, x, 4);
+    lo >= math::EXP_RANGE.0 && hi <= math::EXP_RANGE.1
 }

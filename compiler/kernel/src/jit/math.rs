@@ -7,34 +7,53 @@ use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{InstBuilder, MemFlags, Value, types};
 use cranelift_frontend::FunctionBuilder;
 
+/// The arguments whose `e^x` is a finite nonzero `f32`: beyond them `exp` gives +inf or 0.
+pub const EXP_RANGE: (f64, f64) = (-87.336_55, 88.376_26);
+
 /// `e^x` of an `f32` (`lanes == 1`) or an `f32x4` (`lanes == 4`).
 pub fn exp(b: &mut FunctionBuilder, x: Value, lanes: u8) -> Value {
     let vector = lanes > 1;
-    let c = |b: &mut FunctionBuilder, v: f32| {
-        let s = b.ins().f32const(v);
-        if vector {
-            b.ins().splat(types::F32X4, s)
-        } else {
-            s
-        }
-    };
-    // Lane masks of `fcmp` are integers; `bitselect` wants them as floats.
-    let select = |b: &mut FunctionBuilder, cond: Value, yes: Value, no: Value| {
-        if vector {
-            let m = b.ins().bitcast(types::F32X4, MemFlags::new(), cond);
-            b.ins().bitselect(m, yes, no)
-        } else {
-            b.ins().select(cond, yes, no)
-        }
-    };
-    let hi = c(b, 88.376_26);
-    let lo = c(b, -87.336_55);
-    // The clamp as selects that let NaN through (two instructions each, where `fmin`/`fmax`
-    // with IEEE semantics take eight on x86).
-    let above = b.ins().fcmp(FloatCC::GreaterThan, x, hi);
-    let xc = select(b, above, hi, x);
-    let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
-    let xc = select(b, below, lo, xc);
+    let hi = constant(b, EXP_RANGE.1 as f32, vector);
+    let lo = constant(b, EXP_RANGE.0 as f32, vector);
+    // The clamp as selects that let NaN through, each comparing the value it passes on: the
+    // form x86's `minps`/`maxps` implement (where `fmin`/`fmax`, IEEE, take eight).
+    let above = b.ins().fcmp(FloatCC::LessThan, hi, x);
+    let xc = select(b, vector, above, hi, x);
+    let below = b.ins().fcmp(FloatCC::LessThan, xc, lo);
+    let xc = select(b, vector, below, lo, xc);
+    let y = exp_in_range(b, xc, lanes);
+    // Beyond the clamp: +inf above, 0 below (NaN compares false and stays NaN).
+    let inf = constant(b, f32::INFINITY, vector);
+    let y = select(b, vector, above, inf, y);
+    let zero = constant(b, 0.0, vector);
+    select(b, vector, below, zero, y)
+}
+
+/// `f32` or `f32x4` constant.
+fn constant(b: &mut FunctionBuilder, v: f32, vector: bool) -> Value {
+    let s = b.ins().f32const(v);
+    if vector {
+        b.ins().splat(types::F32X4, s)
+    } else {
+        s
+    }
+}
+
+/// `select`; lane masks of `fcmp` are integers, and `bitselect` wants them as floats.
+fn select(b: &mut FunctionBuilder, vector: bool, cond: Value, yes: Value, no: Value) -> Value {
+    if vector {
+        let m = b.ins().bitcast(types::F32X4, MemFlags::new(), cond);
+        b.ins().bitselect(m, yes, no)
+    } else {
+        b.ins().select(cond, yes, no)
+    }
+}
+
+/// [`exp`] of an `x` known to lie in [`EXP_RANGE`] or to be NaN (a clamped argument, as PPO's
+/// log-ratio): no clamp before, no selects after.
+pub fn exp_in_range(b: &mut FunctionBuilder, xc: Value, lanes: u8) -> Value {
+    let vector = lanes > 1;
+    let c = |b: &mut FunctionBuilder, v: f32| constant(b, v, vector);
     let log2e = c(b, std::f32::consts::LOG2_E);
     let t = b.ins().fmul(xc, log2e);
     // Round to nearest by adding and subtracting 1.5·2^23: the sum's low mantissa bits then
@@ -84,10 +103,5 @@ pub fn exp(b: &mut FunctionBuilder, x: Value, lanes: u8) -> Value {
     };
     let bits = b.ins().iadd(bits, bias);
     let scale = b.ins().bitcast(float, MemFlags::new(), bits);
-    let y = b.ins().fmul(p, scale);
-    // Beyond the clamp: +inf above, 0 below (NaN compares false and stays NaN).
-    let inf = c(b, f32::INFINITY);
-    let y = select(b, above, inf, y);
-    let zero = c(b, 0.0);
-    select(b, below, zero, y)
+    b.ins().fmul(p, scale)
 }

@@ -446,6 +446,10 @@ impl PassGen<'_, '_> {
                     let addr = self.scratch_addr(n, pos);
                     self.b.ins().load(types::F32X4, unaligned(), addr, 0)
                 }
+                &Op::Unary(Un::Exp, a) if super::exp_in_range(k, a) => {
+                    let x = self.vvalue(a, at, vmemo);
+                    super::math::exp_in_range(&mut self.b, x, 4)
+                }
                 op => {
                     let mut vals = HashMap::new();
                     for o in crate::ir::operands(op) {
@@ -525,8 +529,10 @@ impl PassGen<'_, '_> {
                     (Elem::F32, Bin::Ne) => i.ins().fcmp(FloatCC::NotEqual, x, y),
                     (Elem::F32, Bin::Lt) => i.ins().fcmp(FloatCC::LessThan, x, y),
                     (Elem::F32, Bin::Le) => i.ins().fcmp(FloatCC::LessThanOrEqual, x, y),
-                    (Elem::F32, Bin::Gt) => i.ins().fcmp(FloatCC::GreaterThan, x, y),
-                    (Elem::F32, Bin::Ge) => i.ins().fcmp(FloatCC::GreaterThanOrEqual, x, y),
+                    // `x > y` as `y < x`: a select on it is then the form Cranelift matches
+                    // to `minps`/`maxps` (a clamp's upper bound).
+                    (Elem::F32, Bin::Gt) => i.ins().fcmp(FloatCC::LessThan, y, x),
+                    (Elem::F32, Bin::Ge) => i.ins().fcmp(FloatCC::LessThanOrEqual, y, x),
                     (_, Bin::And) => i.ins().band(x, y),
                     (_, Bin::Or) => i.ins().bor(x, y),
                     (_, Bin::Eq) => i.ins().icmp(IntCC::Equal, x, y),
