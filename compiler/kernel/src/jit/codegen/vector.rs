@@ -97,8 +97,26 @@ impl PassGen<'_, '_> {
             pos: Some(self.b.ins().iconst(types::I64, 0)),
         };
         let mut vmemo: HashMap<NodeId, Value> = HashMap::new();
+        // Equal constants share one register: lowering and differentiation make a node per
+        // literal (a loss's gradient has a dozen zeros), and each splat would otherwise be
+        // live through the loop, spilled and reloaded.
+        let mut constants: HashMap<(u64, Elem), Value> = HashMap::new();
         for n in self.row_invariant(l) {
-            self.vvalue(n, before, &mut vmemo);
+            let node = self.k.node(n);
+            match node.op {
+                Op::Const(x) => {
+                    let key = (x.to_bits(), node.elem);
+                    let v = match constants.get(&key) {
+                        Some(&v) => v,
+                        None => self.vvalue(n, before, &mut vmemo),
+                    };
+                    constants.insert(key, v);
+                    vmemo.insert(n, v);
+                }
+                _ => {
+                    self.vvalue(n, before, &mut vmemo);
+                }
+            }
         }
         let zero = self.b.ins().f32const(0.0);
         self.vzero = Some(self.b.ins().splat(types::F32X4, zero));
