@@ -30,9 +30,11 @@ fn odds_and_ends(x: f32[B, T], m: Mask[B, T], g: i32[B]) -> f32[B, T] {
 }
 
 /// Clamps as the language defines them, `min(max(x, lo), hi)` (so `lo > hi` gives `hi`), and
-/// `exp` of clamped arguments: inside `exp`'s finite range the JIT leaves out its own clamp.
+/// `exp` of clamped arguments: inside `exp`'s finite range the JIT leaves out its own clamp;
+/// near its ends `e^x` is still finite (up to ln(f32::MAX)) or subnormal (down to ~-103.9).
 fn clamps(x: f32[B, T]) -> f32[B, T] {
-  clamp(x, 0.5, -0.5) + exp(clamp(x * 30.0, -60.0, 60.0)) * 1e-20 + exp(clamp(x * 100.0, -200.0, 5.0))
+  let edges = exp(clamp(x * 100.0, 87.0, 88.7)) * 1e-38 + exp(clamp(x * 100.0, -103.0, -88.0)) * 1e38
+  clamp(x, 0.5, -0.5) + exp(clamp(x * 30.0, -60.0, 60.0)) * 1e-20 + exp(clamp(x * 100.0, -200.0, 5.0)) + edges
 }
 
 /// Scans as the JIT runs them four rows at a time: a forward scan from a per-row start,
