@@ -107,6 +107,25 @@ impl Kernel {
         out.expect("runs")
     }
 
+    /// The bytes per position its passes read and write through memory, and how many
+    /// passes there are (from the JIT's schedule; the CUDA C follows the same one).
+    fn traffic(&self) -> Option<(usize, usize)> {
+        let Kernel::Cpu(k, _) = self else {
+            return None;
+        };
+        let (kernel, schedule) = (k.jit().kernel(), k.jit().schedule());
+        let passes = &schedule.passes;
+        let bytes = passes
+            .iter()
+            .map(|p| {
+                let (read, written) = rlc_kernel::schedule::pass_traffic(kernel, schedule, p);
+                read + written
+            })
+            .sum();
+        let run = passes.iter().filter(|p| !p.loops.is_empty()).count();
+        Some((bytes, run))
+    }
+
     /// A run into the outputs of the previous one (on CUDA, a plain run).
     fn run_reused(&self, args: &[(&str, Arg)]) {
         match self {
@@ -409,4 +428,24 @@ fn main() {
         );
     }
     println!("(vs eager and of copy bw: fused / reused)");
+    // Passes that read a stored value back move more than the copy is credited with; at
+    // copy speed the kernel could then reach only the ratio of the two.
+    for (name, kernel) in [
+        ("gae_whitened", &gae),
+        ("grpo_advantage", &grpo),
+        ("ppo_loss_fwd_bwd", &ppo),
+    ] {
+        let (Some((bytes, passes)), Some((_, credited))) =
+            (kernel.traffic(), cases.iter().find(|c| c.0 == name))
+        else {
+            continue;
+        };
+        let per_position = *credited as f64 / (rows() * T) as f64;
+        println!(
+            "{name}: {passes} pass{} over the rows move{} {bytes} B a position, the copy {per_position:.1} B: at most {:.0} % at copy speed",
+            if passes == 1 { "" } else { "es" },
+            if passes == 1 { "s" } else { "" },
+            (100.0 * per_position / bytes as f64).min(100.0)
+        );
+    }
 }

@@ -495,6 +495,54 @@ pub fn pass_scalars(k: &Kernel, s: &Schedule, pass: &Pass) -> Vec<NodeId> {
     level0
 }
 
+/// What a pass moves through memory per position of the last axis: the bytes of the level-2
+/// buffers it reads (each once, however many of its loops read it) and of those it writes.
+/// Level-1 and level-0 values (B and 1 per pass) and the scratch rows (in cache) are left
+/// out. The kernel's inputs and outputs count once each in the bandwidth reference; passes
+/// that read back a stored value move more.
+pub fn pass_traffic(k: &Kernel, s: &Schedule, pass: &Pass) -> (usize, usize) {
+    let mut written = BTreeSet::new();
+    let mut todo = Vec::new();
+    for l in &pass.loops {
+        for st in &l.stores {
+            written.insert(st.buffer);
+            todo.push(st.node);
+        }
+        for &r in &l.reductions {
+            todo.extend(operands(&k.node(r).op));
+        }
+        if let LoopKind::Scan(n) = l.kind {
+            todo.push(n);
+        }
+    }
+    let mut read = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    while let Some(n) = todo.pop() {
+        if !seen.insert(n) || k.node(n).level < 2 {
+            continue;
+        }
+        // A stored value is read from its buffer, but in the pass that writes it.
+        if let Some(&b) = s.loaded.get(&n)
+            && !written.contains(&b)
+        {
+            read.insert(b);
+            continue;
+        }
+        match &k.node(n).op {
+            Op::Input(i) => {
+                read.insert(*i);
+            }
+            Op::Scan(scan) => {
+                todo.extend(&scan.inits);
+                todo.extend(crate::ir::outer_uses(scan));
+            }
+            op => todo.extend(operands(op)),
+        }
+    }
+    let bytes = |set: &BTreeSet<usize>| set.iter().map(|&b| s.buffers[b].elem.bytes()).sum();
+    (bytes(&read), bytes(&written))
+}
+
 /// The reduction's identity (an empty selection gives 0 after the loop).
 pub fn identity(op: Red) -> f32 {
     match op {

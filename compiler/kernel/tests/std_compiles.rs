@@ -110,3 +110,32 @@ fn clamped_arguments_have_known_ranges() {
     // An input is unbounded.
     assert_eq!(value_range(&k, 0, 4), (f64::NEG_INFINITY, f64::INFINITY));
 }
+
+/// The bytes each pass of GAE + whitening moves per position: the scan reads rewards, values
+/// and mask and stores the advantages; the variance reads them back with the mask; the
+/// whitening reads them once more and writes the result. 26 bytes where the kernel's inputs
+/// and output are 13 (the bandwidth reference's count).
+#[test]
+fn each_pass_moves_what_it_reads_and_writes() {
+    use rlc_kernel::schedule::{pass_traffic, schedule};
+    let mut files = Files::new();
+    let checked = rlc_check::check(&NoFiles, &mut files, "t.rl", "import std.algo\n".into());
+    let traffic = |f: &str, given: &[&str]| {
+        let k = lower_fn(&checked.modules, f, given).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let s = schedule(&k).unwrap();
+        s.passes
+            .iter()
+            .map(|p| pass_traffic(&k, &s, p))
+            .collect::<Vec<_>>()
+    };
+    let gae = ["r", "v", "m", "gamma", "lam"];
+    assert_eq!(
+        traffic("std.algo.gae_whitened", &gae),
+        [(9, 4), (5, 0), (4, 4)]
+    );
+    // GRPO: the scores' pass is level 1 only; the advantages' writes them under the mask.
+    assert_eq!(
+        traffic("std.algo.grpo_advantage", &["score", "group", "mask"]),
+        [(0, 0), (1, 4)]
+    );
+}
