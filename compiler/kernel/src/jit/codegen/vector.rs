@@ -9,7 +9,9 @@ use super::{At, PassGen, little, unaligned};
 use crate::ir::{Bin, Elem, NodeId, Op, Red, Un};
 use crate::schedule::{Loop, Store};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{InstBuilder, MemFlags, Value, types};
+use cranelift_codegen::ir::{
+    InstBuilder, InstructionData, MemFlags, Opcode, Value, ValueDef, types,
+};
 use cranelift_frontend::Variable;
 use std::collections::{HashMap, HashSet};
 
@@ -245,8 +247,7 @@ impl PassGen<'_, '_> {
             // to the next is the addition alone.
             (Red::Sum, Some(m)) => {
                 let mf = self.as_float_mask(m);
-                let zero = self.vzero.expect("zeros made before the loop");
-                let term = self.b.ins().bitselect(mf, xv, zero);
+                let term = self.b.ins().band(mf, xv);
                 self.b.ins().fadd(a, term)
             }
             (Red::Sum, None) => self.b.ins().fadd(a, xv),
@@ -330,6 +331,53 @@ impl PassGen<'_, '_> {
         let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
         let nan = self.as_float_mask(nan);
         self.b.ins().bitselect(nan, x, r)
+    }
+
+    /// `select` of float lanes by the lanes of a comparison `m`: a blend, or where one side is
+    /// +0.0 an `and` (`andn`) with the mask, which every x86 runs on more ports. Not where the
+    /// comparison is of the two sides (`x < y ? x : y`): Cranelift makes those one `minps`
+    /// or `maxps`.
+    fn vselect(&mut self, m: Value, yes: Value, no: Value) -> Value {
+        let mf = self.as_float_mask(m);
+        let compares_sides = match self.b.func.dfg.value_def(m) {
+            ValueDef::Result(inst, _) => match self.b.func.dfg.insts[inst] {
+                InstructionData::FloatCompare { args, .. } => {
+                    args == [yes, no] || args == [no, yes]
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        if !compares_sides && self.is_positive_zero(no) {
+            return self.b.ins().band(mf, yes);
+        }
+        if !compares_sides && self.is_positive_zero(yes) {
+            let off = self.b.ins().bnot(mf);
+            return self.b.ins().band(no, off);
+        }
+        self.b.ins().bitselect(mf, yes, no)
+    }
+
+    /// Whether `v` is four lanes of +0.0 (a splat of the constant).
+    fn is_positive_zero(&self, v: Value) -> bool {
+        let dfg = &self.b.func.dfg;
+        let ValueDef::Result(inst, _) = dfg.value_def(v) else {
+            return false;
+        };
+        let InstructionData::Unary {
+            opcode: Opcode::Splat,
+            arg,
+        } = dfg.insts[inst]
+        else {
+            return false;
+        };
+        let ValueDef::Result(def, _) = dfg.value_def(arg) else {
+            return false;
+        };
+        matches!(
+            dfg.insts[def],
+            InstructionData::UnaryIeee32 { opcode: Opcode::F32const, imm } if imm.bits() == 0
+        )
     }
 
     /// In the sixteen-wide loop: the lanes of mask input `i` for the current group, from its
@@ -561,8 +609,7 @@ impl PassGen<'_, '_> {
             Op::Select(c, a, b) => {
                 let (cv, x, y) = (get(*c), get(*a), get(*b));
                 if elem == Elem::F32 {
-                    let m = self.as_float_mask(cv);
-                    self.b.ins().bitselect(m, x, y)
+                    self.vselect(cv, x, y)
                 } else {
                     self.b.ins().bitselect(cv, x, y)
                 }
