@@ -89,6 +89,19 @@ impl Schedule {
     }
 }
 
+/// Elements added to each row of the JIT's own level-2 buffers (scans stored for a later
+/// pass): with `T` a multiple of 1024, rows of `f32` start at multiples of 4 KiB and map to
+/// one set of the L1 cache, which four rows of two inputs already fill when a scan runs with
+/// rows in lanes; a padded row starts one cache line further on.
+pub const ROW_PAD: usize = 16;
+
+impl Buffer {
+    /// Whether the JIT lays this buffer's rows out `cols + ROW_PAD` elements apart.
+    pub fn padded(&self) -> bool {
+        matches!(self.role, Role::Stored(_)) && self.level == 2
+    }
+}
+
 /// A barrier: the only operations that combine rows.
 pub fn is_barrier(k: &Kernel, n: NodeId) -> bool {
     let node = k.node(n);

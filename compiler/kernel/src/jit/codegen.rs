@@ -62,6 +62,8 @@ pub struct PassGen<'a, 'b> {
     phys: usize,
     /// The size of the last axis (1 for kernels of one axis).
     cols: Value,
+    /// The row stride of padded buffers (`cols + ROW_PAD`, `Buffer::padded`).
+    padded_cols: Value,
     memo: [HashMap<NodeId, Value>; 4],
     /// Every buffer's base pointer, loaded once on entry.
     ptrs: Vec<Value>,
@@ -125,6 +127,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
             phys: 0,
             scratch: Value::from_u32(0),
             cols: Value::from_u32(0),
+            padded_cols: Value::from_u32(0),
             memo: Default::default(),
             ptrs: Vec::new(),
             row_base: HashMap::new(),
@@ -152,6 +155,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
         } else {
             g.b.ins().iconst(types::I64, 1)
         };
+        g.padded_cols = g.b.ins().iadd_imm(g.cols, crate::schedule::ROW_PAD as i64);
         g
     }
 
@@ -284,10 +288,10 @@ impl<'a, 'b> PassGen<'a, 'b> {
             if buf.level == 0 {
                 continue;
             }
-            let elems = if buf.level == 2 {
-                self.b.ins().imul(row, self.cols)
-            } else {
-                row
+            let elems = match buf.level {
+                2 if buf.padded() => self.b.ins().imul(row, self.padded_cols),
+                2 => self.b.ins().imul(row, self.cols),
+                _ => row,
             };
             let off = self.scaled(elems, buf.elem.bytes());
             let base = self.b.ins().iadd(self.ptrs[bi], off);
@@ -296,13 +300,16 @@ impl<'a, 'b> PassGen<'a, 'b> {
     }
 
     /// The address of a scan's value at `pos` in this thread's scratch: a row per scan and
-    /// lane of a block of four rows.
+    /// lane of a block of four rows, rows padded as `Buffer::padded`'s.
     fn scratch_addr(&mut self, scan: NodeId, pos: Value) -> Value {
         let slot = self.s.scans.iter().position(|&x| x == scan).unwrap_or(0);
-        let first = self.b.ins().imul_imm(self.cols, slot as i64 * ROW_LANES);
+        let first = self
+            .b
+            .ins()
+            .imul_imm(self.padded_cols, slot as i64 * ROW_LANES);
         let first = match self.lane {
             Some(j) => {
-                let lane = self.b.ins().imul(j, self.cols);
+                let lane = self.b.ins().imul(j, self.padded_cols);
                 self.b.ins().iadd(first, lane)
             }
             None => first,

@@ -240,7 +240,11 @@ impl Jit {
         );
         spare.reverse();
         for buf in &self.schedule.buffers {
-            let n = count(buf.level);
+            let n = if buf.padded() {
+                count(1) * (sizes[1] + crate::schedule::ROW_PAD)
+            } else {
+                count(buf.level)
+            };
             let p = match buf.role {
                 Role::Input(i) => {
                     let p = &k.inputs[i];
@@ -299,8 +303,11 @@ impl Jit {
         let rows = sizes.first().copied().unwrap_or(1) as i64;
         let cols = if sizes.len() >= 2 { sizes[1] } else { 1 };
         let threads = threads.max(1).min(rows.max(1) as usize);
-        // A row per scan and lane of a block of rows scanned together (codegen's ROW_LANES).
-        let scratch_len = self.schedule.scans.len() * cols * codegen::ROW_LANES as usize;
+        // A row per scan and lane of a block of rows scanned together (codegen's ROW_LANES),
+        // padded as stored rows are.
+        let scratch_len = self.schedule.scans.len()
+            * (cols + crate::schedule::ROW_PAD)
+            * codegen::ROW_LANES as usize;
         let chunk = (rows + threads as i64 - 1) / threads as i64;
         let shared = Shared {
             bufs: &ptrs,

@@ -21,11 +21,23 @@ use std::collections::{HashMap, HashSet};
 pub const ROW_LANES: i64 = 4;
 
 /// The byte offsets of a block's rows from its first: `[0, 1, 2, 3] · cols · bytes`, for
-/// elements of four bytes and of one.
+/// elements of four bytes and of one, and for padded `f32` buffers (`Buffer::padded`).
 #[derive(Clone, Copy)]
 pub(super) struct Gather {
     wide: [Value; 4],
     bytes: [Value; 4],
+    padded: [Value; 4],
+}
+
+impl Gather {
+    /// The offsets of the rows of an `f32` buffer.
+    fn rows_of(&self, buffer: &crate::schedule::Buffer) -> [Value; 4] {
+        if buffer.padded() {
+            self.padded
+        } else {
+            self.wide
+        }
+    }
 }
 
 /// A scan with the rows in lanes, as its steps need it.
@@ -297,7 +309,10 @@ impl PassGen<'_, '_> {
             let v = self.vvalue(st.node, at, &mut lanes);
             let off = self.scaled(pos, 4);
             let first = self.b.ins().iadd(self.row_base[&st.buffer], off);
-            let rows = self.gather.expect("row offsets").wide;
+            let rows = self
+                .gather
+                .expect("row offsets")
+                .rows_of(&self.s.buffers[st.buffer]);
             for (j, row) in rows.into_iter().enumerate() {
                 let addr = self.b.ins().iadd(first, row);
                 let x = self.b.ins().extractlane(v, j as u8);
@@ -357,7 +372,10 @@ impl PassGen<'_, '_> {
             let rows = self.transpose(values);
             let off = self.scaled(first, 4);
             let base = self.b.ins().iadd(self.row_base[&st.buffer], off);
-            let offsets = self.gather.expect("row offsets").wide;
+            let offsets = self
+                .gather
+                .expect("row offsets")
+                .rows_of(&self.s.buffers[st.buffer]);
             for (row, offset) in rows.into_iter().zip(offsets) {
                 let addr = self.b.ins().iadd(base, offset);
                 self.b.ins().store(unaligned(), row, addr, 0);
@@ -401,7 +419,7 @@ impl PassGen<'_, '_> {
         if self.s.buffers[buffer].elem == Elem::F32 {
             let off = self.scaled(first, 4);
             let base = self.b.ins().iadd(self.row_base[&buffer], off);
-            let rows = offsets.wide.map(|o| {
+            let rows = offsets.rows_of(&self.s.buffers[buffer]).map(|o| {
                 let addr = self.b.ins().iadd(base, o);
                 self.b
                     .ins()
@@ -460,18 +478,20 @@ impl PassGen<'_, '_> {
         })
     }
 
-    /// `[0, 1, 2, 3] · cols · bytes` for four-byte and one-byte elements.
+    /// `[0, 1, 2, 3] · stride · bytes` for four-byte and one-byte elements, and for padded rows.
     fn row_offsets(&mut self) -> Gather {
-        let mut offsets = |bytes: usize| {
-            let row = self.scaled(self.cols, bytes);
+        let (cols, padded) = (self.cols, self.padded_cols);
+        let mut offsets = |stride: Value, bytes: usize| {
+            let row = self.scaled(stride, bytes);
             let zero = self.b.ins().iconst(types::I64, 0);
             let two = self.b.ins().ishl_imm(row, 1);
             let three = self.b.ins().imul_imm(row, 3);
             [zero, row, two, three]
         };
         Gather {
-            wide: offsets(4),
-            bytes: offsets(1),
+            wide: offsets(cols, 4),
+            bytes: offsets(cols, 1),
+            padded: offsets(padded, 4),
         }
     }
 
@@ -513,7 +533,10 @@ impl PassGen<'_, '_> {
     pub(super) fn gather_f32(&mut self, buffer: usize, pos: Value) -> Value {
         let off = self.scaled(pos, 4);
         let first = self.b.ins().iadd(self.row_base[&buffer], off);
-        let rows = self.gather.expect("row offsets").wide;
+        let rows = self
+            .gather
+            .expect("row offsets")
+            .rows_of(&self.s.buffers[buffer]);
         let values = rows.map(|row| {
             let addr = self.b.ins().iadd(first, row);
             self.b.ins().load(types::F32, readonly(), addr, 0)
