@@ -96,9 +96,10 @@ impl Schedule {
 pub const ROW_PAD: usize = 16;
 
 impl Buffer {
-    /// Whether the JIT lays this buffer's rows out `cols + ROW_PAD` elements apart.
+    /// Whether the JIT lays this buffer's rows out `cols + ROW_PAD` elements apart: its own
+    /// `f32` rows (a stored scan of another type keeps `cols`).
     pub fn padded(&self) -> bool {
-        matches!(self.role, Role::Stored(_)) && self.level == 2
+        matches!(self.role, Role::Stored(_)) && self.level == 2 && self.elem == Elem::F32
     }
 }
 
