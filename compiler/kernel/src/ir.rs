@@ -215,7 +215,7 @@ pub fn operands(op: &Op) -> Vec<NodeId> {
 }
 
 /// Bounds `[lo, hi]` of the values of `n` other than NaN, as far as constants and clamps (a
-/// select of a bound where a comparison with it fails, `lowering`'s form of `clamp`) show;
+/// select of a bound where a comparison with it fails: how `lower` writes `clamp`) show;
 /// `(-inf, inf)` where they do not. Looks `depth` selects deep.
 pub fn value_range(k: &Kernel, n: NodeId, depth: usize) -> (f64, f64) {
     const ANY: (f64, f64) = (f64::NEG_INFINITY, f64::INFINITY);
