@@ -64,12 +64,7 @@ fn lane_types(vector: bool) -> (types::Type, types::Type) {
 
 /// `2^n` for integer lanes `n` with `n + 127` in [1, 254]: the biased exponent's bits.
 fn power_of_two(b: &mut FunctionBuilder, n: Value, int: types::Type, float: types::Type) -> Value {
-    let bias = b.ins().iconst(types::I32, 127);
-    let bias = if int.is_vector() {
-        b.ins().splat(int, bias)
-    } else {
-        bias
-    };
+    let bias = int_constant(b, 127, int);
     let biased = b.ins().iadd(n, bias);
     let bits = b.ins().ishl_imm(biased, 23);
     b.ins().bitcast(float, MemFlags::new(), bits)
@@ -80,6 +75,16 @@ fn constant(b: &mut FunctionBuilder, v: f32, vector: bool) -> Value {
     let s = b.ins().f32const(v);
     if vector {
         b.ins().splat(types::F32X4, s)
+    } else {
+        s
+    }
+}
+
+/// `i32` or `i32x4` constant (`int`, from [`lane_types`]).
+fn int_constant(b: &mut FunctionBuilder, v: i64, int: types::Type) -> Value {
+    let s = b.ins().iconst(types::I32, v);
+    if int.is_vector() {
+        b.ins().splat(int, s)
     } else {
         s
     }
@@ -133,11 +138,6 @@ fn exp_reduced(b: &mut FunctionBuilder, xc: Value, vector: bool) -> (Value, Valu
     // n as an integer: the sum's bits are those of 1.5·2^23 plus n.
     let (int, _) = lane_types(vector);
     let bits = b.ins().bitcast(int, MemFlags::new(), shifted);
-    let offset = b.ins().iconst(types::I32, 0x4b40_0000);
-    let offset = if vector {
-        b.ins().splat(int, offset)
-    } else {
-        offset
-    };
+    let offset = int_constant(b, 0x4b40_0000, int);
     (p, b.ins().isub(bits, offset))
 }

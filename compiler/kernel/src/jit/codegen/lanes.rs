@@ -299,7 +299,7 @@ impl PassGen<'_, '_> {
         let emitted = self.lane_step(scan, at, &mut lanes);
         if self.scratch_scans.contains(&scan.node) {
             // Each row's later loops read its scan from its lane's scratch row.
-            for j in 0..4 {
+            for j in 0..ROW_LANES as usize {
                 let addr = self.lane_scratch_addr(scan.node, j, pos);
                 let x = self.b.ins().extractlane(emitted, j as u8);
                 self.b.ins().store(MemFlags::trusted(), x, addr, 0);
