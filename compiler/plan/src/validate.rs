@@ -5,6 +5,8 @@ use crate::model::*;
 use std::collections::BTreeSet;
 use std::fmt;
 
+mod meaning;
+
 /// Stable codes of plan errors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PlanCode {
@@ -22,16 +24,34 @@ pub enum PlanCode {
     /// P0006: an op depends on an op that does not come before it, or a rank program runs an op
     /// before one it depends on.
     Order,
+    /// P0007: a count that must be at least 1 is 0 (`epochs`, `minibatches`, `micro`, `every`,
+    /// an `arch` size, …), or a setting outside what it can mean (`temperature` ≤ 0, `top_p`
+    /// outside (0, 1], an unknown `precision`).
+    OutOfRange,
+    /// P0008: sizes that contradict each other: a sample `count` and the batch that reads it,
+    /// `minibatches`, `accumulation` or `optimizer_steps` and what they derive from, `hidden`
+    /// and `heads`, `parameters` and `arch`.
+    SizeMismatch,
+    /// P0009: an op reads a value without the data edge from its producer, or an edge matches
+    /// no input.
+    MissingEdge,
+    /// P0010: a size beyond what the plan's cluster can hold: a parameter count past 64 bits, or
+    /// more bytes of weights per device than a device has.
+    TooLarge,
 }
 
 impl PlanCode {
-    pub const ALL: [PlanCode; 6] = [
+    pub const ALL: [PlanCode; 10] = [
         PlanCode::Version,
         PlanCode::DanglingReference,
         PlanCode::RankOutOfBounds,
         PlanCode::Malformed,
         PlanCode::Inconsistent,
         PlanCode::Order,
+        PlanCode::OutOfRange,
+        PlanCode::SizeMismatch,
+        PlanCode::MissingEdge,
+        PlanCode::TooLarge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -42,6 +62,10 @@ impl PlanCode {
             PlanCode::Malformed => "P0004",
             PlanCode::Inconsistent => "P0005",
             PlanCode::Order => "P0006",
+            PlanCode::OutOfRange => "P0007",
+            PlanCode::SizeMismatch => "P0008",
+            PlanCode::MissingEdge => "P0009",
+            PlanCode::TooLarge => "P0010",
         }
     }
 
@@ -66,6 +90,18 @@ impl PlanCode {
             PlanCode::Order => {
                 "An operation depends on one that does not come before it, or a rank program runs an operation before one it depends on; executed as written, a rank would wait forever. Rebuild the plan with `rlc build`."
             }
+            PlanCode::OutOfRange => {
+                "A count that must be at least 1 is 0 — `epochs`, `minibatch`, `minibatches`, `micro`, `accumulation`, `optimizer_steps`, an op's `every`, a sample's `count`, `n`, `max_new`, `steps`, a size of a role's `arch` — or a setting is outside what it can mean: `temperature` not above 0, `top_p` outside (0, 1], a negative `lr`, an unknown `precision`, `kind`, `form` or `split`. The runtime would not refuse such a plan: it would silently train less (or not at all), skip an operation on every step, or sample something else. The message names the field; set it in the program and rebuild the plan with `rlc build` rather than edit the file."
+            }
+            PlanCode::SizeMismatch => {
+                "Two sizes of the plan contradict each other: a sample's `count` and the rows of the value it draws (the batch every reader expects), an op's `batch` and the rows it reads (× `n` for `generate`), `minibatches` and `batch` / `minibatch`, `optimizer_steps` and `epochs` × `minibatches`, `accumulation` and `minibatch` over the data ranks in micro-batches of `micro`, rows that do not split over their data ranks, `hidden` not a multiple of `heads` (or an odd head dimension), `heads` not a multiple of `kv_heads`, `parameters` other than the count of `arch`, or prompts plus `max_new` longer than `max_len`. Each size is derived from the others when the plan is built, so one was edited alone: the job would run with some of them and report or schedule with the others. Rebuild the plan with `rlc build`."
+            }
+            PlanCode::MissingEdge => {
+                "An operation reads a value (or a field of one) that another operation produces, but `edges` has no edge bringing it from its producer — or an edge comes from an operation that does not produce the value, or goes to one that does not read it. Edges are how the plan says what moves between operations (and through which transfer); with one missing, the data flow the plan describes is not the one it runs. Rebuild the plan with `rlc build`."
+            }
+            PlanCode::TooLarge => {
+                "A size is beyond what the plan's cluster can hold: a role's parameter count (or its bytes) does not fit in 64 bits, a size of its `arch` is beyond libtorch's largest dimension, or its weights — parameters × the bytes of its `precision`, cut by the instance's `fsdp`, `tp` and `pp` — need more bytes per device than a device of the instance's cluster has (`memory`). Loading the plan refuses it instead of letting the runtime abort on the allocation. Shrink the `arch`, shard it over more devices, or rebuild the plan with `rlc build`, whose memory check says what fits."
+            }
         }
     }
 
@@ -83,6 +119,10 @@ impl PlanCode {
             PlanCode::Malformed => "malformed plan file",
             PlanCode::Inconsistent => "inconsistent plan",
             PlanCode::Order => "plan operations out of dependency order",
+            PlanCode::OutOfRange => "plan setting out of range",
+            PlanCode::SizeMismatch => "plan sizes that disagree",
+            PlanCode::MissingEdge => "missing data edge in a plan",
+            PlanCode::TooLarge => "plan too large for its cluster",
         }
     }
 }
@@ -182,7 +222,7 @@ pub fn validate(plan: &Plan) -> Vec<PlanError> {
                 format!("cluster `{}` overlaps another cluster's ranks", c.name),
             ));
         }
-        if u64::from(c.ranks.len()) != c.nodes * c.devices_per_node {
+        if c.nodes.checked_mul(c.devices_per_node) != Some(u64::from(c.ranks.len())) {
             out.push(err(
                 PlanCode::Inconsistent,
                 format!("/clusters/{i}/ranks"),
@@ -256,17 +296,22 @@ pub fn validate(plan: &Plan) -> Vec<PlanError> {
                 format!("{path}/layout"),
                 format!("a factor of `{}`'s layout is 0", inst.id),
             ));
-        } else if l.devices() != inst.ranks.len() {
-            out.push(err(
-                PlanCode::Inconsistent,
-                format!("{path}/layout"),
-                format!(
-                    "`{}` has {} ranks but its layout needs {}",
-                    inst.id,
-                    inst.ranks.len(),
-                    l.devices()
-                ),
-            ));
+        } else {
+            // In 64 bits: hand-edited factors may overflow `Layout::devices`.
+            let devices = [l.fsdp, l.tp, l.pp]
+                .into_iter()
+                .fold(u64::from(l.dp), |n, f| n.saturating_mul(u64::from(f)));
+            if devices != u64::from(inst.ranks.len()) {
+                out.push(err(
+                    PlanCode::Inconsistent,
+                    format!("{path}/layout"),
+                    format!(
+                        "`{}` has {} ranks but its layout needs {devices}",
+                        inst.id,
+                        inst.ranks.len(),
+                    ),
+                ));
+            }
         }
     }
 
@@ -508,6 +553,7 @@ pub fn validate(plan: &Plan) -> Vec<PlanError> {
             }
         }
     }
+    meaning::check(plan, &mut out);
     out.sort();
     out.dedup();
     out

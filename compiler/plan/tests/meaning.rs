@@ -1,0 +1,370 @@
+//! The loader validates what a plan means, not only its shape: a hand edit of any field that
+//! would silently change or void the job (a count of 0, sizes that disagree, a missing edge, an
+//! arch the cluster cannot hold) is a coded error (P0007–P0010) whose message names the field.
+//! Each test builds a real plan from an example, edits one field of its JSON and loads it.
+
+use rlc_diagnostics::Files;
+use rlc_plan::{Plan, PlanError, lower};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+struct Disk;
+
+impl rlc_check::SourceLoader for Disk {
+    fn read(&self, path: &str) -> Result<String, String> {
+        std::fs::read_to_string(root().join(path)).map_err(|e| e.to_string())
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn plan_of(path: &str) -> Plan {
+    let text = std::fs::read_to_string(root().join(path)).expect("example readable");
+    let mut files = Files::new();
+    let checked = rlc_check::check(&Disk, &mut files, path, text);
+    let errors: Vec<String> = checked
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.message.clone())
+        .collect();
+    assert!(errors.is_empty(), "{path}: {errors:#?}");
+    lower::lower(&checked).unwrap_or_else(|e| panic!("{path} does not lower: {e:?}"))
+}
+
+fn examples() -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(root().join("examples"))
+        .expect("examples/")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rl"))
+        .map(|p| format!("examples/{}", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The example's plan as JSON, edited by `edit`, loaded: its errors (the edit must break it).
+fn edited(example: &str, edit: impl FnOnce(&mut Value)) -> Vec<PlanError> {
+    let mut json: Value = serde_json::from_str(&plan_of(example).to_json()).unwrap();
+    edit(&mut json);
+    rlc_plan::load(&serde_json::to_string_pretty(&json).unwrap())
+        .expect_err("the edited plan is refused")
+}
+
+/// The index of the first op whose `kind.op` is `kind` (and, for role ops, whose role is `role`).
+fn op(json: &Value, kind: &str, role: Option<&str>) -> usize {
+    json["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|o| o["kind"]["op"] == kind && role.is_none_or(|r| o["kind"]["role"] == r))
+        .unwrap_or_else(|| panic!("no {kind} op"))
+}
+
+/// Asserts that exactly one error is `code`, at `path`, and that its message names `field`
+/// (in backticks) — and that nothing else is reported, so the root cause is reported once.
+#[track_caller]
+fn only(errors: &[PlanError], code: &str, path: &str, field: &str) {
+    assert_eq!(errors.len(), 1, "one error expected: {errors:#?}");
+    let e = &errors[0];
+    assert_eq!(e.code.as_str(), code, "{e}");
+    assert_eq!(e.path, path, "{e}");
+    assert!(
+        e.message.contains(&format!("`{field}`")),
+        "the message names `{field}`: {e}"
+    );
+}
+
+const GRPO: &str = "examples/grpo_digits.rl";
+
+#[test]
+fn every_example_still_validates() {
+    for path in examples() {
+        let plan = plan_of(&path);
+        assert_eq!(rlc_plan::validate(&plan), Vec::new(), "{path}");
+        rlc_plan::load(&plan.to_json()).unwrap_or_else(|e| panic!("{path}: {e:#?}"));
+    }
+}
+
+#[test]
+fn update_counts_of_zero() {
+    // grpo_digits: ops[6] is `policy.update` (batch 256, minibatch 128, minibatches 2, micro
+    // 64, accumulation 1, optimizer_steps 2).
+    for field in [
+        "epochs",
+        "minibatches",
+        "micro",
+        "minibatch",
+        "accumulation",
+        "optimizer_steps",
+        "batch",
+    ] {
+        let mut at = 0;
+        let errors = edited(GRPO, |j| {
+            at = op(j, "update", Some("policy"));
+            j["ops"][at]["kind"][field] = json!(0);
+        });
+        only(&errors, "P0007", &format!("/ops/{at}/kind/{field}"), field);
+    }
+}
+
+#[test]
+fn every_of_zero_never_runs() {
+    // The checkpoint op runs `every 100 steps`; 0 would never run it.
+    let mut at = 0;
+    let errors = edited(GRPO, |j| {
+        at = op(j, "checkpoint", None);
+        assert_eq!(j["ops"][at]["every"], json!(100));
+        j["ops"][at]["every"] = json!(0);
+    });
+    only(&errors, "P0007", &format!("/ops/{at}/every"), "every");
+    // A carried value's assignment under `every`.
+    let errors = edited("examples/rlhf_ppo.rl", |j| {
+        j["carried"][0]["every"] = json!(0)
+    });
+    only(&errors, "P0007", "/carried/0/every", "every");
+}
+
+#[test]
+fn other_counts_of_zero() {
+    let errors = edited(GRPO, |j| j["steps"] = json!(0));
+    only(&errors, "P0007", "/steps", "steps");
+    let errors = edited(GRPO, |j| j["instances"][0]["layout"]["micro"] = json!(0));
+    // The update's `micro` (64) now also disagrees with its layout's: only the 0 is the cause,
+    // but the update's own field is a second, independent contradiction.
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.code.as_str() == "P0007" && e.path == "/instances/0/layout/micro"),
+        "{errors:#?}"
+    );
+    for (field, value) in [("n", 0), ("max_new", 0), ("top_k", 0), ("prompt_len", 0)] {
+        let mut at = 0;
+        let errors = edited(GRPO, |j| {
+            at = op(j, "generate", None);
+            j["ops"][at]["kind"][field] = json!(value);
+        });
+        only(&errors, "P0007", &format!("/ops/{at}/kind/{field}"), field);
+    }
+    let errors = edited(GRPO, |j| {
+        let at = op(j, "logprobs", None);
+        j["ops"][at]["kind"]["micro"] = json!(0);
+    });
+    assert_eq!(errors[0].code.as_str(), "P0007", "{errors:#?}");
+}
+
+#[test]
+fn sampling_settings_out_of_range() {
+    for (field, value) in [
+        ("temperature", json!(0.0)),
+        ("temperature", json!(-1.0)),
+        ("top_p", json!(0.0)),
+        ("top_p", json!(1.5)),
+    ] {
+        let mut at = 0;
+        let errors = edited(GRPO, |j| {
+            at = op(j, "generate", None);
+            j["ops"][at]["kind"][field] = value;
+        });
+        only(&errors, "P0007", &format!("/ops/{at}/kind/{field}"), field);
+    }
+    let errors = edited(GRPO, |j| j["roles"][0]["precision"] = json!("f8"));
+    only(&errors, "P0007", "/roles/0/precision", "precision");
+    let errors = edited(GRPO, |j| j["roles"][0]["kind"] = json!("Decoder"));
+    only(&errors, "P0007", "/roles/0/kind", "kind");
+    let errors = edited(GRPO, |j| j["roles"][0]["optimizer"]["lr"] = json!(-0.001));
+    only(&errors, "P0007", "/roles/0/optimizer/lr", "lr");
+}
+
+#[test]
+fn a_sample_count_that_disagrees_with_the_batch() {
+    // 16 prompts × n 16 = the generate's batch of 256; 8 prompts would silently halve it.
+    let errors = edited(GRPO, |j| j["ops"][0]["kind"]["count"] = json!(8));
+    only(&errors, "P0008", "/ops/0/kind/count", "count");
+    assert!(errors[0].message.contains("16"), "{}", errors[0]);
+    let errors = edited(GRPO, |j| j["ops"][0]["kind"]["count"] = json!(0));
+    only(&errors, "P0007", "/ops/0/kind/count", "count");
+    // The count and its value edited together: the generate's batch no longer matches.
+    let mut at = 0;
+    let errors = edited(GRPO, |j| {
+        j["ops"][0]["kind"]["count"] = json!(8);
+        j["values"][0]["split"]["rows"] = json!(8);
+        at = op(j, "generate", None);
+    });
+    only(&errors, "P0008", &format!("/ops/{at}/kind/batch"), "batch");
+    // Rows that do not split over the data ranks (dp 2).
+    let errors = edited(GRPO, |j| {
+        j["ops"][0]["kind"]["count"] = json!(15);
+        j["values"][0]["split"]["rows"] = json!(15);
+    });
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.code.as_str() == "P0008" && e.message.contains("`rows`")),
+        "{errors:#?}"
+    );
+    // Preference pairs: `count` pairs are 2 × count rows.
+    let errors = edited("examples/rlhf_reward.rl", |j| {
+        j["ops"][0]["kind"]["count"] = json!(128)
+    });
+    only(&errors, "P0008", "/ops/0/kind/count", "count");
+}
+
+#[test]
+fn update_sizes_that_disagree() {
+    let cases: [(&str, Value, &str); 5] = [
+        ("minibatches", json!(4), "minibatches"),
+        ("optimizer_steps", json!(7), "optimizer_steps"),
+        ("accumulation", json!(3), "accumulation"),
+        ("batch", json!(128), "batch"),
+        // A micro-batch of 32 rows per data rank means 2 micro-batches, not 1.
+        ("micro", json!(32), "accumulation"),
+    ];
+    for (field, value, named) in cases {
+        let mut at = 0;
+        let errors = edited(GRPO, |j| {
+            at = op(j, "update", Some("policy"));
+            j["ops"][at]["kind"][field] = value;
+        });
+        only(&errors, "P0008", &format!("/ops/{at}/kind/{named}"), named);
+    }
+    // More epochs without more optimizer steps: the schedule would end halfway.
+    let mut at = 0;
+    let errors = edited(GRPO, |j| {
+        at = op(j, "update", Some("policy"));
+        j["ops"][at]["kind"]["epochs"] = json!(2);
+    });
+    only(
+        &errors,
+        "P0008",
+        &format!("/ops/{at}/kind/optimizer_steps"),
+        "epochs",
+    );
+    // A role op's batch against the rows it reads.
+    let mut at = 0;
+    let errors = edited(GRPO, |j| {
+        at = op(j, "logprobs", Some("reference"));
+        j["ops"][at]["kind"]["batch"] = json!(512);
+    });
+    only(&errors, "P0008", &format!("/ops/{at}/kind/batch"), "batch");
+}
+
+#[test]
+fn arch_sizes_that_disagree() {
+    let errors = edited(GRPO, |j| j["roles"][0]["arch"]["heads"] = json!(3));
+    assert_eq!(errors[0].code.as_str(), "P0008", "{errors:#?}");
+    assert!(errors.iter().any(|e| e.path == "/roles/0/arch/hidden"
+        && e.message.contains("`hidden`")
+        && e.message.contains("`heads`")));
+    let errors = edited(GRPO, |j| j["roles"][0]["arch"]["kv_heads"] = json!(3));
+    assert!(
+        errors.iter().any(|e| e.code.as_str() == "P0008"
+            && e.path == "/roles/0/arch/kv_heads"
+            && e.message.contains("`kv_heads`")),
+        "{errors:#?}"
+    );
+    for field in [
+        "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_len",
+    ] {
+        let errors = edited(GRPO, |j| j["roles"][0]["arch"][field] = json!(0));
+        only(&errors, "P0007", &format!("/roles/0/arch/{field}"), field);
+    }
+    // `parameters` edited alone.
+    let errors = edited(GRPO, |j| j["roles"][0]["parameters"] = json!(1));
+    only(&errors, "P0008", "/roles/0/parameters", "parameters");
+    // Prompts plus new tokens past the context.
+    let mut at = 0;
+    let errors = edited(GRPO, |j| {
+        at = op(j, "generate", None);
+        j["ops"][at]["kind"]["max_new"] = json!(11);
+    });
+    only(
+        &errors,
+        "P0008",
+        &format!("/ops/{at}/kind/max_new"),
+        "max_len",
+    );
+}
+
+#[test]
+fn missing_edges() {
+    // `edges: []`: every op input read from another op has lost its edge.
+    let plan = plan_of(GRPO);
+    let errors = edited(GRPO, |j| j["edges"] = json!([]));
+    assert_eq!(errors.len(), plan.edges.len(), "{errors:#?}");
+    assert!(errors.iter().all(|e| e.code.as_str() == "P0009"
+        && e.path.starts_with("/ops/")
+        && e.message.contains("`edges`")));
+    // One edge removed: exactly its input is reported.
+    let errors = edited(GRPO, |j| {
+        j["edges"].as_array_mut().unwrap().remove(0);
+    });
+    only(&errors, "P0009", "/ops/1/inputs/0", "edges");
+    // An edge from an op that does not produce the value.
+    let errors = edited(GRPO, |j| j["edges"][1]["from"] = json!(0));
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.code.as_str() == "P0009" && e.path == "/edges/1/from"),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn sizes_beyond_the_cluster() {
+    // 10^9 layers of tiny_gpt: ~2 · 10^14 bytes of f32 weights on 16 GiB devices (the runtime
+    // would abort on the allocation).
+    let errors = edited(GRPO, |j| {
+        for r in 0..2 {
+            j["roles"][r]["arch"]["layers"] = json!(1_000_000_000u64);
+        }
+    });
+    let too_large: Vec<&PlanError> = errors
+        .iter()
+        .filter(|e| e.code.as_str() == "P0010")
+        .collect();
+    assert!(!too_large.is_empty(), "{errors:#?}");
+    assert!(
+        too_large.iter().all(|e| e.path.starts_with("/roles/")
+            && e.message.contains("`layers` 1000000000")
+            && e.message.contains("`local`")),
+        "{too_large:#?}"
+    );
+    // hidden = 2^62: the parameter count overflows (libtorch would panic).
+    let errors = edited(GRPO, |j| {
+        j["roles"][0]["arch"]["hidden"] = json!(1u64 << 62);
+    });
+    assert!(
+        errors.iter().any(|e| e.code.as_str() == "P0010"
+            && e.path == "/roles/0/arch"
+            && e.message.contains("`hidden` 4611686018427387904")),
+        "{errors:#?}"
+    );
+    // Beyond libtorch's i64 dimensions.
+    let errors = edited(GRPO, |j| j["roles"][0]["arch"]["vocab"] = json!(u64::MAX));
+    only(&errors, "P0010", "/roles/0/arch/vocab", "vocab");
+}
+
+#[test]
+fn huge_layout_factors_do_not_overflow() {
+    // dp · tp overflowed `u32` in the rank-count check (a panic in debug builds).
+    let errors = edited(GRPO, |j| {
+        j["instances"][0]["layout"]["dp"] = json!(65_536);
+        j["instances"][0]["layout"]["tp"] = json!(65_536);
+    });
+    assert!(
+        errors.iter().any(|e| e.code.as_str() == "P0005"),
+        "{errors:#?}"
+    );
+    let errors = edited(GRPO, |j| {
+        j["clusters"][0]["nodes"] = json!(u64::MAX);
+        j["clusters"][0]["devices_per_node"] = json!(u64::MAX);
+    });
+    assert!(
+        errors.iter().any(|e| e.code.as_str() == "P0005"),
+        "{errors:#?}"
+    );
+}
