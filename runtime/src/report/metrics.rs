@@ -111,11 +111,10 @@ fn truncate_from(path: &Path, step: u64) -> io::Result<()> {
     fs::rename(&temporary, path)
 }
 
-/// Appends `record`'s line and flushes it, in one write so a reader never sees half a line.
-pub fn append(file: &mut File, record: &StepRecord) -> io::Result<()> {
-    let mut line = format_line(record);
-    line.push('\n');
-    file.write_all(line.as_bytes())?;
+/// Appends `line` (from [`format_line`]) and its newline and flushes them, in one write so a
+/// reader never sees half a line.
+pub fn append(file: &mut File, line: &str) -> io::Result<()> {
+    file.write_all(format!("{line}\n").as_bytes())?;
     file.flush()
 }
 
@@ -231,6 +230,13 @@ impl<'de> Deserialize<'de> for OrderedObject {
 
         deserializer.deserialize_map(EntriesVisitor)
     }
+}
+
+/// The entries of a JSON object line in file order; `None` unless it is an object.
+pub fn fields(line: &str) -> Option<Vec<(String, Value)>> {
+    serde_json::from_str(line)
+        .ok()
+        .map(|OrderedObject(entries)| entries)
 }
 
 /// The keys of a JSON object line, in file order (for tests).

@@ -4,7 +4,9 @@
 //! - a progress line on stderr (`progress.rs`);
 //! - at the end, `curves.png` (each metric against step, `plot.rs`) and `summary.txt` (a table of
 //!   each metric's start, end and range, and the mean time per step in each kind of op,
-//!   `summary.rs`).
+//!   `summary.rs`);
+//! - `events.out.tfevents.0.rlc`: the lines of `metrics.jsonl` as TensorBoard event files
+//!   (`tensorboard.rs`), so that `tensorboard --logdir runs/` shows every run's metrics.
 //!
 //! A resumed run continues the same `metrics.jsonl`, so the curve and summary cover the whole
 //! run, and the file equals an uninterrupted run's apart from the timing fields.
@@ -14,6 +16,7 @@ mod numbers;
 mod plot;
 mod progress;
 mod summary;
+mod tensorboard;
 
 // The rasteriser lives in `rlc-raster` (shared with `rlc plan`'s timeline).
 use rlc_raster::{canvas, font};
@@ -22,6 +25,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub use metrics::{TIMING_KEYS, is_timing, strip_timing};
+pub use tensorboard::EVENTS_FILE;
 
 use progress::Progress;
 
@@ -60,6 +64,7 @@ pub struct Report {
     dir: PathBuf,
     title: String,
     metrics: File,
+    events: tensorboard::EventFile,
     progress: Progress,
 }
 
@@ -77,11 +82,18 @@ impl Report {
     ) -> io::Result<Report> {
         fs::create_dir_all(dir)?;
         let metrics = metrics::open(&dir.join(METRICS_FILE), resume_from_step)?;
+        // The event file is written again from the lines metrics.jsonl kept (none when fresh).
+        let kept = match resume_from_step {
+            Some(_) => fs::read_to_string(dir.join(METRICS_FILE))?,
+            None => String::new(),
+        };
+        let events = tensorboard::EventFile::create(&dir.join(EVENTS_FILE), &kept)?;
         Ok(Report {
             dir: dir.to_path_buf(),
             progress: Progress::new(options.total_steps, options.progress),
             title: options.title,
             metrics,
+            events,
         })
     }
 
@@ -90,9 +102,11 @@ impl Report {
         &self.dir
     }
 
-    /// Appends one JSON line and flushes it; updates the progress line.
+    /// Appends one JSON line and its event and flushes them; updates the progress line.
     pub fn record(&mut self, record: &StepRecord) -> io::Result<()> {
-        metrics::append(&mut self.metrics, record)?;
+        let line = metrics::format_line(record);
+        metrics::append(&mut self.metrics, &line)?;
+        self.events.append(&line)?;
         self.progress.update(record);
         Ok(())
     }

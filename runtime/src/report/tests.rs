@@ -116,6 +116,11 @@ fn resumed_run_matches_an_uninterrupted_one_apart_from_timing() {
         .open(resumed.join(METRICS_FILE))
         .unwrap();
     io::Write::write_all(&mut torn, br#"{"step":21,"rew"#).unwrap();
+    let mut torn = fs::OpenOptions::new()
+        .append(true)
+        .open(resumed.join(EVENTS_FILE))
+        .unwrap();
+    io::Write::write_all(&mut torn, &[0x1c, 0, 0, 0]).unwrap();
     drop(torn);
     let resumed_summary = run(&resumed, 15..30, Some(15));
 
@@ -124,6 +129,9 @@ fn resumed_run_matches_an_uninterrupted_one_apart_from_timing() {
     };
     assert_eq!(strip(&whole), strip(&resumed));
     assert_eq!(decode_curves(&whole), decode_curves(&resumed));
+    // The per-step times are equal here, so the event files are too, byte for byte.
+    let events = |dir: &Path| fs::read(dir.join(EVENTS_FILE)).unwrap();
+    assert_eq!(events(&whole), events(&resumed));
     // Per-step times are equal too, so only the (unused) wall clock could differ.
     assert_eq!(whole_summary, resumed_summary);
     fs::remove_dir_all(&whole).unwrap();
@@ -136,7 +144,12 @@ fn fresh_run_empties_an_old_metrics_file() {
     run(&dir, 0..5, None);
     run(&dir, 0..2, None);
     assert_eq!(metrics_lines(&dir).len(), 2);
+    let only_two = run_dir("fresh-two");
+    run(&only_two, 0..2, None);
+    let events = |dir: &Path| fs::read(dir.join(EVENTS_FILE)).unwrap();
+    assert_eq!(events(&dir), events(&only_two));
     fs::remove_dir_all(&dir).unwrap();
+    fs::remove_dir_all(&only_two).unwrap();
 }
 
 #[test]
