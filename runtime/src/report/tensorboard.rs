@@ -263,10 +263,12 @@ mod tests {
 
     #[test]
     fn masking_rotates_right_by_15_and_adds_the_constant() {
-        // ((0xe3069283 >> 15) | (0xe3069283 << 17)) + 0xa282ead8, by hand.
-        let rotated = (0xe306_9283u32 >> 15) | (0xe306_9283u32 << 17);
-        assert_eq!(rotated, 0x2507_c60d);
-        assert_eq!(masked_crc32c(b"123456789"), 0x2507_c60du32 + 0xa282_ead8);
+        // The CRC of "123456789" is 0xe3069283: rotated right by 15 bits (its low 15 bits
+        // 0x1283 on top, the high 17 bits 0x1c60d below) it is 0x2507c60d, then
+        // 0x2507c60d + 0xa282ead8 = 0xc78ab0e5 (no carry out of 32 bits).
+        assert_eq!(masked_crc32c(b"123456789"), 0xc78a_b0e5);
+        // Where the sum passes 2^32 it wraps: the length CRC of the version record, 0x092b536d
+        // (below 0xa282ead8, so it wrapped), in `version_record_equals_tensorboards_writer`.
     }
 
     #[test]
