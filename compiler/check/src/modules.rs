@@ -272,6 +272,9 @@ fn resolve_std(
     None
 }
 
+/// Names an import binds, each with how to bind it under another name (for a clash).
+type Bound = Vec<(ImportedName, String)>;
+
 fn bind_import(
     modules: &mut Modules,
     diags: &mut Vec<Diagnostic>,
@@ -281,51 +284,68 @@ fn bind_import(
     import: &rlc_syntax::ast::Import,
 ) {
     let file = modules.modules[from].file;
-    let mut bound: Vec<ImportedName> = Vec::new();
-    let mut bind_item =
-        |modules: &Modules, name: &Ident, alias: &Ident, bound: &mut Vec<ImportedName>| {
-            let module = modules.get(target);
-            match module.items.get(&name.name) {
-                Some(&index) => {
-                    if !module.item(index).is_pub {
-                        let decl = module.item(index).name().unwrap().span;
-                        diags.push(
-                            Diagnostic::new(
-                                Code::PrivateItem,
-                                format!("`{}` is private to `{}`", name.name, module.name),
-                                file,
-                                name.span,
-                            )
-                            .primary_label("private item")
-                            .label(module.file, decl, "declared here without `pub`")
-                            .help(format!("mark it `pub` in `{}` to export it", module.name)),
-                        );
-                    }
-                    bound.push(ImportedName {
+    let source = match &import.source {
+        ImportSource::Path(path) => path
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>()
+            .join("."),
+        ImportSource::File(s) => format!("\"{}\"", s.raw),
+    };
+    let target_name = modules.get(target).name.clone();
+    // Each name bound, with how to bind it under another name should it clash.
+    let mut bound: Bound = Vec::new();
+    let mut bind_item = |modules: &Modules, name: &Ident, alias: &Ident, bound: &mut Bound| {
+        let module = modules.get(target);
+        match module.items.get(&name.name) {
+            Some(&index) => {
+                if !module.item(index).is_pub {
+                    let decl = module.item(index).name().unwrap().span;
+                    diags.push(
+                        Diagnostic::new(
+                            Code::PrivateItem,
+                            format!("`{}` is private to `{}`", name.name, module.name),
+                            file,
+                            name.span,
+                        )
+                        .primary_label("private item")
+                        .label(module.file, decl, "declared here without `pub`")
+                        .help(format!("mark it `pub` in `{}` to export it", module.name)),
+                    );
+                }
+                let renamed = format!("{}_{}", short_name(&module.name), name.name);
+                let hint = match (&item_name, &import.names) {
+                    (Some(_), _) => format!("`import {source} as {renamed}`"),
+                    _ => format!("`import {source} {{ {} as {renamed} }}`", name.name),
+                };
+                bound.push((
+                    ImportedName {
                         name: alias.name.clone(),
                         span: alias.span,
                         binding: Binding::Item {
                             module: target,
                             index,
                         },
-                    });
-                }
-                None => {
-                    let names: Vec<&str> = module.items.keys().map(String::as_str).collect();
-                    let mut d = Diagnostic::new(
-                        Code::NoSuchItem,
-                        format!("`{}` has no item `{}`", module.name, name.name),
-                        file,
-                        name.span,
-                    )
-                    .primary_label("not found");
-                    if let Some(near) = rlc_syntax::closest(&name.name, names.iter().copied(), 2) {
-                        d = d.help(format!("did you mean `{near}`?"));
-                    }
-                    diags.push(d);
-                }
+                    },
+                    hint,
+                ));
             }
-        };
+            None => {
+                let names: Vec<&str> = module.items.keys().map(String::as_str).collect();
+                let mut d = Diagnostic::new(
+                    Code::NoSuchItem,
+                    format!("`{}` has no item `{}`", module.name, name.name),
+                    file,
+                    name.span,
+                )
+                .primary_label("not found");
+                if let Some(near) = rlc_syntax::closest(&name.name, names.iter().copied(), 2) {
+                    d = d.help(format!("did you mean `{near}`?"));
+                }
+                diags.push(d);
+            }
+        }
+    };
     match (&item_name, &import.names) {
         (Some(item), _) => bind_item(
             modules,
@@ -338,11 +358,14 @@ fn bind_import(
                 bind_item(modules, &n.name, n.binding(), &mut bound);
             }
             if let Some(alias) = &import.alias {
-                bound.push(ImportedName {
-                    name: alias.name.clone(),
-                    span: alias.span,
-                    binding: Binding::Module(target),
-                });
+                bound.push((
+                    ImportedName {
+                        name: alias.name.clone(),
+                        span: alias.span,
+                        binding: Binding::Module(target),
+                    },
+                    module_hint(&source, &alias.name, import.names.as_deref(), &target_name),
+                ));
             }
         }
         (None, None) => {
@@ -363,38 +386,88 @@ fn bind_import(
                     return;
                 }
             };
-            bound.push(ImportedName {
-                name: name.name,
-                span: name.span,
-                binding: Binding::Module(target),
-            });
+            let hint = module_hint(&source, &name.name, None, &target_name);
+            bound.push((
+                ImportedName {
+                    name: name.name,
+                    span: name.span,
+                    binding: Binding::Module(target),
+                },
+                hint,
+            ));
         }
     }
     let module = &mut modules.modules[from];
-    for b in bound {
+    for (b, hint) in bound {
+        let again = Ident {
+            name: b.name.clone(),
+            span: b.span,
+        };
+        // The grammar binds an import under another name with `as`.
+        let hint = format!("import it under another name: {hint}");
         if let Some(&index) = module.items.get(&b.name) {
             let first = module.ast.items[index].name().unwrap().span;
-            diags.push(duplicate(
-                file,
-                &Ident {
-                    name: b.name.clone(),
-                    span: b.span,
-                },
-                first,
-            ));
+            diags.push(duplicate(file, &again, first).help(hint));
         } else if let Some(prev) = module.imports.iter().find(|i| i.name == b.name) {
-            diags.push(duplicate(
-                file,
-                &Ident {
-                    name: b.name.clone(),
-                    span: b.span,
-                },
-                prev.span,
-            ));
+            diags.push(
+                Diagnostic::new(
+                    Code::DuplicateName,
+                    format!("`{}` is imported twice", b.name),
+                    file,
+                    b.span,
+                )
+                .primary_label("imported again here")
+                .label(file, prev.span, "first imported here")
+                .help(hint),
+            );
         } else {
             module.imports.push(b);
         }
     }
+}
+
+/// The last segment of a module's name, as a prefix for a suggested alias: `algo` for
+/// `std.algo`, `rewards` for `lib/rewards.rl`.
+fn short_name(module: &str) -> String {
+    let base = module.rsplit('/').next().unwrap_or(module);
+    let base = base.strip_suffix(".rl").unwrap_or(base);
+    let last = base.rsplit('.').next().unwrap_or(base);
+    let ident: String = last
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if ident.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        ident
+    } else {
+        format!("m_{ident}")
+    }
+}
+
+/// How to bind the module of `import <source> …` (bound as `name`) under another name: its own
+/// short name when that is not the one taken, else `<name>_module`.
+fn module_hint(
+    source: &str,
+    name: &str,
+    names: Option<&[rlc_syntax::ast::ImportName]>,
+    module: &str,
+) -> String {
+    let short = short_name(module);
+    let renamed = if short == name {
+        format!("{name}_module")
+    } else {
+        short
+    };
+    let list = names.map_or(String::new(), |names| {
+        let names: Vec<String> = names
+            .iter()
+            .map(|n| match &n.alias {
+                Some(a) => format!("{} as {}", n.name.name, a.name),
+                None => n.name.name.clone(),
+            })
+            .collect();
+        format!(" {{ {} }}", names.join(", "))
+    });
+    format!("`import {source} as {renamed}{list}`")
 }
 
 /// `./lib/x.rl` imported from `dir/main.rl` is `dir/lib/x.rl`; `..` segments are folded. Tools

@@ -52,7 +52,11 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                         k.origin.file,
                         k.origin.span,
                     )
-                    .primary_label("must be at least 1"),
+                    .primary_label("must be at least 1")
+                    .help(format!(
+                        "`top_k: {}` does not turn top-k off here: leave `top_k` out to sample from the whole vocabulary (`top_k: 1` is greedy)",
+                        k.value
+                    )),
                 );
             }
         }

@@ -1,6 +1,7 @@
 //! Batch arithmetic: every batch splits evenly over the data-parallel ranks of the phase that
 //! receives it; minibatches fit in the batch and split into micro-batches.
 
+use super::divisors;
 use crate::program::*;
 use rlc_diagnostics::{Code, Diagnostic};
 
@@ -8,7 +9,9 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
     let Some(pipeline) = &program.pipeline else {
         return;
     };
-    for call in &pipeline.calls {
+    // One batch that does not split is one mistake however many phases receive it.
+    let mut splits: Vec<(Sourced<i64>, Vec<Split>)> = Vec::new();
+    for (i, call) in pipeline.calls.iter().enumerate() {
         let model = &program.models[call.model];
         let phase = call.op.phase();
         let name = format!("`{}.{}`", model.name, phase.as_str());
@@ -30,23 +33,27 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
             );
         }
         let Some(batch) = call.batch else { continue };
-        let placement = program.placement_for(call.model, phase).filter(|p| !p.auto);
+        // A layout that does not fit its devices is reported by the placement check; its
+        // ranks would only repeat that mistake here.
+        let placement = program
+            .placement_for(call.model, phase)
+            .filter(|p| !p.auto && fits(program, p));
         let ranks = placement.map_or(1, |p| p.layout.data_ranks());
         if let Some(p) = placement
             && batch.value % ranks as i64 != 0
         {
-            diags.push(
-                Diagnostic::new(
-                    Code::BatchNotDivisible,
-                    format!("{name} receives {} sequences per step, which do not split over its {ranks} data-parallel ranks", batch.value),
-                    call.origin.file,
-                    call.origin.span,
-                )
-                .primary_label(format!("{} sequences", batch.value))
-                .label(batch.origin.file, batch.origin.span, "the batch size comes from here")
-                .label(p.origin.file, p.origin.span, format!("{ranks} data-parallel ranks"))
-                .help(format!("make prompts × n a multiple of {ranks}, or change the layout")),
-            );
+            let split = Split {
+                call: i,
+                placement: p,
+                ranks,
+            };
+            match splits
+                .iter_mut()
+                .find(|(b, _)| b.value == batch.value && b.origin == batch.origin)
+            {
+                Some((_, all)) => all.push(split),
+                None => splits.push((batch, vec![split])),
+            }
             continue;
         }
         let Some(minibatch) = call.minibatch else {
@@ -123,9 +130,134 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                     )
                     .primary_label(format!("micro({})", micro.value))
                     .label(minibatch.origin.file, minibatch.origin.span, format!("minibatch {} over {ranks} ranks = {per_rank} each", minibatch.value))
-                    .help("choose a micro-batch that divides each rank's share"),
+                    .help(format!(
+                        "choose a micro-batch that divides each rank's share of {per_rank}: {}",
+                        micro_sizes(per_rank)
+                    )),
                 );
             }
         }
+    }
+    for (batch, all) in &splits {
+        diags.push(split_error(program, &pipeline.calls, *batch, all));
+    }
+}
+
+/// The micro-batch sizes that divide a rank's share `n`: all of them up to 64, then `n`.
+fn micro_sizes(n: u64) -> String {
+    if n > 64 {
+        format!("{}, …, {n}", divisors(n, 64))
+    } else {
+        divisors(n, 64)
+    }
+}
+
+/// A phase that receives a batch its data-parallel ranks do not split.
+struct Split<'a> {
+    /// Index into the pipeline's calls.
+    call: usize,
+    placement: &'a Placement,
+    ranks: u64,
+}
+
+/// Whether a placement's devices lie in its cluster and its layout uses exactly them.
+fn fits(program: &Program, p: &Placement) -> bool {
+    let total = program.clusters[p.cluster].device_count();
+    p.devices.start < p.devices.end
+        && p.devices.end <= total
+        && p.layout.devices() == p.devices.end - p.devices.start
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// One error for a batch that does not split, naming every phase it reaches: the first call
+/// is primary, the other calls, the batch's source and each placement are labels.
+fn split_error(
+    program: &Program,
+    calls: &[RoleCall],
+    batch: Sourced<i64>,
+    all: &[Split],
+) -> Diagnostic {
+    let phase = |s: &Split| {
+        let call = &calls[s.call];
+        format!(
+            "`{}.{}`",
+            program.models[call.model].name,
+            call.op.phase().as_str()
+        )
+    };
+    let first = &all[0];
+    let first_call = &calls[first.call];
+    let n = batch.value;
+    let message = if all.len() == 1 {
+        format!(
+            "{} receives {n} sequences per step, which do not split over its {} data-parallel ranks",
+            phase(first),
+            first.ranks
+        )
+    } else {
+        let each: Vec<String> = all
+            .iter()
+            .map(|s| format!("{} ({})", phase(s), s.ranks))
+            .collect();
+        format!(
+            "the {n} sequences of each step do not split over the data-parallel ranks of {}",
+            super::placement::and_list(&each)
+        )
+    };
+    let mut d = Diagnostic::new(
+        Code::BatchNotDivisible,
+        message,
+        first_call.origin.file,
+        first_call.origin.span,
+    )
+    .primary_label(format!("{n} sequences"));
+    for s in &all[1..] {
+        let call = &calls[s.call];
+        d = d.label(call.origin.file, call.origin.span, format!("{n} sequences"));
+    }
+    d = d.label(
+        batch.origin.file,
+        batch.origin.span,
+        "the batch size comes from here",
+    );
+    // Each placement once, with the phases it serves.
+    let mut placements: Vec<(&Placement, u64, Vec<String>)> = Vec::new();
+    for s in all {
+        match placements
+            .iter_mut()
+            .find(|(p, _, _)| std::ptr::eq(*p, s.placement))
+        {
+            Some((_, _, phases)) => phases.push(phase(s)),
+            None => placements.push((s.placement, s.ranks, vec![phase(s)])),
+        }
+    }
+    for (p, ranks, phases) in &placements {
+        let text = if all.len() == 1 {
+            format!("{ranks} data-parallel ranks")
+        } else {
+            format!(
+                "{ranks} data-parallel ranks ({})",
+                super::placement::and_list(phases)
+            )
+        };
+        d = d.label(p.origin.file, p.origin.span, text);
+    }
+    // The smallest batch every phase splits: the least common multiple of their ranks.
+    let lcm = all
+        .iter()
+        .try_fold(1u64, |l, s| (l / gcd(l, s.ranks)).checked_mul(s.ranks));
+    let layouts = if placements.len() == 1 {
+        "the layout"
+    } else {
+        "the layouts"
+    };
+    match lcm {
+        Some(lcm) => d.help(format!(
+            "make prompts × n a multiple of {lcm}, or change {layouts}"
+        )),
+        None => d.help(format!("change {layouts}")),
     }
 }

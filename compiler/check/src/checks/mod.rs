@@ -21,3 +21,13 @@ pub fn run(program: &Program, diags: &mut Vec<Diagnostic>) {
     memory::check(program, diags);
     waste::check(program, diags);
 }
+
+/// Divisors of `n` up to `max`, for help text (`1, 2, 4, 8`); the work is bounded by `max`,
+/// whatever `n`.
+pub(crate) fn divisors(n: u64, max: u64) -> String {
+    let ds: Vec<String> = (1..=max.min(n))
+        .filter(|d| n.is_multiple_of(*d))
+        .map(|d| d.to_string())
+        .collect();
+    ds.join(", ")
+}

@@ -1,11 +1,50 @@
 //! Placement arithmetic: device ranges inside the cluster, layouts that multiply to the device
 //! count, and parallel degrees that divide the model's heads, layers and vocabulary.
+//!
+//! One mistake is one diagnostic: the same layout written on several `place` lines (a role's
+//! phases, its frozen copy) that does not fit its devices, or the same degree that does not
+//! divide the same count, is reported once, at its first `place`, with the others as labels.
 
+use super::divisors;
 use crate::program::*;
 use rlc_diagnostics::{Code, Diagnostic};
 
+/// One mistake and every `place` line that repeats it.
+struct Finding {
+    /// What makes two places the same mistake (the code, the layout or degree, the counts).
+    key: (Code, String, u64, u64),
+    /// Indices into `program.placements`, the first one primary.
+    places: Vec<usize>,
+}
+
+/// Groups the places of `(key, place)` pairs by key, in the order keys first appear.
+fn group(found: impl IntoIterator<Item = ((Code, String, u64, u64), usize)>) -> Vec<Finding> {
+    let mut out: Vec<Finding> = Vec::new();
+    for (key, place) in found {
+        match out.iter_mut().find(|f| f.key == key) {
+            Some(f) => f.places.push(place),
+            None => out.push(Finding {
+                key,
+                places: vec![place],
+            }),
+        }
+    }
+    out
+}
+
+/// `a`, `a and b`, `a, b and c`.
+pub(crate) fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
 pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
-    for p in &program.placements {
+    let mut products = Vec::new();
+    let mut degrees = Vec::new();
+    for (i, p) in program.placements.iter().enumerate() {
         let cluster = &program.clusters[p.cluster];
         let model = &program.models[p.model];
         let what = phase_name(model, p.phase);
@@ -52,90 +91,198 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
         let devices = p.devices.end - p.devices.start;
         let l = &p.layout;
         if l.devices() != devices {
-            let factors: Vec<String> = [("dp", l.dp), ("fsdp", l.fsdp), ("tp", l.tp), ("pp", l.pp)]
-                .iter()
-                .filter_map(|(n, f)| f.map(|f| format!("{n}({})", f.value)))
-                .collect();
-            let product = if factors.is_empty() {
-                "one replica".to_string()
-            } else {
-                factors.join(" × ")
-            };
-            // The primary label goes on the layout (`with …`), the devices get their own.
-            let layout_span = [l.dp, l.fsdp, l.tp, l.pp, l.sp, l.micro]
-                .iter()
-                .flatten()
-                .map(|f| f.origin.span)
-                .reduce(|a, b| a.to(b))
-                .unwrap_or(p.origin.span);
-            diags.push(
-                Diagnostic::new(
-                    Code::LayoutProduct,
-                    format!("{what} uses {product} = {} devices but is placed on {devices}", l.devices()),
-                    p.origin.file,
-                    layout_span,
-                )
-                .primary_label(format!("{} ≠ {devices}", l.devices()))
-                .label(p.devices_origin.file, p.devices_origin.span, format!("{devices} devices"))
-                .help("make dp·fsdp·tp·pp equal the number of devices (sp and micro do not take devices)"),
-            );
+            products.push(((Code::LayoutProduct, product(l), l.devices(), devices), i));
         }
         let Some(arch) = &model.arch else { continue };
-        let preset = arch
-            .preset
-            .as_deref()
-            .map(|p| format!(" ({p})"))
-            .unwrap_or_default();
-        let mut divides =
-            |factor: Option<Sourced<u64>>, n: u64, what_n: &str, code: Code, name: &str| {
-                if let Some(f) = factor
-                    && !n.is_multiple_of(f.value)
-                {
-                    diags.push(
-                        Diagnostic::new(
-                            code,
-                            format!(
-                                "{name}({}) does not divide the {n} {what_n} of `{}`{preset}",
-                                f.value, model.name
-                            ),
-                            f.origin.file,
-                            f.origin.span,
-                        )
-                        .primary_label(format!("{name}({})", f.value))
-                        .label(
-                            model.arch_origin.file,
-                            model.arch_origin.span,
-                            format!("{n} {what_n}"),
-                        )
-                        .help(format!(
-                            "choose a {name} degree that divides {n}: {}",
-                            divisors(n, 16)
-                        )),
-                    );
-                }
-            };
-        divides(l.tp, arch.heads, "attention heads", Code::HeadsTp, "tp");
-        divides(l.pp, arch.layers, "layers", Code::LayersPp, "pp");
-        divides(l.tp, arch.vocab, "vocabulary entries", Code::VocabTp, "tp");
-        divides(l.sp, arch.heads, "attention heads", Code::HeadsSp, "sp");
+        for (code, n) in [
+            (Code::HeadsTp, arch.heads),
+            (Code::LayersPp, arch.layers),
+            (Code::VocabTp, arch.vocab),
+            (Code::HeadsSp, arch.heads),
+        ] {
+            if let Some(f) = degree(l, code)
+                && !n.is_multiple_of(f.value)
+            {
+                degrees.push(((code, String::new(), f.value, n), i));
+            }
+        }
         if let Some(tp) = l.tp
             && arch.kv_heads % tp.value != 0
             && tp.value % arch.kv_heads != 0
         {
-            diags.push(
-                Diagnostic::new(
-                    Code::KvHeadsTp,
-                    format!("tp({}) and the {} key/value heads of `{}`{preset} fit neither way", tp.value, arch.kv_heads, model.name),
-                    tp.origin.file,
-                    tp.origin.span,
-                )
-                .primary_label(format!("tp({})", tp.value))
-                .label(model.arch_origin.file, model.arch_origin.span, format!("{} key/value heads", arch.kv_heads))
-                .help("tp must divide the key/value heads (each rank holds whole heads) or be a multiple of them (heads are replicated)"),
+            degrees.push(((Code::KvHeadsTp, String::new(), tp.value, arch.kv_heads), i));
+        }
+    }
+    for f in group(products) {
+        diags.push(product_error(program, &f));
+    }
+    for f in group(degrees) {
+        diags.push(degree_error(program, &f));
+    }
+    phases_placed(program, diags);
+}
+
+/// `dp(2) × tp(4)`, or `one replica`.
+fn product(l: &Layout) -> String {
+    let factors: Vec<String> = [("dp", l.dp), ("fsdp", l.fsdp), ("tp", l.tp), ("pp", l.pp)]
+        .iter()
+        .filter_map(|(n, f)| f.map(|f| format!("{n}({})", f.value)))
+        .collect();
+    if factors.is_empty() {
+        "one replica".to_string()
+    } else {
+        factors.join(" × ")
+    }
+}
+
+/// The span of a placement's layout (`dp(2), tp(4)`), or of the whole `place` line.
+fn layout_span(p: &Placement) -> rlc_diagnostics::Span {
+    let l = &p.layout;
+    [l.dp, l.fsdp, l.tp, l.pp, l.sp, l.micro]
+        .iter()
+        .flatten()
+        .map(|f| f.origin.span)
+        .reduce(|a, b| a.to(b))
+        .unwrap_or(p.origin.span)
+}
+
+/// The degree a divisibility code is about.
+fn degree(l: &Layout, code: Code) -> Option<Sourced<u64>> {
+    match code {
+        Code::LayersPp => l.pp,
+        Code::HeadsSp => l.sp,
+        _ => l.tp,
+    }
+}
+
+fn product_error(program: &Program, f: &Finding) -> Diagnostic {
+    let (_, product, uses, devices) = &f.key;
+    let names: Vec<String> = f
+        .places
+        .iter()
+        .map(|&i| {
+            let p = &program.placements[i];
+            phase_name(&program.models[p.model], p.phase)
+        })
+        .collect();
+    let first = &program.placements[f.places[0]];
+    let (verb, placed) = if names.len() == 1 {
+        ("uses", "is")
+    } else {
+        ("use", "are")
+    };
+    // The primary label goes on the layout (`with …`), the devices get their own.
+    let mut d = Diagnostic::new(
+        Code::LayoutProduct,
+        format!(
+            "{} {verb} {product} = {uses} devices but {placed} placed on {devices}",
+            and_list(&names)
+        ),
+        first.origin.file,
+        layout_span(first),
+    )
+    .primary_label(format!("{uses} ≠ {devices}"))
+    .label(
+        first.devices_origin.file,
+        first.devices_origin.span,
+        format!("{devices} devices"),
+    );
+    for &i in &f.places[1..] {
+        let p = &program.placements[i];
+        d = d.label(
+            p.origin.file,
+            layout_span(p),
+            format!("the same layout on {devices} devices"),
+        );
+    }
+    d.help(if names.len() == 1 {
+        "make dp·fsdp·tp·pp equal the number of devices (sp and micro do not take devices)"
+            .to_string()
+    } else {
+        format!(
+            "make dp·fsdp·tp·pp equal the number of devices on each of these {} lines (sp and micro do not take devices)",
+            names.len()
+        )
+    })
+}
+
+fn degree_error(program: &Program, f: &Finding) -> Diagnostic {
+    let (code, _, value, n) = f.key;
+    let places: Vec<&Placement> = f.places.iter().map(|&i| &program.placements[i]).collect();
+    let mut models: Vec<&Model> = Vec::new();
+    for p in &places {
+        let m = &program.models[p.model];
+        if !models.iter().any(|x| x.name == m.name) {
+            models.push(m);
+        }
+    }
+    let names: Vec<String> = models.iter().map(|m| format!("`{}`", m.name)).collect();
+    // The preset's name, when every model named shares it.
+    let presets: Vec<Option<&str>> = models
+        .iter()
+        .map(|m| m.arch.as_ref().and_then(|a| a.preset.as_deref()))
+        .collect();
+    let preset = match presets[0] {
+        Some(p) if presets.iter().all(|q| *q == Some(p)) => format!(" ({p})"),
+        _ => String::new(),
+    };
+    let (what_n, name) = match code {
+        Code::HeadsTp => ("attention heads", "tp"),
+        Code::LayersPp => ("layers", "pp"),
+        Code::VocabTp => ("vocabulary entries", "tp"),
+        Code::HeadsSp => ("attention heads", "sp"),
+        _ => ("key/value heads", "tp"),
+    };
+    let first = degree(&places[0].layout, code).expect("a finding has its degree");
+    let (message, help) = if code == Code::KvHeadsTp {
+        (
+            format!(
+                "tp({value}) and the {n} key/value heads of {}{preset} fit neither way",
+                and_list(&names)
+            ),
+            "tp must divide the key/value heads (each rank holds whole heads) or be a multiple of them (heads are replicated)".to_string(),
+        )
+    } else {
+        (
+            format!(
+                "{name}({value}) does not divide the {n} {what_n} of {}{preset}",
+                and_list(&names)
+            ),
+            format!(
+                "choose a {name} degree that divides {n}: {}",
+                divisors(n, 16)
+            ),
+        )
+    };
+    let mut d = Diagnostic::new(code, message, first.origin.file, first.origin.span)
+        .primary_label(format!("{name}({value})"));
+    let mut arch_labels: Vec<Origin> = Vec::new();
+    for m in &models {
+        if !arch_labels.contains(&m.arch_origin) {
+            arch_labels.push(m.arch_origin);
+            d = d.label(
+                m.arch_origin.file,
+                m.arch_origin.span,
+                format!("{n} {what_n}"),
             );
         }
     }
-    phases_placed(program, diags);
+    for p in &places[1..] {
+        if let Some(f) = degree(&p.layout, code) {
+            d = d.label(
+                f.origin.file,
+                f.origin.span,
+                format!("{name}({value}) again"),
+            );
+        }
+    }
+    if places.len() > 1 {
+        d = d.note(format!(
+            "the same degree is written on {} `place` lines; each needs the fix",
+            places.len()
+        ));
+    }
+    d.help(help)
 }
 
 /// Every operation the pipeline runs has somewhere to run.
@@ -173,13 +320,4 @@ pub fn phase_name(model: &Model, phase: Option<Phase>) -> String {
         Some(p) => format!("`{}.{}`", model.name, p.as_str()),
         None => format!("`{}`", model.name),
     }
-}
-
-/// Divisors of `n` up to `max`, for help text.
-fn divisors(n: u64, max: u64) -> String {
-    let ds: Vec<String> = (1..=max.min(n))
-        .filter(|d| n.is_multiple_of(*d))
-        .map(|d| d.to_string())
-        .collect();
-    ds.join(", ")
 }
