@@ -361,6 +361,9 @@ pub struct Program {
     pub pipeline: Option<PipelineFacts>,
     /// Where `place auto` hands every unplaced role to the planner, if it does.
     pub auto_place: Option<Origin>,
+    /// Where each model's learning-rate warm-up was written, by model name: the `warmup:`
+    /// argument, or the `optim` line when it is not written there.
+    pub warmup_origins: std::collections::BTreeMap<String, Origin>,
 }
 
 impl Program {

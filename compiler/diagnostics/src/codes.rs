@@ -109,6 +109,7 @@ codes! {
     MinibatchMicro = "E0603", Error, "minibatch does not split into micro-batches";
     ZeroAccumulation = "E0604", Error, "zero gradient-accumulation steps";
     EpochsBelowOne = "E0605", Error, "fewer than one epoch";
+    WarmupOutlastsRun = "E0606", Error, "learning-rate warm-up as long as the run or longer";
     // Algorithm sanity.
     GroupOfOne = "E0701", Error, "group-based estimator with one sample per prompt";
     SequenceTooLong = "E0702", Error, "prompt and response longer than the model's context";

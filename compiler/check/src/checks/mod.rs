@@ -4,6 +4,7 @@ mod algorithm;
 mod batch;
 pub mod memory;
 mod placement;
+mod schedule;
 mod waste;
 
 use crate::program::Program;
@@ -14,6 +15,7 @@ pub fn run(program: &Program, diags: &mut Vec<Diagnostic>) {
     placement::check(program, diags);
     batch::check(program, diags);
     algorithm::check(program, diags);
+    schedule::check(program, diags);
     // Memory and waste are judged on a placement that is itself valid.
     if diags[before..].iter().any(Diagnostic::is_error) {
         return;

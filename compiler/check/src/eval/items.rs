@@ -440,6 +440,8 @@ impl Evaluator<'_> {
                         ("optim", Val::Optim(o)) => {
                             model.optimizer = Some((**o).clone());
                             optim_span = Some(f.key.span);
+                            let at = self.origin(&frame, warmup_span(&f.value).unwrap_or(f.span));
+                            self.program.warmup_origins.insert(md.name.name.clone(), at);
                         }
                         ("frozen", Val::Bool(Some(b))) => model.frozen = *b,
                         ("recompute", Val::Bool(Some(b))) => model.recompute = *b,
@@ -812,4 +814,16 @@ impl Evaluator<'_> {
             );
         }
     }
+}
+
+/// The `warmup:` argument of an optimiser written in place (`adamw(lr: 1e-6, warmup: 20)`,
+/// named or second), for the schedule check's label.
+fn warmup_span(e: &ast::Expr) -> Option<Span> {
+    let ast::ExprKind::Call { args, .. } = &e.kind else {
+        return None;
+    };
+    args.iter()
+        .find(|a| a.name.as_ref().is_some_and(|n| n.name == "warmup"))
+        .or_else(|| args.get(1).filter(|a| a.name.is_none()))
+        .map(|a| a.span)
 }
