@@ -335,3 +335,74 @@ fn bad_inputs_are_refused_without_a_panic() {
     refused(&out, 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A hand-edited plan file whose fields would change or void the job is refused by the loader
+/// `rlc plan`, `rlc graph` and `rlc run` share: exit 1, the code, the field, the path.
+#[test]
+fn hand_edited_plans_are_refused_with_the_field() {
+    let dir = scratch("edited");
+    let built = dir.join("grpo.plan.json");
+    rlc_stdout(&[
+        "build",
+        "examples/grpo_digits.rl",
+        "-o",
+        built.to_str().unwrap(),
+    ]);
+    // The plan as built loads.
+    rlc_stdout(&["plan", built.to_str().unwrap()]);
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&built).unwrap()).unwrap();
+    let update = plan["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|o| o["kind"]["op"] == "update")
+        .unwrap();
+    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str, &str)> = vec![
+        (
+            "epochs",
+            Box::new(move |j| j["ops"][update]["kind"]["epochs"] = 0.into()),
+            "P0007",
+            "`epochs` is 0",
+        ),
+        (
+            "count",
+            Box::new(|j| j["ops"][0]["kind"]["count"] = 8.into()),
+            "P0008",
+            "`count` 8",
+        ),
+        (
+            "edges",
+            Box::new(|j| j["edges"] = serde_json::json!([])),
+            "P0009",
+            "`edges` has no edge",
+        ),
+        (
+            "layers",
+            Box::new(|j| j["roles"][0]["arch"]["layers"] = 1_000_000_000u64.into()),
+            "P0010",
+            "`layers` 1000000000",
+        ),
+        (
+            "hidden",
+            Box::new(|j| j["roles"][0]["arch"]["hidden"] = (1u64 << 62).into()),
+            "P0010",
+            "`hidden` 4611686018427387904",
+        ),
+    ];
+    for (name, edit, code, said) in cases {
+        let mut json = plan.clone();
+        edit(&mut json);
+        let path = dir.join(format!("{name}.plan.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+        for command in ["plan", "graph"] {
+            let out = rlc(&[command, path.to_str().unwrap()]);
+            let text = refused(&out, 1);
+            assert!(
+                text.contains(&format!("error[{code}]")) && text.contains(said),
+                "rlc {command} on `{name}`: {text}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

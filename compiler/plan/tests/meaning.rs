@@ -22,6 +22,10 @@ fn root() -> PathBuf {
 
 fn plan_of(path: &str) -> Plan {
     let text = std::fs::read_to_string(root().join(path)).expect("example readable");
+    plan_of_text(path, text)
+}
+
+fn plan_of_text(path: &str, text: String) -> Plan {
     let mut files = Files::new();
     let checked = rlc_check::check(&Disk, &mut files, path, text);
     let errors: Vec<String> = checked
@@ -89,6 +93,18 @@ fn every_example_still_validates() {
     }
 }
 
+/// What a program may say is not a plan error: a plan built from a checked program always
+/// validates (else `rlc build` would stop with an internal error).
+#[test]
+fn a_loop_of_no_steps_is_what_the_program_says() {
+    let text = std::fs::read_to_string(root().join(GRPO))
+        .unwrap()
+        .replace("steps = 500", "steps = 0");
+    let plan = plan_of_text(GRPO, text);
+    assert_eq!(plan.steps, Some(0));
+    assert_eq!(rlc_plan::validate(&plan), Vec::new());
+}
+
 #[test]
 fn update_counts_of_zero() {
     // grpo_digits: ops[6] is `policy.update` (batch 256, minibatch 128, minibatches 2, micro
@@ -130,8 +146,6 @@ fn every_of_zero_never_runs() {
 
 #[test]
 fn other_counts_of_zero() {
-    let errors = edited(GRPO, |j| j["steps"] = json!(0));
-    only(&errors, "P0007", "/steps", "steps");
     let errors = edited(GRPO, |j| j["instances"][0]["layout"]["micro"] = json!(0));
     // The update's `micro` (64) now also disagrees with its layout's: only the 0 is the cause,
     // but the update's own field is a second, independent contradiction.
@@ -177,6 +191,18 @@ fn sampling_settings_out_of_range() {
     only(&errors, "P0007", "/roles/0/kind", "kind");
     let errors = edited(GRPO, |j| j["roles"][0]["optimizer"]["lr"] = json!(-0.001));
     only(&errors, "P0007", "/roles/0/optimizer/lr", "lr");
+    // Clipping to a norm of 0 zeroes every gradient; the update's own copy is checked too.
+    let mut at = 0;
+    let errors = edited(GRPO, |j| {
+        at = op(j, "update", Some("policy"));
+        j["ops"][at]["kind"]["optimizer"]["clip"] = json!(0.0);
+    });
+    only(
+        &errors,
+        "P0007",
+        &format!("/ops/{at}/kind/optimizer/clip"),
+        "clip",
+    );
 }
 
 #[test]
@@ -365,6 +391,23 @@ fn huge_layout_factors_do_not_overflow() {
     });
     assert!(
         errors.iter().any(|e| e.code.as_str() == "P0005"),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn a_dangling_reference_is_not_also_a_missing_edge() {
+    // The input's value does not exist (P0002): its edge now matches no input, but that is the
+    // same mistake, reported once.
+    let errors = edited(GRPO, |j| j["ops"][1]["inputs"][0]["value"] = json!(4242));
+    let codes: Vec<&str> = errors.iter().map(|e| e.code.as_str()).collect();
+    assert_eq!(codes, ["P0002"], "{errors:#?}");
+    // An edge to an op that does not read the value is reported.
+    let errors = edited(GRPO, |j| j["edges"][0]["to"] = json!(2));
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.code.as_str() == "P0009" && e.path == "/edges/0/to"),
         "{errors:#?}"
     );
 }

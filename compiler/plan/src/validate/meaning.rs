@@ -23,9 +23,8 @@ use std::collections::BTreeSet;
 /// Appends the meaning problems of `plan` to `out`. References have been checked (P0002) but
 /// may still dangle: every lookup here tolerates a missing id.
 pub(super) fn check(plan: &Plan, out: &mut Vec<PlanError>) {
-    if plan.steps == Some(0) {
-        out.push(zero("/steps", "steps", "the loop would run no step"));
-    }
+    // `steps: 0` is not refused: a program may say so (`pipeline p(steps = 0)`), and the plan
+    // then means what it says.
     if plan.world_size == 0 {
         out.push(zero("/world_size", "world_size", "the plan has no device"));
     }
@@ -202,19 +201,6 @@ fn role(i: usize, r: &Role, out: &mut Vec<PlanError>) -> Option<RoleSize> {
             ),
         ));
         sound = false;
-    } else if !(a.hidden / a.heads).is_multiple_of(2) {
-        out.push(err(
-            PlanCode::SizeMismatch,
-            format!("{path}/arch/heads"),
-            format!(
-                "`hidden` {} over `heads` {} gives `{}` an odd head dimension {} (rotary embeddings need an even one)",
-                a.hidden,
-                a.heads,
-                r.name,
-                a.hidden / a.heads
-            ),
-        ));
-        sound = false;
     }
     if !a.heads.is_multiple_of(a.kv_heads) {
         out.push(err(
@@ -301,11 +287,12 @@ fn optimizer(path: &str, o: &Optimizer, out: &mut Vec<PlanError>) {
             ),
         ));
     }
-    if !(o.clip.is_finite() && o.clip >= 0.0) {
+    // Clipping to a norm of 0 would zero every gradient.
+    if !(o.clip.is_finite() && o.clip > 0.0) {
         out.push(err(
             PlanCode::OutOfRange,
             format!("{path}/clip"),
-            format!("`clip` {} of `{}` is negative", o.clip, o.name),
+            format!("`clip` {} of `{}` is not above 0", o.clip, o.name),
         ));
     }
 }
@@ -591,7 +578,8 @@ fn operation(plan: &Plan, i: usize, op: &Op, out: &mut Vec<PlanError>) {
         OpKind::Logprobs { batch, micro, .. }
         | OpKind::Values { batch, micro, .. }
         | OpKind::Score { batch, micro, .. } => {
-            if counts(out, &[("batch", *batch), ("micro", *micro)]) {
+            let ok = counts(out, &[("batch", *batch), ("micro", *micro)]);
+            if ok {
                 batch_reads(out, *batch, 1);
             }
         }
@@ -748,7 +736,14 @@ fn edges(plan: &Plan, out: &mut Vec<PlanError>) {
                 ),
             ));
         }
-        if !reads.contains(&(e.value, e.field.as_deref(), e.to)) {
+        // An edge to an op that does not exist, or that reads a value that does not, is a
+        // dangling reference (P0002), reported already.
+        let consumer_sound = plan.ops.get(e.to as usize).is_some_and(|o| {
+            o.inputs
+                .iter()
+                .all(|i| (i.value as usize) < plan.values.len())
+        });
+        if consumer_sound && !reads.contains(&(e.value, e.field.as_deref(), e.to)) {
             out.push(err(
                 PlanCode::MissingEdge,
                 format!("/edges/{i}/to"),
