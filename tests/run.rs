@@ -794,3 +794,203 @@ fn the_rlhf_stages_chain_by_checkpoints() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two roles that one `checkpoint` statement saves at every step.
+#[cfg(feature = "runtime")]
+const TWO_ROLES: &str = r#"
+import std.algo { grpo_advantage, ppo_clip, value_loss, token_mean }
+import std.models { tiny_gpt }
+
+dataset reverse = task(kind: "reverse_digits", digits: 3)
+cluster local = cpu(devices: 2)
+
+let arch_tiny = tiny_gpt(layers: 1, hidden: 32, heads: 2, vocab: 16, max_len: 16)
+
+model policy: CausalLM {
+  arch  = arch_tiny
+  init  = random(seed: 5)
+  optim = adamw(lr: 1e-2)
+}
+model critic: ValueModel {
+  arch  = arch_tiny
+  init  = random(seed: 6)
+  optim = adamw(lr: 1e-2)
+}
+
+place policy on local[0..2] with dp(2)
+place critic on local[0..2] with dp(2)
+
+fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
+  mean(f32(resp == target), over: T, mask: mask)
+}
+
+pipeline train(steps = 4, prompts = 4, group = 2) {
+  loop step in 0..steps {
+    let rollout  = policy.generate(reverse.sample(prompts), n: group, max_new: 3)
+    let old_logp = policy.logprobs(rollout)
+    let old_v    = critic.values(rollout)
+    let reward   = exact(rollout.response, rollout.target, rollout.mask)
+    let adv      = grpo_advantage(reward, rollout.group, rollout.mask)
+    policy.update(rollout, epochs: 1, minibatch: 8) { logp ->
+      token_mean(ppo_clip(logp, old_logp, adv), rollout.mask)
+    }
+    critic.update(rollout, epochs: 1, minibatch: 8) { v ->
+      token_mean(value_loss(v, old_v, adv + old_v, clip: 0.5), rollout.mask)
+    }
+    log { reward: mean(reward) }
+    checkpoint policy, critic
+  }
+}
+"#;
+
+/// A run stopped (as by `kill -9`: the test hook aborts the process) after `policy`'s folder of
+/// step 3 is in place and before `critic`'s: the step is not committed, so `--resume` passes over
+/// it, says why, clears what a killed write left, resumes from step 2 and ends as the
+/// uninterrupted run, bit for bit (metrics and both roles' final weights and moments).
+#[cfg(feature = "runtime")]
+#[test]
+fn a_run_killed_between_two_roles_writes_resumes_bit_exactly() {
+    let dir = scratch("two-roles");
+    let source = dir.join("job.rl");
+    std::fs::write(&source, TWO_ROLES).unwrap();
+    let (whole, cut) = (dir.join("whole"), dir.join("cut"));
+    let out = run_into(&source, &whole, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let ckpts = |run: &Path| run.join("checkpoints");
+    assert!(ckpts(&whole).join("step-000004.complete").is_file());
+
+    let out = rlc()
+        .arg("run")
+        .arg(&source)
+        .arg("--out")
+        .arg(&cut)
+        .env("RLC_TEST_CRASH_AFTER_CHECKPOINT", "policy:3")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        ckpts(&cut)
+            .join("policy/step-000003/manifest.json")
+            .is_file()
+    );
+    assert!(!ckpts(&cut).join("critic/step-000003").exists());
+    assert!(!ckpts(&cut).join("step-000003.complete").exists());
+    assert!(ckpts(&cut).join("step-000002.complete").is_file());
+    // What a write killed half-way leaves.
+    let leftover = ckpts(&cut).join("critic/.step-000003.tmp-999999");
+    std::fs::create_dir_all(&leftover).unwrap();
+    std::fs::write(leftover.join("model.safetensors"), "partial").unwrap();
+
+    let out = run_into(&source, &cut, &["--resume"]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("--resume passes over a newer checkpoint: step 3 is incomplete")
+            && said.contains("`policy` written, `critic` not"),
+        "{said}"
+    );
+    assert!(said.contains("resumed after step 2"), "{said}");
+    assert!(
+        said.contains("--resume removed") && said.contains(".step-000003.tmp-999999"),
+        "{said}"
+    );
+    assert!(!leftover.exists());
+    assert_eq!(metrics(&cut), metrics(&whole));
+    for role in ["policy", "critic"] {
+        let last = |run: &Path| ckpts(run).join(role).join("step-000004");
+        for file in ["model.safetensors", "optimizer.safetensors"] {
+            assert_eq!(
+                recorded_sha(&last(&cut), file),
+                recorded_sha(&last(&whole), file),
+                "{role}'s {file} differs after resuming"
+            );
+        }
+    }
+    assert!(ckpts(&cut).join("step-000003.complete").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A resumed run continues its seed's streams: another seed is refused, naming both.
+#[cfg(feature = "runtime")]
+#[test]
+fn resuming_with_another_seed_is_refused() {
+    let (dir, source) = job("resume-seed", |p| p.to_string());
+    let run = dir.join("run");
+    let out = run_into(&source, &run, &["--stop-after", "2", "--seed", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run_into(&source, &run, &["--resume", "--seed", "2"]);
+    let said = refused(&out, 1);
+    assert!(
+        said.contains("cannot resume")
+            && said.contains("written by a run with --seed 1")
+            && said.contains("this run has --seed 2"),
+        "{said}"
+    );
+    assert_eq!(
+        metrics(&run).len(),
+        2,
+        "the refused run left the folder as it was"
+    );
+    let out = run_into(&source, &run, &["--resume", "--seed", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--threads` beyond what the machine can run is refused with the numbers, before any work.
+#[cfg(feature = "runtime")]
+#[test]
+fn absurd_thread_counts_are_refused() {
+    let (dir, source) = job("threads", |p| p.to_string());
+    for threads in ["100000", "0"] {
+        let out = run_into(&source, &dir.join("run"), &["--threads", threads]);
+        let said = refused(&out, 1);
+        assert!(said.contains(&format!("--threads {threads}:")), "{said}");
+    }
+    let out = run_into(&source, &dir.join("run"), &["--threads", "100000"]);
+    assert!(text(&out).contains("CPUs, so at most"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A later stage starts from a checkpoint folder by `load(path)` or `hf(path)`; either way the
+/// folder's manifest is checked first, so a flipped bit stops the run instead of training on it.
+#[cfg(feature = "runtime")]
+#[test]
+fn a_stage_started_from_a_checkpoint_verifies_it() {
+    let (dir, first) = job("from-checkpoint", |p| p.replace("steps = 4", "steps = 2"));
+    let out = run_into(&first, &dir.join("first"), &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let saved = "first/checkpoints/policy/step-000002";
+    let stage = |name: &str, init: &str| {
+        let source = dir.join(format!("{name}.rl"));
+        let program = PROGRAM
+            .replace("steps = 4", "steps = 1")
+            .replace("init  = random(seed: 5)", &format!("init  = {init}"));
+        std::fs::write(&source, program).unwrap();
+        run_into(&source, &dir.join(name), &[])
+    };
+    let load = format!("load(\"{saved}\")");
+    let hf = format!("hf(\"{saved}\")");
+    for (name, init) in [("load", &load), ("hf", &hf)] {
+        let out = stage(name, init);
+        assert!(out.status.success(), "{name}: {}", text(&out));
+    }
+    // `load` reads rlc checkpoints only: a folder without a manifest is refused.
+    let out = stage("plain", "load(\"first\")");
+    let said = refused(&out, 1);
+    assert!(said.contains("has no manifest.json"), "{said}");
+
+    let weights = dir.join(saved).join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&weights, bytes).unwrap();
+    for (name, init) in [("load", &load), ("hf", &hf)] {
+        let out = stage(name, init);
+        let said = refused(&out, 1);
+        assert!(
+            said.contains("is corrupt: model.safetensors has SHA-256"),
+            "{name}: {said}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -12,7 +12,11 @@
 //!
 //! `save` builds the folder under a hidden temporary name and renames it into place, so a folder
 //! with a manifest is complete; `load` re-checks sizes and digests before trusting any byte.
+//! The roles of one step commit together (`commit`): a marker `step-000050.complete` beside the
+//! role folders is written once all of them are in place, and a resumed run starts from the
+//! newest committed step.
 
+mod commit;
 mod error;
 mod io;
 mod load;
@@ -26,6 +30,9 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
+pub use commit::{
+    Committed, MARKER_SUFFIX, Passed, clean_leftovers, commit, marker_path, newest_committed,
+};
 pub use error::{CheckpointError, Corruption};
 pub use load::load;
 pub use save::save;
@@ -50,6 +57,22 @@ pub struct Checkpoint {
     pub state: serde_json::Value,
     /// The model's Hugging Face `config.json` (`crate::hf::config_json`), if it is to be written.
     pub config: Option<serde_json::Value>,
+}
+
+/// Checks the checkpoint folder `dir` as `load` does (its manifest, and the size and SHA-256 of
+/// every file it lists) without reading the tensors; returns the step and the caller's state.
+pub fn verify(dir: &Path) -> Result<(u64, serde_json::Value), CheckpointError> {
+    let manifest = manifest::read(dir)?;
+    manifest::verify(dir, &manifest)?;
+    let path = dir.join(STATE_FILE);
+    let bytes = std::fs::read(&path).map_err(io::context(dir, "read", &path))?;
+    state::decode(dir, &bytes)
+}
+
+/// Checks that `dir` is a checkpoint folder: it exists and has a manifest of a known version
+/// (its files are not verified: `verify` and `load` do that).
+pub fn require_manifest(dir: &Path) -> Result<(), CheckpointError> {
+    manifest::read(dir).map(drop)
 }
 
 /// The folder for `step` under `root`: `root/step-000050`.

@@ -417,3 +417,161 @@ fn a_checkpoint_with_a_config_is_a_hugging_face_folder() {
     assert!(!plain.join(CONFIG_FILE).exists());
     assert!(load(&plain).unwrap().config.is_none());
 }
+
+/// `root/<role>/step-N`, saved.
+fn saved_role(root: &TempRoot, role: &str, step: u64) -> PathBuf {
+    let dir = step_dir(&root.0.join(role), step);
+    save(&dir, &sample(step)).unwrap();
+    dir
+}
+
+fn roles(names: &[&str]) -> Vec<String> {
+    names.iter().map(|name| name.to_string()).collect()
+}
+
+#[test]
+fn a_step_commits_once_every_role_is_in_place() {
+    let root = TempRoot::new("commit");
+    let both = roles(&["policy", "critic"]);
+    saved_role(&root, "policy", 2);
+    // The first writer sees the other role missing and leaves the step uncommitted.
+    assert!(!commit(&root.0, 2, &both).unwrap());
+    assert!(!marker_path(&root.0, 2).exists());
+    saved_role(&root, "critic", 2);
+    assert!(commit(&root.0, 2, &both).unwrap());
+    let marker: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(marker_path(&root.0, 2)).unwrap()).unwrap();
+    assert_eq!(marker, json!({"step": 2, "roles": ["critic", "policy"]}));
+    // Committing again (a second writer that also saw both) leaves the same marker, no debris.
+    assert!(commit(&root.0, 2, &both).unwrap());
+    let names: Vec<String> = fs::read_dir(&root.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let mut names = names;
+    names.sort();
+    assert_eq!(names, ["critic", "policy", "step-000002.complete"]);
+}
+
+#[test]
+fn resume_takes_the_newest_step_every_role_completed() {
+    let root = TempRoot::new("newest");
+    let both = roles(&["critic", "policy"]);
+    for step in [1, 2, 3, 4] {
+        saved_role(&root, "policy", step);
+        saved_role(&root, "critic", step);
+        commit(&root.0, step, &both).unwrap();
+    }
+    // Step 5: killed between the two roles' writes (policy in place, no marker).
+    saved_role(&root, "policy", 5);
+    // Step 4: committed, but a bit of critic's weights flipped since.
+    let weights = step_dir(&root.0.join("critic"), 4).join(WEIGHTS_FILE);
+    let mut bytes = fs::read(&weights).unwrap();
+    bytes[100] ^= 0x04;
+    fs::write(&weights, bytes).unwrap();
+    // Step 3: committed, then critic's manifest lost.
+    fs::remove_file(step_dir(&root.0.join("critic"), 3).join(MANIFEST_FILE)).unwrap();
+
+    let (committed, passed) = newest_committed(&root.0, &both).unwrap();
+    let committed = committed.unwrap();
+    assert_eq!(committed.step, 2);
+    assert_eq!(
+        committed.dirs,
+        [
+            ("critic".to_string(), step_dir(&root.0.join("critic"), 2)),
+            ("policy".to_string(), step_dir(&root.0.join("policy"), 2)),
+        ]
+    );
+    assert_eq!(committed.state, sample(2).state);
+    let said: Vec<String> = passed.iter().map(ToString::to_string).collect();
+    assert_eq!(said.len(), 3, "{said:#?}");
+    assert!(
+        said[0].starts_with("step 5 is incomplete: it has no ")
+            && said[0].contains("step-000005.complete")
+            && said[0].contains("`policy` written, `critic` not"),
+        "{}",
+        said[0]
+    );
+    assert!(
+        said[1].starts_with("step 4 is damaged: checkpoint ")
+            && said[1].contains("is corrupt: model.safetensors has SHA-256"),
+        "{}",
+        said[1]
+    );
+    assert!(
+        said[2].starts_with("step 3 is incomplete: ") && said[2].ends_with("has no manifest.json"),
+        "{}",
+        said[2]
+    );
+    // A garbled marker is no commit.
+    fs::write(marker_path(&root.0, 2), "garbage").unwrap();
+    let (committed, passed) = newest_committed(&root.0, &both).unwrap();
+    assert_eq!(committed.unwrap().step, 1);
+    assert!(
+        passed[3]
+            .to_string()
+            .starts_with("step 2 has a damaged marker")
+    );
+    // Nothing at all: nothing to resume, nothing passed over.
+    let empty = TempRoot::new("newest-empty");
+    let (committed, passed) = newest_committed(&empty.0, &both).unwrap();
+    assert!(committed.is_none() && passed.is_empty());
+}
+
+#[test]
+fn leftovers_of_killed_writes_are_cleaned() {
+    let root = TempRoot::new("leftovers");
+    let both = roles(&["critic", "policy"]);
+    saved_role(&root, "policy", 1);
+    saved_role(&root, "critic", 1);
+    commit(&root.0, 1, &both).unwrap();
+    // A write killed half-way, a commit killed before its rename, and a replacement of step 2
+    // killed between moving the old folder aside and renaming the new one in.
+    let temporary = root.0.join("critic/.step-000002.tmp-4242");
+    fs::create_dir_all(&temporary).unwrap();
+    fs::write(temporary.join(WEIGHTS_FILE), "partial").unwrap();
+    let marker_tmp = root.0.join(".step-000002.complete.tmp-4242-0");
+    fs::write(&marker_tmp, "{").unwrap();
+    let policy_2 = saved_role(&root, "policy", 2);
+    let aside = root.0.join("policy/.step-000002.old-4242");
+    fs::rename(&policy_2, &aside).unwrap();
+    // The moved-aside copy of a replacement that did complete is stale.
+    let policy_1_old = root.0.join("policy/.step-000001.old-4242");
+    fs::create_dir(&policy_1_old).unwrap();
+    // Not ours: left alone.
+    fs::write(root.0.join("policy/.notes"), "mine").unwrap();
+
+    let done = clean_leftovers(&root.0, &both).unwrap();
+    assert_eq!(done.len(), 4, "{done:#?}");
+    assert!(!temporary.exists() && !marker_tmp.exists() && !aside.exists());
+    assert!(!policy_1_old.exists());
+    assert!(root.0.join("policy/.notes").exists());
+    assert_eq!(
+        load(&policy_2).unwrap().step,
+        2,
+        "the moved-aside folder is back"
+    );
+    assert!(done.iter().any(|line| line.starts_with("restored ")));
+    assert!(clean_leftovers(&root.0, &both).unwrap().is_empty());
+}
+
+#[test]
+fn verify_checks_every_file_without_loading() {
+    let root = TempRoot::new("verify");
+    let dir = saved(&root, 7);
+    assert_eq!(verify(&dir).unwrap(), (7, sample(7).state));
+    let path = dir.join(OPTIMIZER_FILE);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[0] ^= 0x80;
+    fs::write(&path, bytes).unwrap();
+    assert!(
+        verify(&dir)
+            .unwrap_err()
+            .to_string()
+            .contains("optimizer.safetensors")
+    );
+    assert!(matches!(
+        require_manifest(&root.0.join("absent")),
+        Err(CheckpointError::NotFound { .. })
+    ));
+}

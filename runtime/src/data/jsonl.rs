@@ -54,6 +54,8 @@ impl JsonlPrompts {
             path: path.to_path_buf(),
             source,
         })?;
+        // A UTF-8 byte-order mark (some editors on Windows start files with one) is not text.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
         let samples = text
             .lines()
             .enumerate()

@@ -219,6 +219,23 @@ fn jsonl_prompts_are_encoded_with_bos_and_optional_targets() {
 }
 
 #[test]
+fn a_jsonl_file_may_start_with_a_byte_order_mark() {
+    let plain = "{\"prompt\": \"12+34=\", \"target\": \"46\"}\n{\"prompt\": \"^9=\"}\n";
+    let with_bom = TempFile::new(&format!("\u{feff}{plain}"));
+    let without = TempFile::new(plain);
+    let (Source::Jsonl(a), Source::Jsonl(b)) = (
+        Source::jsonl(&with_bom.0, "prompt").unwrap(),
+        Source::jsonl(&without.0, "prompt").unwrap(),
+    ) else {
+        unreachable!()
+    };
+    assert_eq!(a.samples(), b.samples());
+    // Only at the start: elsewhere it is a character of the text, refused as any other would be.
+    let (err, _) = jsonl_error(&format!("{plain}\u{feff}{plain}"));
+    assert!(err.contains("line 3"), "{err}");
+}
+
+#[test]
 fn jsonl_errors_name_the_file_and_line() {
     let good = "{\"prompt\": \"1=\"}\n";
     let cases = [

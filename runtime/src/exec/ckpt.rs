@@ -3,19 +3,63 @@
 //! optimizer state and the position of the run; every data rank holds the same copy.
 //! A resumed run loads them on every rank (into every layout of the role it holds), and the values the loop carries (saved by the
 //! writing rank when it holds them) on every rank that holds them.
+//!
+//! The roles a step checkpoints commit together: after installing its folder, each writer
+//! commits the step (`checkpoint::commit`), which writes the step's marker once every role's
+//! folder is in place; a resumed run starts from the newest committed step.
 
 use std::path::{Path, PathBuf};
 
-use rlc_plan::model::Op;
+use rlc_plan::Plan;
+use rlc_plan::model::{Op, OpKind, Role};
 use serde_json::json;
+use tch::{Device, nn};
 
 use super::error::{Result, RunError};
 use super::rank::Rank;
 use crate::checkpoint::{self, Checkpoint};
+use crate::model::{Heads, Transformer};
 
 /// Where checkpoints of `role` go: `run_dir/checkpoints/<role>/step-000050`.
 pub fn role_root(run_dir: &Path, role: &str) -> PathBuf {
-    run_dir.join("checkpoints").join(role)
+    checkpoints_root(run_dir).join(role)
+}
+
+/// The folder of every role's checkpoints and of the steps' commit markers.
+pub fn checkpoints_root(run_dir: &Path) -> PathBuf {
+    run_dir.join("checkpoints")
+}
+
+/// The roles loop iteration `step` checkpoints (every `checkpoint` op whose `every` falls on
+/// it), sorted: the roles its commit waits for.
+pub fn roles_checkpointed_at(plan: &Plan, step: u64) -> Vec<String> {
+    let mut roles: Vec<String> = plan
+        .ops
+        .iter()
+        .filter(|op| {
+            op.every
+                .is_none_or(|every| (step + 1).is_multiple_of(every))
+        })
+        .filter_map(|op| match &op.kind {
+            OpKind::Checkpoint { role, .. } => Some(role.clone()),
+            _ => None,
+        })
+        .collect();
+    roles.sort();
+    roles.dedup();
+    roles
+}
+
+/// The test hook for a crash between two roles' writes: with
+/// `RLC_TEST_CRASH_AFTER_CHECKPOINT=critic:2` the process aborts (as `kill -9` would stop it)
+/// right after `critic`'s folder of step 2 is in place, before the step is committed
+/// (`tests/run.rs`). Read here only.
+fn crash_if_asked(role: &str, step: u64) {
+    if std::env::var("RLC_TEST_CRASH_AFTER_CHECKPOINT").is_ok_and(|v| v == format!("{role}:{step}"))
+    {
+        eprintln!("RLC_TEST_CRASH_AFTER_CHECKPOINT: aborting after `{role}` of step {step}");
+        std::process::abort();
+    }
 }
 
 impl Rank<'_> {
@@ -57,6 +101,12 @@ impl Rank<'_> {
         };
         let dir = checkpoint::step_dir(&role_root(self.run_dir(), role), step + 1);
         checkpoint::save(&dir, &saved)?;
+        crash_if_asked(role, step + 1);
+        checkpoint::commit(
+            &checkpoints_root(self.run_dir()),
+            step + 1,
+            &roles_checkpointed_at(self.job.plan, step),
+        )?;
         Ok(())
     }
 
@@ -90,4 +140,49 @@ impl Rank<'_> {
         }
         Ok(saved.step)
     }
+}
+
+/// `init = load(path)`: the weights of the rlc checkpoint folder `dir` (a manifest required,
+/// every file verified against it by `hf::load_model`), in a model of the folder's
+/// `config.json`, whose shape must be the program's `arch`. Only the weights: the optimizer
+/// starts afresh (`--resume` continues a run with its moments).
+pub(super) fn initial_from_checkpoint(
+    dir: &Path,
+    role: &Role,
+    heads: Heads,
+    device: Device,
+) -> Result<(nn::VarStore, Transformer)> {
+    let refused = |message: String| RunError::Weights {
+        role: role.name.clone(),
+        message,
+    };
+    checkpoint::require_manifest(dir).map_err(|e| {
+        refused(format!(
+            "{e}; `load(path)` reads a checkpoint folder of rlc (`hf(path)` reads any Hugging Face \
+             model folder)"
+        ))
+    })?;
+    let (vs, model) =
+        crate::hf::load_model(dir, heads, device).map_err(|e| refused(e.to_string()))?;
+    if let Some(arch) = &role.arch {
+        let c = model.config();
+        let fields = [
+            ("layers", arch.layers, c.layers),
+            ("hidden", arch.hidden, c.hidden),
+            ("heads", arch.heads, c.heads),
+            ("kv_heads", arch.kv_heads, c.kv_heads),
+            ("ffn", arch.ffn, c.ffn),
+            ("vocab", arch.vocab, c.vocab),
+            ("max_len", arch.max_len, c.max_len),
+        ];
+        for (name, written, stored) in fields {
+            if i64::try_from(written).ok() != Some(stored) {
+                return Err(refused(format!(
+                    "the program's arch has {name} = {written}, the checkpoint {} has {stored}",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    Ok((vs, model))
 }

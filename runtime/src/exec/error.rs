@@ -45,6 +45,12 @@ pub enum RunError {
     /// The processes a launcher started cannot run the plan's ranks.
     #[error("{0}")]
     Launch(String),
+    /// `--resume` cannot continue the run in the folder as asked.
+    #[error("cannot resume: {0}")]
+    Resume(String),
+    /// An option of the run does not fit this machine.
+    #[error("{0}")]
+    Options(String),
 }
 
 impl From<crate::parallel::tp::TpError> for RunError {

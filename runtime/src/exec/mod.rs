@@ -81,6 +81,9 @@ pub struct RunOutcome {
 /// Runs `plan` (lowered from `modules`) to the end of its loop, or to `stop_after`.
 pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOutcome> {
     supported(plan)?;
+    if let Some(threads) = options.threads {
+        check_threads(threads, machine_cpus())?;
+    }
     let job = Job::new(plan, modules, &options.source_dir)?;
     let world = plan.world_size;
     let processes = launched_processes(world)?;
@@ -93,7 +96,13 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
     tch::set_num_threads(torch_threads(options.threads, available, processes, world) as i32);
     let devices = rank_devices(plan, options.device, processes);
     let resume = if options.resume {
-        resume_point(plan, &options.run_dir)?
+        // The process of rank 0 clears what killed writes left, before any rank starts.
+        resume_point(
+            plan,
+            &options.run_dir,
+            options.seed,
+            local_ranks.contains(&0),
+        )?
     } else {
         None
     };
@@ -224,6 +233,46 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
         resumed_from: resume.map(|(step, _)| step),
         summary,
     })
+}
+
+/// The most libtorch threads `--threads` may ask for, per logical CPU of the machine. libtorch's
+/// intra-op threads compute and never wait on I/O, so past the CPU count they only contend;
+/// a little headroom keeps a script written for a somewhat bigger machine running, while
+/// `--threads 100000` (which thrashes) is refused.
+const THREADS_PER_CPU: usize = 4;
+
+/// Refuses a `--threads` of 0 or beyond [`THREADS_PER_CPU`] per CPU of a machine of `cpus`.
+fn check_threads(threads: usize, cpus: usize) -> Result<()> {
+    let most = cpus.max(1) * THREADS_PER_CPU;
+    if threads == 0 {
+        return Err(RunError::Options(
+            "--threads 0: libtorch needs at least one thread (leave --threads out to use every \
+             CPU)"
+                .into(),
+        ));
+    }
+    if threads > most {
+        return Err(RunError::Options(format!(
+            "--threads {threads}: this machine has {cpus} CPUs, so at most {most} threads \
+             ({THREADS_PER_CPU} per CPU; more only contend for them); leave --threads out to \
+             use every CPU"
+        )));
+    }
+    Ok(())
+}
+
+/// The machine's online logical CPUs (`--threads` counts them whatever this process is bound
+/// to), and at least the CPUs this process may use.
+fn machine_cpus() -> usize {
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    #[cfg(unix)]
+    {
+        // SAFETY: `sysconf` only reads a system setting; a negative answer means unknown.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        available.max(usize::try_from(online).unwrap_or(0))
+    }
+    #[cfg(not(unix))]
+    available
 }
 
 /// libtorch's threads for each rank of this process: `--threads` (the machine's, shared by the
@@ -367,8 +416,16 @@ pub(crate) fn resharding(plan: &Plan, op: &rlc_plan::model::Op) -> bool {
 /// Where a resumed run starts: the steps done, and the checkpoint folder of each checkpointed role.
 type ResumePoint = (u64, Vec<(String, PathBuf)>);
 
-/// The newest checkpoint of every checkpointed role, all of one step.
-fn resume_point(plan: &Plan, run_dir: &Path) -> Result<Option<ResumePoint>> {
+/// The newest step every checkpointed role committed (`checkpoint::newest_committed`), saying
+/// on stderr each newer step it passes over and why; with `clean`, first clears (and states)
+/// what killed writes left. A checkpoint of a run with another seed is refused: the resumed
+/// run would continue neither run.
+fn resume_point(
+    plan: &Plan,
+    run_dir: &Path,
+    seed: u64,
+    clean: bool,
+) -> Result<Option<ResumePoint>> {
     let mut roles: Vec<&str> = plan
         .ops
         .iter()
@@ -379,17 +436,38 @@ fn resume_point(plan: &Plan, run_dir: &Path) -> Result<Option<ResumePoint>> {
         .collect();
     roles.sort_unstable();
     roles.dedup();
-    let mut found = Vec::new();
-    for role in roles {
-        if let Some(dir) = crate::checkpoint::latest(&ckpt::role_root(run_dir, role))? {
-            found.push((role.to_string(), dir));
+    let roles: Vec<String> = roles.into_iter().map(str::to_string).collect();
+    let root = ckpt::checkpoints_root(run_dir);
+    if clean {
+        for done in crate::checkpoint::clean_leftovers(&root, &roles)? {
+            eprintln!("note: --resume {done}");
         }
     }
-    let Some((_, first)) = found.first() else {
+    let (committed, passed) = crate::checkpoint::newest_committed(&root, &roles)?;
+    for skipped in &passed {
+        eprintln!("note: --resume passes over a newer checkpoint: {skipped}");
+    }
+    let Some(committed) = committed else {
+        if !passed.is_empty() {
+            eprintln!("note: --resume found no complete checkpoint: the run starts from step 0");
+        }
         return Ok(None);
     };
-    let step = crate::checkpoint::load(first)?.step;
-    Ok(Some((step, found)))
+    let saved_seed = committed
+        .state
+        .get("seed")
+        .and_then(serde_json::Value::as_u64);
+    if let Some(saved) = saved_seed.filter(|&saved| saved != seed) {
+        let (_, dir) = &committed.dirs[0];
+        return Err(RunError::Resume(format!(
+            "the checkpoint of step {} ({}) was written by a run with --seed {saved}, and this \
+             run has --seed {seed}; a resumed run continues its seed's streams: resume with \
+             --seed {saved}, or start a new run folder for seed {seed}",
+            committed.step,
+            dir.display()
+        )));
+    }
+    Ok(Some((committed.step, committed.dirs)))
 }
 
 /// A caught panic's payload as text.
@@ -413,6 +491,27 @@ mod tests {
             local_size,
             cpu_sharers,
         })
+    }
+
+    #[test]
+    fn threads_are_checked_against_the_machine() {
+        assert!(check_threads(1, 2).is_ok());
+        assert!(check_threads(8, 2).is_ok());
+        let said = check_threads(100_000, 2).unwrap_err().to_string();
+        assert!(
+            said.contains("--threads 100000") && said.contains("2 CPUs"),
+            "{said}"
+        );
+        assert!(said.contains("at most 8"), "{said}");
+        assert!(check_threads(9, 2).is_err());
+        assert!(
+            check_threads(0, 2)
+                .unwrap_err()
+                .to_string()
+                .contains("--threads 0")
+        );
+        // The machine's CPUs, not fewer.
+        assert!(machine_cpus() >= std::thread::available_parallelism().unwrap().get());
     }
 
     #[test]

@@ -555,6 +555,9 @@ fn initial_weights(
                 role: role.name.clone(),
                 message: e.to_string(),
             }),
+        Init::Checkpoint { path } => {
+            super::ckpt::initial_from_checkpoint(&source_dir.join(path), role, heads, device)
+        }
         other => Err(RunError::Unsupported(format!(
             "initialising `{}` from {other:?}",
             role.name

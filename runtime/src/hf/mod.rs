@@ -41,6 +41,14 @@ pub enum HfError {
     InvalidConfig { path: PathBuf, source: ConfigError },
     #[error("{dir}: no model.safetensors or model.safetensors.index.json")]
     NoWeights { dir: PathBuf },
+    #[error(
+        "{path}: the weight map names the file `{shard}`, which is not inside the model folder \
+         (a shard is a relative path without `..`)"
+    )]
+    ShardOutside { path: PathBuf, shard: String },
+    /// The folder is an rlc checkpoint (it has a `manifest.json`) whose files do not match it.
+    #[error("{0}")]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     #[error("{path}: cannot read safetensors: {message}")]
     Safetensors { path: PathBuf, message: String },
     #[error("{path}: tensor `{name}` is missing")]
@@ -73,12 +81,17 @@ pub enum HfError {
 }
 
 /// Reads `dir/config.json` and the weights in `dir` into a new model on `device`. Heads that a
-/// causal-LM checkpoint does not carry (value, score) keep their seeded random init.
+/// causal-LM checkpoint does not carry (value, score) keep their seeded random init. A folder
+/// with an rlc `manifest.json` (a checkpoint, `hf("…/step-000050")`) is first verified against
+/// it: every file's size and SHA-256.
 pub fn load_model(
     dir: &Path,
     heads: Heads,
     device: Device,
 ) -> Result<(nn::VarStore, Transformer), HfError> {
+    if dir.join(crate::checkpoint::MANIFEST_FILE).exists() {
+        crate::checkpoint::verify(dir)?;
+    }
     let (config, _) = load_config(dir)?;
     let mut vs = nn::VarStore::new(device);
     let model = Transformer::new(&vs.root(), &config, heads, 0).map_err(|source| {

@@ -696,3 +696,88 @@ fn a_random_model_saves_as_a_config_the_loader_reads() {
         std::fs::remove_dir_all(&to).unwrap();
     }
 }
+
+#[test]
+fn shard_paths_stay_inside_the_model_folder() {
+    for (test, shard) in [
+        ("up", "../../x"),
+        ("absolute", "/etc/passwd"),
+        ("empty", ""),
+    ] {
+        let dir = scratch_copy("llama-tiny", &format!("outside-{test}"));
+        let index_path = dir.join("model.safetensors.index.json");
+        let mut index = read_json(&index_path);
+        index["weight_map"]["model.norm.weight"] = serde_json::json!(shard);
+        std::fs::remove_file(&index_path).unwrap();
+        std::fs::write(&index_path, index.to_string()).unwrap();
+        let err = load_model(&dir, Heads::POLICY, Device::Cpu).unwrap_err();
+        assert!(
+            matches!(&err, HfError::ShardOutside { path, shard: named } if *path == index_path && named == shard),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("not inside the model folder"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    assert!(weights_inside("./model-00001-of-00002.safetensors"));
+    assert!(weights_inside("shards/model-00001.safetensors"));
+    assert!(!weights_inside("shards/../../model.safetensors"));
+}
+
+fn weights_inside(shard: &str) -> bool {
+    super::weights::inside(shard)
+}
+
+/// A random model saved as an rlc checkpoint (weights, optimizer, state, config, manifest).
+fn checkpoint_folder(test: &str) -> (PathBuf, tch::nn::VarStore) {
+    let config = crate::model::ModelConfig::tiny();
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let model = crate::model::Transformer::new(&vs.root(), &config, Heads::POLICY, 4).unwrap();
+    let mut weights: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    weights.sort_by(|a, b| a.0.cmp(&b.0));
+    let dir = std::env::temp_dir().join(format!(
+        "rlc-runtime-{}-checkpoint-{test}/step-000002",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let saved = crate::checkpoint::Checkpoint {
+        step: 2,
+        weights,
+        optimizer: Vec::new(),
+        state: serde_json::json!({}),
+        config: Some(config_json(model.config(), None)),
+    };
+    crate::checkpoint::save(&dir, &saved).unwrap();
+    (dir, vs)
+}
+
+#[test]
+fn an_rlc_checkpoint_folder_is_verified_against_its_manifest() {
+    let (dir, vs) = checkpoint_folder("verified");
+    let (read, _) = load_model(&dir, Heads::POLICY, Device::Cpu).unwrap();
+    assert_same_weights(&vs, &read);
+    // A flipped bit, then 4 KiB of garbage in place of the weights.
+    let weights = dir.join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x10;
+    std::fs::write(&weights, &bytes).unwrap();
+    let err = load_model(&dir, Heads::POLICY, Device::Cpu).unwrap_err();
+    assert!(matches!(err, HfError::Checkpoint(_)), "{err:?}");
+    let said = err.to_string();
+    assert!(
+        said.contains("is corrupt: model.safetensors has SHA-256") && said.contains("step-000002"),
+        "{said}"
+    );
+    std::fs::write(&weights, vec![0x5a; 4096]).unwrap();
+    let said = load_model(&dir, Heads::POLICY, Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        said.contains("model.safetensors is 4096 bytes but the manifest says"),
+        "{said}"
+    );
+    std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+}

@@ -97,6 +97,15 @@ fn read_checkpoint(dir: &Path) -> Result<(HashMap<String, Stored>, PathBuf), HfE
             source,
         })?;
         let shards: std::collections::BTreeSet<&String> = index.weight_map.values().collect();
+        // A shard path stays in the folder: relative, no `..`. Only the path is checked, not
+        // where symbolic links lead: the Hugging Face cache links its snapshots' files to blobs
+        // outside the snapshot folder.
+        if let Some(shard) = shards.iter().find(|shard| !inside(shard)) {
+            return Err(HfError::ShardOutside {
+                path: index_path.clone(),
+                shard: shard.to_string(),
+            });
+        }
         let mut stored = HashMap::new();
         for shard in shards {
             let file = dir.join(shard);
@@ -143,6 +152,16 @@ fn read_checkpoint(dir: &Path) -> Result<(HashMap<String, Stored>, PathBuf), HfE
             dir: dir.to_path_buf(),
         })
     }
+}
+
+/// Whether the relative path `shard` names something inside the folder it is relative to.
+pub(super) fn inside(shard: &str) -> bool {
+    use std::path::Component;
+    let path = Path::new(shard);
+    path.components().next().is_some()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 fn read_file(path: &Path) -> Result<Vec<(String, Tensor)>, HfError> {
