@@ -69,7 +69,8 @@ impl EventFile {
                 bytes.extend(record(&event));
             }
         }
-        let temporary = path.with_extension("rlc.tmp");
+        // Not a name with `tfevents` in it, which a TensorBoard watching the folder would read.
+        let temporary = path.with_file_name("events.tmp");
         fs::write(&temporary, bytes)?;
         fs::rename(&temporary, path)?;
         let file = OpenOptions::new().append(true).open(path)?;
