@@ -141,7 +141,10 @@ impl RankSet {
                 ),
                 None => {
                     let r = part.parse::<u32>().map_err(|_| bad())?;
-                    (r, r + 1)
+                    let end = r
+                        .checked_add(1)
+                        .ok_or_else(|| format!("rank `{part}` is beyond the largest rank"))?;
+                    (r, end)
                 }
             };
             if a >= b {
