@@ -411,3 +411,12 @@ fn a_dangling_reference_is_not_also_a_missing_edge() {
         "{errors:#?}"
     );
 }
+
+#[test]
+fn the_largest_rank_is_refused_without_a_panic() {
+    // `"4294967295"` is rank u32::MAX: one past it does not exist (`r + 1` overflowed).
+    let errors = edited(GRPO, |j| j["instances"][0]["ranks"] = json!("4294967295"));
+    let codes: Vec<&str> = errors.iter().map(|e| e.code.as_str()).collect();
+    assert_eq!(codes, ["P0004"], "{errors:#?}");
+    assert!(errors[0].message.contains("4294967295"), "{}", errors[0]);
+}
