@@ -42,47 +42,24 @@ pub(crate) fn and_list(items: &[String]) -> String {
 }
 
 pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
+    let mut ranges = Vec::new();
     let mut products = Vec::new();
     let mut degrees = Vec::new();
     for (i, p) in program.placements.iter().enumerate() {
         let cluster = &program.clusters[p.cluster];
         let model = &program.models[p.model];
-        let what = phase_name(model, p.phase);
         let total = cluster.device_count();
         if p.devices.start >= p.devices.end || p.devices.end > total {
-            let why = if p.devices.start >= p.devices.end {
-                "the range is empty".to_string()
-            } else {
-                format!("`{}` has devices 0..{total}", cluster.name)
-            };
-            diags.push(
-                Diagnostic::new(
+            // The cluster's index keeps ranges of different clusters apart.
+            ranges.push((
+                (
                     Code::DevicesOutOfRange,
-                    format!(
-                        "{what} is placed on devices {}..{} but {why}",
-                        p.devices.start, p.devices.end
-                    ),
-                    p.devices_origin.file,
-                    p.devices_origin.span,
-                )
-                .primary_label(if p.devices.start >= p.devices.end {
-                    "no devices"
-                } else {
-                    "outside the cluster"
-                })
-                .label(
-                    cluster.nodes.origin.file,
-                    cluster.origin.span,
-                    format!(
-                        "{} node(s) × {} devices",
-                        cluster.nodes.value, cluster.devices_per_node.value
-                    ),
-                )
-                .help(format!(
-                    "use a non-empty range within 0..{total}, e.g. `{}[0..{total}]`",
-                    cluster.name
-                )),
-            );
+                    p.cluster.to_string(),
+                    p.devices.start,
+                    p.devices.end,
+                ),
+                i,
+            ));
             continue;
         }
         if p.auto {
@@ -112,6 +89,9 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
         {
             degrees.push(((Code::KvHeadsTp, String::new(), tp.value, arch.kv_heads), i));
         }
+    }
+    for f in group(ranges) {
+        diags.push(range_error(program, &f));
     }
     for f in group(products) {
         diags.push(product_error(program, &f));
@@ -153,6 +133,61 @@ fn degree(l: &Layout, code: Code) -> Option<Sourced<u64>> {
         Code::HeadsSp => l.sp,
         _ => l.tp,
     }
+}
+
+fn range_error(program: &Program, f: &Finding) -> Diagnostic {
+    let first = &program.placements[f.places[0]];
+    let cluster = &program.clusters[first.cluster];
+    let total = cluster.device_count();
+    let (start, end) = (first.devices.start, first.devices.end);
+    let names: Vec<String> = f
+        .places
+        .iter()
+        .map(|&i| {
+            let p = &program.placements[i];
+            phase_name(&program.models[p.model], p.phase)
+        })
+        .collect();
+    let why = if start >= end {
+        "the range is empty".to_string()
+    } else {
+        format!("`{}` has devices 0..{total}", cluster.name)
+    };
+    let placed = if names.len() == 1 { "is" } else { "are" };
+    let mut d = Diagnostic::new(
+        Code::DevicesOutOfRange,
+        format!(
+            "{} {placed} placed on devices {start}..{end} but {why}",
+            and_list(&names)
+        ),
+        first.devices_origin.file,
+        first.devices_origin.span,
+    )
+    .primary_label(if start >= end {
+        "no devices"
+    } else {
+        "outside the cluster"
+    })
+    .label(
+        cluster.nodes.origin.file,
+        cluster.origin.span,
+        format!(
+            "{} node(s) × {} devices",
+            cluster.nodes.value, cluster.devices_per_node.value
+        ),
+    );
+    for &i in &f.places[1..] {
+        let p = &program.placements[i];
+        d = d.label(
+            p.devices_origin.file,
+            p.devices_origin.span,
+            "the same range",
+        );
+    }
+    d.help(format!(
+        "use a non-empty range within 0..{total}, e.g. `{}[0..{total}]`",
+        cluster.name
+    ))
 }
 
 fn product_error(program: &Program, f: &Finding) -> Diagnostic {
