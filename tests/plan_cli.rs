@@ -406,3 +406,23 @@ fn hand_edited_plans_are_refused_with_the_field() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The plan codes of meaning have their `rlc explain` page and are listed.
+#[test]
+fn plan_meaning_codes_explain_themselves() {
+    let list = rlc_stdout(&["explain", "--list"]);
+    for (code, title) in [
+        ("P0007", "plan setting out of range"),
+        ("P0008", "plan sizes that disagree"),
+        ("P0009", "missing data edge in a plan"),
+        ("P0010", "plan too large for its cluster"),
+    ] {
+        assert!(list.contains(code) && list.contains(title), "{list}");
+        let page = rlc_stdout(&["explain", &code.to_ascii_lowercase()]);
+        assert!(
+            page.starts_with(&format!("# {code}: {title}\n\n")),
+            "{page}"
+        );
+        assert!(page.contains("rlc build"), "{page}");
+    }
+}
