@@ -196,10 +196,13 @@ fn a_corrupt_checkpoint_is_refused() {
     let last = bytes.len() - 1;
     bytes[last] ^= 0xFF;
     std::fs::write(&file, bytes).unwrap();
+    // The only checkpoint is damaged: nothing to fall back to, so the resume is refused.
     let err = run(&source, &dir, true, None).unwrap_err();
     let message = err.to_string();
     assert!(
-        matches!(err, RunError::Checkpoint(_)) && message.contains("model.safetensors"),
+        matches!(err, RunError::Resume(_))
+            && message.contains("step 2 is damaged")
+            && message.contains("model.safetensors has SHA-256"),
         "{message}"
     );
 }

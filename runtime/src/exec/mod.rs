@@ -417,7 +417,8 @@ pub(crate) fn resharding(plan: &Plan, op: &rlc_plan::model::Op) -> bool {
 type ResumePoint = (u64, Vec<(String, PathBuf)>);
 
 /// The newest step every checkpointed role committed (`checkpoint::newest_committed`), saying
-/// on stderr each newer step it passes over and why; with `clean`, first clears (and states)
+/// on stderr each newer step it passes over and why (none to resume from when there are none;
+/// refused when there are some but none is usable); with `clean`, first clears (and states)
 /// what killed writes left. A checkpoint of a run with another seed is refused: the resumed
 /// run would continue neither run.
 fn resume_point(
@@ -448,10 +449,17 @@ fn resume_point(
         eprintln!("note: --resume passes over a newer checkpoint: {skipped}");
     }
     let Some(committed) = committed else {
-        if !passed.is_empty() {
-            eprintln!("note: --resume found no complete checkpoint: the run starts from step 0");
+        if passed.is_empty() {
+            return Ok(None);
         }
-        return Ok(None);
+        // Checkpoints there, none usable: starting over is for the user to choose.
+        let list: Vec<String> = passed.iter().map(ToString::to_string).collect();
+        return Err(RunError::Resume(format!(
+            "no checkpoint in {} is complete and intact ({}); run without --resume to start \
+             over",
+            root.display(),
+            list.join("; ")
+        )));
     };
     let saved_seed = committed
         .state
