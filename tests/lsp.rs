@@ -7,13 +7,17 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 struct Client {
     child: Child,
-    stdin: ChildStdin,
+    /// `None` once closed.
+    stdin: Option<ChildStdin>,
+    /// The server's standard error so far.
+    stderr: Arc<Mutex<String>>,
     messages: Receiver<Value>,
     /// Notifications received while waiting for something else.
     pending: Vec<Value>,
@@ -34,10 +38,22 @@ impl Client {
             .env("XDG_CACHE_HOME", dir.join("cache"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn rlc lsp");
-        let stdin = child.stdin.take().unwrap();
+        let stdin = Some(child.stdin.take().unwrap());
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().unwrap();
+        let collected = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0; 4096];
+            while let Ok(n @ 1..) = pipe.read(&mut buf) {
+                let text = String::from_utf8_lossy(&buf[..n]);
+                // Shown with the test's output, should it fail.
+                eprint!("{text}");
+                collected.lock().unwrap().push_str(&text);
+            }
+        });
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = channel();
         std::thread::spawn(move || {
@@ -70,6 +86,7 @@ impl Client {
         let mut client = Client {
             child,
             stdin,
+            stderr,
             messages: rx,
             pending: Vec::new(),
             next_id: 1,
@@ -88,8 +105,71 @@ impl Client {
 
     fn send(&mut self, msg: Value) {
         let body = msg.to_string();
-        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-        self.stdin.flush().unwrap();
+        self.send_raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+    }
+
+    /// Bytes as they are, framed or not.
+    fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("standard input still open");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Sends a body (any bytes) behind a correct Content-Length header.
+    fn send_body(&mut self, body: &str) {
+        self.send_raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+    }
+
+    /// The first message (received or still to come) that satisfies `pred`.
+    fn wait_for(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(at) = self.pending.iter().position(&pred) {
+            return self.pending.remove(at);
+        }
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let msg = self.recv(deadline);
+            if pred(&msg) {
+                return msg;
+            }
+            self.pending.push(msg);
+        }
+    }
+
+    /// The error of the response with id `id` (which may be `null`).
+    fn error_for(&mut self, id: Value) -> Value {
+        let msg = self.wait_for(|m| m.get("id") == Some(&id) && m.get("method").is_none());
+        assert_eq!(msg["jsonrpc"], "2.0", "{msg}");
+        assert!(msg.get("result").is_none(), "{msg}");
+        msg["error"].clone()
+    }
+
+    /// Closes the server's standard input; returns its exit status.
+    fn close_input(&mut self) -> Option<i32> {
+        self.stdin = None;
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "rlc lsp did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until the server's standard error contains `needle`.
+    fn logged(&self, needle: &str) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let text = self.stderr.lock().unwrap().clone();
+            if text.contains(needle) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "`{needle}` not logged; standard error: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn notify(&mut self, method: &str, params: Value) {
@@ -694,4 +774,151 @@ fn file_imports_and_module_members() {
         "{diags:#?}"
     );
     c.shutdown();
+}
+
+// A client that sends anything: each malformed message is answered with a JSON-RPC error or
+// skipped with a line on standard error, and the server goes on serving.
+
+/// Opens a small document and asks for a hover on it, then shuts the server down cleanly: the
+/// server still serves after whatever came before.
+fn still_serves(mut c: Client) {
+    let text = "pub fn twice(x: f32) -> f32 {\n  x * 2.0\n}\n";
+    let uri = c.open("still.rl", text);
+    let h = c.at("textDocument/hover", &uri, pos(text, "x * 2", 0));
+    assert!(hover_text(&h).contains("f32"), "{h}");
+    c.shutdown();
+}
+
+#[test]
+fn invalid_json_is_a_parse_error() {
+    let mut c = Client::start("bad-json");
+    c.send_body(r#"{"jsonrpc": "2.0", "id": 5, "method": "#);
+    assert_eq!(c.error_for(Value::Null)["code"], -32700);
+    // Not UTF-8 either.
+    c.send_raw(b"Content-Length: 3\r\n\r\n\xff\xfe{");
+    assert_eq!(c.error_for(Value::Null)["code"], -32700);
+    still_serves(c);
+}
+
+#[test]
+fn json_that_is_not_a_message_is_an_invalid_request() {
+    let mut c = Client::start("not-message");
+    c.send_body("[1, 2, 3]");
+    assert_eq!(c.error_for(Value::Null)["code"], -32600);
+    // Neither a method nor a result: answered with its id.
+    c.send_body(r#"{"jsonrpc": "2.0", "id": 41, "params": {}}"#);
+    assert_eq!(c.error_for(json!(41))["code"], -32600);
+    // A method that is not a string.
+    c.send_body(r#"{"jsonrpc": "2.0", "id": "s", "method": 7}"#);
+    assert_eq!(c.error_for(json!("s"))["code"], -32600);
+    // An id lsp-server cannot represent is still echoed.
+    c.send_body(r#"{"jsonrpc": "2.0", "id": 3000000000, "method": "textDocument/hover"}"#);
+    assert_eq!(c.error_for(json!(3000000000u64))["code"], -32600);
+    // A response to nothing is dropped without an answer.
+    c.send_body(r#"{"jsonrpc": "2.0", "id": 77, "result": null}"#);
+    still_serves(c);
+}
+
+#[test]
+fn a_bad_header_line_is_skipped() {
+    let mut c = Client::start("bad-header");
+    c.send_raw(b"this is not a header\r\n");
+    c.logged("skipped: a header line without `:`");
+    // Junk glued in front of the next header does not hide it.
+    c.send_raw(b"\x00\x01junk");
+    still_serves(c);
+}
+
+#[test]
+fn a_message_without_content_length_is_skipped() {
+    let mut c = Client::start("no-length");
+    c.send_raw(
+        b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n\
+          {\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"shutdown\"}",
+    );
+    // The body of that message is not taken for a header either.
+    c.send_raw(b"Content-Length: x12\r\n\r\n{}");
+    still_serves(c);
+    // (`still_serves` ends with a clean shutdown, so the unframed `shutdown` above was not
+    // obeyed.)
+}
+
+#[test]
+fn a_huge_content_length_is_refused_unread() {
+    let mut c = Client::start("huge-length");
+    c.send_raw(b"Content-Length: 1000000000000000\r\n\r\n");
+    c.logged("skipped: a message of 1000000000000000 bytes, over the limit");
+    c.send_raw(b"Content-Length: 184467440737095516150\r\n\r\n");
+    still_serves(c);
+}
+
+#[test]
+fn a_body_truncated_by_the_end_of_input_is_logged_and_the_server_exits() {
+    let mut c = Client::start("truncated");
+    let text = "pub fn one() -> f32 {\n  1.0\n}\n";
+    let uri = c.open("one.rl", text);
+    let h = c.at("textDocument/hover", &uri, pos(text, "1.0", 0));
+    assert!(hover_text(&h).contains("f32"), "{h}");
+    c.send_raw(b"Content-Length: 100\r\n\r\n{\"jsonrpc\"");
+    // The end of input without `exit` is exit status 1, as the protocol asks (not a crash).
+    assert_eq!(c.close_input(), Some(1));
+    c.logged("skipped: the input ended 10 bytes into a body of 100 bytes");
+}
+
+#[test]
+fn an_unknown_method_is_method_not_found() {
+    let mut c = Client::start("unknown-method");
+    c.send(json!({ "jsonrpc": "2.0", "id": 12, "method": "rlc/noSuchThing", "params": {} }));
+    assert_eq!(c.error_for(json!(12))["code"], -32601);
+    // Notifications the server does not know, or with params of the wrong shape, are ignored.
+    c.notify("$/noSuchNotification", json!({ "x": 1 }));
+    c.notify("textDocument/didOpen", json!({ "textDocument": 3 }));
+    // A known method with wrong params is InvalidParams.
+    c.send(json!({ "jsonrpc": "2.0", "id": 13, "method": "textDocument/hover", "params": [] }));
+    assert_eq!(c.error_for(json!(13))["code"], -32602);
+    still_serves(c);
+}
+
+#[test]
+fn requests_after_shutdown_are_refused_and_exit_still_succeeds() {
+    let mut c = Client::start("after-shutdown");
+    c.send(json!({ "jsonrpc": "2.0", "id": 50, "method": "shutdown" }));
+    c.wait_for(|m| m["id"] == 50);
+    c.send(json!({ "jsonrpc": "2.0", "id": 51, "method": "textDocument/hover", "params": {} }));
+    assert_eq!(c.error_for(json!(51))["code"], -32600);
+    c.notify("exit", Value::Null);
+    assert_eq!(c.close_input(), Some(0));
+}
+
+#[test]
+fn a_huge_document_is_held_but_not_checked() {
+    let mut c = Client::start("huge-document");
+    // 10 MB on one line: accepted (under the 64 MiB message limit), not checked as you type.
+    let huge = format!(
+        "pub fn f() -> f32 {{ {}1.0 }}",
+        "1.0 + ".repeat((10 << 20) / 6)
+    );
+    let uri = c.open("huge.rl", &huge);
+    let diags = c.diagnostics(&uri, 1);
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    let message = diags[0]["message"].as_str().unwrap();
+    assert!(message.contains("over the 1048576 bytes"), "{message}");
+    assert_eq!(diags[0]["severity"], 2);
+    assert_eq!(c.at("textDocument/hover", &uri, (0, 8)), Value::Null);
+    let formatted = c.request(
+        "textDocument/formatting",
+        json!({ "textDocument": { "uri": uri }, "options": { "tabSize": 2, "insertSpaces": true } }),
+    );
+    assert_eq!(formatted, Value::Null);
+    // Cut down to size, it is checked again.
+    c.change(&uri, 2, "pub fn f(x: f32) -> f32 {\n  y * 2.0\n}\n");
+    let diags = c.diagnostics(&uri, 2);
+    assert!(
+        diags.len() == 1
+            && diags[0]["code"]
+                .as_str()
+                .is_some_and(|c| c.starts_with('E')),
+        "{diags:?}"
+    );
+    still_serves(c);
 }

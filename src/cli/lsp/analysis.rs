@@ -95,13 +95,37 @@ fn is_drive_path(name: &str) -> bool {
     b.len() >= 3 && b[0].is_ascii_alphabetic() && b[1] == b':' && (b[2] == b'/' || b[2] == b'\\')
 }
 
+/// The line indexes of a check's files, each built once however many diagnostics it has (a
+/// document with thousands of them would otherwise be indexed thousands of times).
+pub struct Lines<'a> {
+    files: &'a Files,
+    index: HashMap<FileId, LineIndex<'a>>,
+}
+
+impl<'a> Lines<'a> {
+    pub fn new(files: &'a Files) -> Self {
+        Lines {
+            files,
+            index: HashMap::new(),
+        }
+    }
+
+    pub fn range(&mut self, file: FileId, span: rlc_diagnostics::Span) -> lsp_types::Range {
+        let files = self.files;
+        self.index
+            .entry(file)
+            .or_insert_with(|| LineIndex::new(&files.get(file).text))
+            .range(span)
+    }
+}
+
 /// The LSP form of a diagnostic: its primary label's range, severity, code, the message with
 /// the primary label's text, notes and help appended, and secondary labels as related
 /// information.
-pub fn to_lsp(d: &Diagnostic, files: &Files, uris: &UriMap) -> lsp_types::Diagnostic {
+pub fn to_lsp(d: &Diagnostic, lines: &mut Lines<'_>, uris: &UriMap) -> lsp_types::Diagnostic {
+    let files = lines.files;
     let primary = d.primary();
-    let file = files.get(primary.file);
-    let range = LineIndex::new(&file.text).range(primary.span);
+    let range = lines.range(primary.file, primary.span);
     let mut message = d.message.clone();
     // The primary label says what is at the range ("expected 4, found 3"), when it adds to
     // the message.
@@ -122,9 +146,9 @@ pub fn to_lsp(d: &Diagnostic, files: &Files, uris: &UriMap) -> lsp_types::Diagno
         .iter()
         .filter(|l| !l.primary)
         .filter_map(|l| {
-            let f = files.get(l.file);
+            let uri = uris.uri(&files.get(l.file).name)?;
             Some(DiagnosticRelatedInformation {
-                location: Location::new(uris.uri(&f.name)?, LineIndex::new(&f.text).range(l.span)),
+                location: Location::new(uri, lines.range(l.file, l.span)),
                 message: if l.message.is_empty() {
                     "related".to_string()
                 } else {

@@ -16,6 +16,9 @@
 //! - Formatting (one whole-document edit; none while the document has syntax errors) and
 //!   document symbols.
 //!
+//! The wire is read by [`transport`]: a malformed message is answered with a JSON-RPC error or
+//! skipped with a line on standard error, and the server goes on serving.
+//!
 //! Std sources are embedded in the compiler; for go-to-definition the server writes them once,
 //! read-only, under the user's cache directory (see [`text::std_dir`]) and answers with
 //! ordinary `file:` URIs, which every editor can open without an extension.
@@ -24,6 +27,7 @@ mod analysis;
 mod features;
 mod resolve;
 mod text;
+mod transport;
 
 use analysis::{Analysis, Documents, UriMap, doc_name};
 use lsp_server::{Connection, ErrorCode, Message, Notification, Request, Response};
@@ -44,13 +48,13 @@ use text::LineIndex;
 /// Serves one client until `shutdown` and `exit` (exit status 0), or until `exit` without
 /// `shutdown` or the end of input (exit status 1, as the protocol asks).
 pub fn run() -> Result<ExitCode, String> {
-    let (conn, io_threads) = Connection::stdio();
-    let code = serve(&conn)?;
+    let (conn, transport) = transport::stdio();
+    let code = serve(&conn);
     drop(conn);
-    io_threads
+    transport
         .join()
-        .map_err(|e| format!("language server I/O: {e}"))?;
-    Ok(code)
+        .map_err(|e| format!("language server output: {e}"))?;
+    code
 }
 
 fn capabilities() -> ServerCapabilities {
@@ -69,10 +73,55 @@ fn capabilities() -> ServerCapabilities {
     }
 }
 
+/// Waits for `initialize`: other requests are answered `ServerNotInitialized`, notifications
+/// and responses are dropped. `None` at `exit` or the end of input.
+fn initialize_request(conn: &Connection) -> Option<lsp_server::RequestId> {
+    while let Ok(msg) = conn.receiver.recv() {
+        match msg {
+            Message::Request(req) if req.method == "initialize" => return Some(req.id),
+            Message::Request(req) => {
+                let _ = conn.sender.send(
+                    Response::new_err(
+                        req.id,
+                        ErrorCode::ServerNotInitialized as i32,
+                        format!("`{}` before `initialize`", req.method),
+                    )
+                    .into(),
+                );
+            }
+            Message::Notification(n) if n.method == "exit" => return None,
+            Message::Notification(_) | Message::Response(_) => {}
+        }
+    }
+    None
+}
+
+/// After `shutdown`: waits for `exit` (exit status 0), answering requests with an error; the
+/// end of input without `exit` is exit status 1.
+fn shut_down(conn: &Connection) -> ExitCode {
+    while let Ok(msg) = conn.receiver.recv() {
+        match msg {
+            Message::Notification(n) if n.method == "exit" => return ExitCode::SUCCESS,
+            Message::Request(req) => {
+                let _ = conn.sender.send(
+                    Response::new_err(
+                        req.id,
+                        ErrorCode::InvalidRequest as i32,
+                        format!("`{}` after `shutdown`", req.method),
+                    )
+                    .into(),
+                );
+            }
+            Message::Notification(_) | Message::Response(_) => {}
+        }
+    }
+    ExitCode::from(1)
+}
+
 fn serve(conn: &Connection) -> Result<ExitCode, String> {
-    let (id, _params) = conn
-        .initialize_start()
-        .map_err(|e| format!("language server: {e}"))?;
+    let Some(id) = initialize_request(conn) else {
+        return Ok(ExitCode::from(1));
+    };
     let result = InitializeResult {
         capabilities: capabilities(),
         server_info: Some(ServerInfo {
@@ -103,21 +152,32 @@ fn serve(conn: &Connection) -> Result<ExitCode, String> {
     };
     while let Ok(msg) = conn.receiver.recv() {
         match msg {
-            Message::Request(req) => {
-                if conn
-                    .handle_shutdown(&req)
-                    .map_err(|e| format!("language server: {e}"))?
-                {
-                    return Ok(ExitCode::SUCCESS);
-                }
-                server.request(req);
+            Message::Request(req) if req.method == "shutdown" => {
+                server.send(Response::new_ok(req.id, ()));
+                return Ok(shut_down(conn));
             }
+            Message::Request(req) => server.request(req),
             Message::Notification(n) if n.method == "exit" => return Ok(ExitCode::from(1)),
             Message::Notification(n) => server.notification(n),
             Message::Response(_) => {}
         }
     }
     Ok(ExitCode::from(1))
+}
+
+/// The largest document checked: 1 MiB, fifty times the largest std module. The server checks
+/// on every keystroke and answers nothing meanwhile; a document this large already takes
+/// seconds, and a larger one (a 50 MB paste) would hold the server for minutes. A larger
+/// document is held but not checked: one warning says so, and requests on it answer `null`.
+const MAX_CHECKED: usize = 1 << 20;
+
+/// Checks `text` as document `name`, unless it is over [`MAX_CHECKED`] (then an empty
+/// program stands in for it).
+fn analyze(sources: &Documents, name: &str, text: &str) -> Analysis {
+    if text.len() > MAX_CHECKED {
+        return Analysis::run(sources, name, String::new());
+    }
+    Analysis::run(sources, name, text.to_string())
 }
 
 struct Doc {
@@ -198,7 +258,7 @@ impl Server<'_> {
         let name = doc_name(uri);
         self.sources.by_name.insert(name.clone(), text.clone());
         let previous = self.docs.remove(uri);
-        let analysis = Analysis::run(&self.sources, &name, text.clone());
+        let analysis = analyze(&self.sources, &name, &text);
         let good = if analysis.has_syntax_errors() {
             previous.and_then(|p| {
                 if p.analysis.has_syntax_errors() {
@@ -238,7 +298,7 @@ impl Server<'_> {
             let Some(doc) = self.docs.get_mut(&uri) else {
                 continue;
             };
-            let analysis = Analysis::run(&self.sources, &doc.name, doc.text.clone());
+            let analysis = analyze(&self.sources, &doc.name, &doc.text);
             if analysis.has_syntax_errors() {
                 if !doc.analysis.has_syntax_errors() {
                     doc.good = Some(std::mem::replace(&mut doc.analysis, analysis));
@@ -270,19 +330,31 @@ impl Server<'_> {
         let root = a.root_file();
         let mut by_file: HashMap<rlc_diagnostics::FileId, Vec<lsp_types::Diagnostic>> =
             HashMap::new();
+        let mut lines = analysis::Lines::new(&a.files);
         for d in &a.checked.diagnostics {
             by_file
                 .entry(d.primary().file)
                 .or_default()
-                .push(analysis::to_lsp(d, &a.files, &self.uris));
+                .push(analysis::to_lsp(d, &mut lines, &self.uris));
         }
         let mut out: Vec<(Uri, Vec<lsp_types::Diagnostic>, Option<i32>)> = Vec::new();
         if let Ok(own) = Uri::from_str(uri) {
-            out.push((
-                own,
-                by_file.remove(&root).unwrap_or_default(),
-                Some(doc.version),
-            ));
+            let mut diags = by_file.remove(&root).unwrap_or_default();
+            if doc.text.len() > MAX_CHECKED {
+                // Instead of those of the empty program that stood in for it.
+                diags = vec![lsp_types::Diagnostic {
+                    range: lsp_types::Range::default(),
+                    severity: Some(lsp_types::DiagnosticSeverity::WARNING),
+                    source: Some("rlc".into()),
+                    message: format!(
+                        "this document is {} bytes, over the {MAX_CHECKED} bytes (1 MiB) that \
+                         `rlc lsp` checks as you type: run `rlc check` on it",
+                        doc.text.len()
+                    ),
+                    ..Default::default()
+                }];
+            }
+            out.push((own, diags, Some(doc.version)));
         }
         let mut extra = Vec::new();
         for (file, name) in a.user_files() {
@@ -338,6 +410,16 @@ impl Server<'_> {
                     .map_err(|e| (ErrorCode::InvalidParams, e.to_string()))?
             };
         }
+        // An open document, or an answer of `null` for one too large to be checked.
+        macro_rules! checked {
+            ($uri:expr) => {{
+                let doc = self.doc($uri)?;
+                if doc.text.len() > MAX_CHECKED {
+                    return Ok(Value::Null);
+                }
+                doc
+            }};
+        }
         let json = |v: Result<Value, serde_json::Error>| {
             v.map_err(|e| (ErrorCode::InternalError, e.to_string()))
         };
@@ -345,14 +427,14 @@ impl Server<'_> {
             "textDocument/hover" => {
                 let p = params!(HoverParams);
                 let pos = p.text_document_position_params;
-                let doc = self.doc(&pos.text_document.uri)?;
+                let doc = checked!(&pos.text_document.uri);
                 let offset = LineIndex::new(&doc.text).offset(pos.position) as u32;
                 json(serde_json::to_value(features::hover(&doc.analysis, offset)))
             }
             "textDocument/definition" => {
                 let p = params!(GotoDefinitionParams);
                 let pos = p.text_document_position_params;
-                let doc = self.doc(&pos.text_document.uri)?;
+                let doc = checked!(&pos.text_document.uri);
                 let offset = LineIndex::new(&doc.text).offset(pos.position) as u32;
                 let location =
                     features::definition(&doc.analysis, offset).and_then(|(file, span)| {
@@ -365,7 +447,7 @@ impl Server<'_> {
             "textDocument/completion" => {
                 let p = params!(CompletionParams);
                 let pos = p.text_document_position;
-                let doc = self.doc(&pos.text_document.uri)?;
+                let doc = checked!(&pos.text_document.uri);
                 let offset = LineIndex::new(&doc.text).offset(pos.position);
                 let read = |path: &str| {
                     use rlc_check::SourceLoader;
@@ -382,12 +464,12 @@ impl Server<'_> {
             }
             "textDocument/formatting" => {
                 let p = params!(DocumentFormattingParams);
-                let doc = self.doc(&p.text_document.uri)?;
+                let doc = checked!(&p.text_document.uri);
                 json(serde_json::to_value(features::format(&doc.text)))
             }
             "textDocument/documentSymbol" => {
                 let p = params!(DocumentSymbolParams);
-                let doc = self.doc(&p.text_document.uri)?;
+                let doc = checked!(&p.text_document.uri);
                 let module = &doc.analysis.checked.modules.get(0).ast;
                 json(serde_json::to_value(DocumentSymbolResponse::Nested(
                     features::document_symbols(module, &doc.text),

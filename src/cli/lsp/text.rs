@@ -10,14 +10,29 @@ use std::str::FromStr;
 pub struct LineIndex<'a> {
     text: &'a str,
     line_starts: Vec<usize>,
+    /// Per line, whether it is all ASCII (a byte is a UTF-16 unit): positions on such lines
+    /// take no walk along the line, which matters on a line of megabytes.
+    ascii: Vec<bool>,
 }
 
 impl<'a> LineIndex<'a> {
     pub fn new(text: &'a str) -> Self {
-        let line_starts = std::iter::once(0)
+        let line_starts: Vec<usize> = std::iter::once(0)
             .chain(text.match_indices('\n').map(|(i, _)| i + 1))
             .collect();
-        LineIndex { text, line_starts }
+        let ascii = line_starts
+            .iter()
+            .enumerate()
+            .map(|(i, &start)| {
+                let end = line_starts.get(i + 1).map_or(text.len(), |&next| next);
+                text.as_bytes()[start..end].is_ascii()
+            })
+            .collect();
+        LineIndex {
+            text,
+            line_starts,
+            ascii,
+        }
     }
 
     /// The position of a byte offset (clamped to the text, snapped back to a char boundary).
@@ -28,7 +43,11 @@ impl<'a> LineIndex<'a> {
         }
         let line = self.line_starts.partition_point(|&s| s <= offset) - 1;
         let start = self.line_starts[line];
-        let character: usize = self.text[start..offset].chars().map(char::len_utf16).sum();
+        let character: usize = if self.ascii[line] {
+            offset - start
+        } else {
+            self.text[start..offset].chars().map(char::len_utf16).sum()
+        };
         Position::new(line as u32, character as u32)
     }
 
@@ -50,6 +69,9 @@ impl<'a> LineIndex<'a> {
             .line_starts
             .get(pos.line as usize + 1)
             .map_or(self.text.len(), |&next| next - 1);
+        if self.ascii[pos.line as usize] {
+            return start + (pos.character as usize).min(end - start);
+        }
         let mut units = 0usize;
         for (i, c) in self.text[start..end].char_indices() {
             let next = units + c.len_utf16();
