@@ -275,3 +275,89 @@ fn first_paragraph_of_a_page() {
         );
     }
 }
+
+/// A file whose line 2 is `{` at column 5, `width` columns of `x`, then `@`, and line 3 is long
+/// too: with the spans of the `{` and the `@`.
+fn long_line(width: usize) -> (Files, Span, Span, Span) {
+    let text = format!(
+        "model m {{\n    {{{}@ tail\n{}\n}}\n",
+        "x".repeat(width),
+        "y".repeat(width)
+    );
+    let open = find(&text, "{", 10);
+    let at = find(&text, "@", 0);
+    let third = find(&text, "yyy", 0);
+    let mut files = Files::new();
+    files.add("long.rl", text);
+    (files, open, at, third)
+}
+
+#[test]
+fn human_clips_long_lines_and_keeps_the_real_column() {
+    for width in [70_000, 1_000_000] {
+        let (files, open, at, _) = long_line(width);
+        let d = Diagnostic::new(Code::UnmatchedCloser, "far apart", FileId(0), at)
+            .primary_label("here")
+            .label(FileId(0), open, "opened here");
+        let out = human(&[d], &files, &HumanOptions::default());
+        // `@` is character `width + 6` of line 2.
+        assert!(out.contains(&format!("[long.rl:2:{}]", width + 6)), "{out}");
+        assert!(out.contains("here") && out.contains("opened here"), "{out}");
+        assert!(out.contains('…'), "{out}");
+        assert!(out.lines().all(|l| l.chars().count() < 300), "{out}");
+        // Both ends are drawn under the characters they point at.
+        let lines: Vec<&str> = out.lines().collect();
+        let src = lines.iter().position(|l| l.contains('@')).unwrap();
+        let column = |line: &str, c: char| line.chars().position(|x| x == c);
+        let markers = lines[src + 1];
+        let marked: Vec<usize> = markers
+            .chars()
+            .enumerate()
+            .filter(|&(_, c)| c == '┬')
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(
+            marked,
+            vec![
+                column(lines[src], '{').unwrap(),
+                column(lines[src], '@').unwrap()
+            ],
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn human_clips_a_label_over_several_long_lines() {
+    let (files, open, _, third) = long_line(100_000);
+    let d = Diagnostic::new(
+        Code::UnclosedDelimiter,
+        "spans lines",
+        FileId(0),
+        open.to(third),
+    )
+    .primary_label("all of this");
+    let out = human(&[d], &files, &HumanOptions::default());
+    assert!(out.contains("[long.rl:2:5]"), "{out}");
+    assert!(out.contains("all of this"), "{out}");
+    assert!(out.lines().all(|l| l.chars().count() < 300), "{out}");
+}
+
+#[test]
+fn human_clips_context_lines_and_points_at_the_end_of_a_long_last_line() {
+    let text = format!("a\n{}", "z".repeat(80_000));
+    let mut files = Files::new();
+    files.add("end.rl", text.clone());
+    let d = Diagnostic::new(
+        Code::UnclosedDelimiter,
+        "at the end",
+        FileId(0),
+        Span::point(text.len()),
+    )
+    .primary_label("expected `}` here")
+    .label(FileId(0), Span::new(0, 1), "first line");
+    let out = human(&[d], &files, &HumanOptions::default());
+    assert!(out.contains("[end.rl:2:80001]"), "{out}");
+    assert!(out.contains('▲'), "{out}");
+    assert!(out.lines().all(|l| l.chars().count() < 300), "{out}");
+}
