@@ -60,6 +60,7 @@ codes! {
     ExpectedItem = "E0117", Error, "expected an item at the top level";
     CommaBetweenFields = "E0118", Error, "`,` between `key = value` fields";
     UnknownLayout = "E0119", Error, "unknown parallel layout";
+    NestedTooDeep = "E0120", Error, "expression nested too deep or too long";
     EmptyFile = "W0101", Warning, "file declares nothing";
     // Names and modules.
     UndefinedName = "E0201", Error, "undefined name";

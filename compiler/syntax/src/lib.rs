@@ -30,9 +30,11 @@ pub struct Parsed {
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Brackets nested deeper than this are refused before parsing, so that no input can exhaust the
-/// stack of the (recursive) parser.
+/// Brackets nested deeper than this are refused before parsing (E0120), so that no input can
+/// exhaust the stack of the (recursive) parser. Brackets in strings and comments do not count.
 pub const MAX_NESTING: usize = 128;
+
+pub use lower::{MAX_CHAIN, MAX_DEPTH};
 
 /// Parses one file. Items are read one at a time; after a syntax error the parser resumes at the
 /// next line that starts with an item keyword, so one run reports the errors of every item.
@@ -41,10 +43,11 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
     let mut diagnostics = Vec::new();
     let mut items = Vec::new();
 
-    if let Some(at) = too_deep(src) {
+    let mut text = Blanked::new(src);
+    if let Some(at) = too_deep(&text.text) {
         diagnostics.push(
             Diagnostic::new(
-                Code::UnexpectedToken,
+                Code::NestedTooDeep,
                 format!("brackets nested more than {MAX_NESTING} deep"),
                 file,
                 Span::new(at, at + 1),
@@ -63,7 +66,6 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
         };
     }
 
-    let mut text = Blanked::new(src);
     let mut pos = trivia::skip(src, 0);
     while pos < src.len() {
         let mut restart = false;
@@ -81,6 +83,7 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
                     blanked: text.exact(),
                     offset: pos,
                     diagnostics: &mut diagnostics,
+                    depth: Default::default(),
                 };
                 items.push(lowerer.item(item_pair));
                 pos = trivia::skip(src, end);
@@ -219,6 +222,7 @@ fn complete_item_ending_at(
             blanked: None,
             offset: pos,
             diagnostics,
+            depth: Default::default(),
         };
         (lowerer.item(pair), at)
     })
@@ -309,11 +313,21 @@ fn starts_item(line: &str) -> bool {
     ITEM_KEYWORDS.contains(&&line[..word_end])
 }
 
-/// The offset of the first bracket nested deeper than [`MAX_NESTING`], if any.
-fn too_deep(src: &str) -> Option<usize> {
+/// The offset of the first bracket nested deeper than [`MAX_NESTING`] in `text` (the source
+/// with its comments blanked), if any. Strings are skipped as [`trivia::blank_comments`] skips
+/// them.
+fn too_deep(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
     let mut depth = 0usize;
-    for (i, b) in src.bytes().enumerate() {
-        match b {
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
             b'(' | b'[' | b'{' => {
                 depth += 1;
                 if depth > MAX_NESTING {
@@ -323,6 +337,7 @@ fn too_deep(src: &str) -> Option<usize> {
             b')' | b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        i += 1;
     }
     None
 }

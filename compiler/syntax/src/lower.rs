@@ -16,12 +16,33 @@ pub(crate) struct Lowerer<'a> {
     pub blanked: Option<&'a str>,
     pub offset: usize,
     pub diagnostics: &'a mut Vec<Diagnostic>,
+    pub depth: Depth,
+}
+
+/// What [`Lowerer::expr`] keeps of the expressions around the one it lowers (see [`MAX_DEPTH`]).
+#[derive(Default)]
+pub(crate) struct Depth {
+    /// The greatest depth of the expressions lowered so far inside the current one.
+    below: usize,
+    /// How many expressions are being lowered, one inside the other.
+    open: usize,
+    /// An E0120 was reported inside the outermost expression being lowered: the expressions
+    /// around a refused one are not reported again.
+    reported: bool,
 }
 
 type P<'i> = Pair<'i, Rule>;
 
 /// The longest run of operators (binary, prefix, or postfix) one expression may hold.
 pub const MAX_CHAIN: usize = 256;
+
+/// How deep expressions may nest: an expression's depth is one more than the deepest expression
+/// written inside it (in brackets, arguments, closures) plus the operators, calls, fields and
+/// indices of its own chain, the levels its tree can have above that one. The passes after
+/// parsing (checker, formatter, lowering to a plan, the language server) recurse over the tree,
+/// so this bounds their stack; `rlc check` on the deepest accepted expression runs in a 1 MiB
+/// stack (test `deepest_accepted_expression_checks_in_a_small_stack` in fuzz/).
+pub const MAX_DEPTH: usize = 256;
 
 impl Lowerer<'_> {
     /// The pair's span in the file. pest includes the white space and comments it skipped
@@ -483,8 +504,20 @@ impl Lowerer<'_> {
     }
 
     /// `expr = prefix* postfix_expr (infix prefix* postfix_expr)*`, folded by operator
-    /// precedence with explicit stacks (no recursion on the length of the chain).
+    /// precedence with explicit stacks (no recursion on the length of the chain). An expression
+    /// too long or too deep is reported (once per outermost expression) and replaced by a
+    /// literal, so the tree the later passes see stays shallow.
     pub fn expr(&mut self, pair: P) -> Expr {
+        self.depth.open += 1;
+        let e = self.expr_within_limits(pair);
+        self.depth.open -= 1;
+        if self.depth.open == 0 {
+            self.depth.reported = false;
+        }
+        e
+    }
+
+    fn expr_within_limits(&mut self, pair: P) -> Expr {
         debug_assert_eq!(pair.as_rule(), Rule::expr);
         let span = self.span(&pair);
         let (mut binary, mut prefix, mut postfix) = (0, 0, 0);
@@ -504,24 +537,26 @@ impl Lowerer<'_> {
             || self.too_long(span, "prefix operators", prefix)
             || self.too_long(span, "calls, fields and indices", postfix)
         {
-            return Expr {
-                kind: ExprKind::Number(NumberLit {
-                    text: "0".into(),
-                    value: 0.0,
-                    is_integer: true,
-                    unit: None,
-                }),
-                span,
-            };
+            return refused(span);
         }
+        // The depth of the expressions inside this one, lowered below; see MAX_DEPTH.
+        let outer = std::mem::take(&mut self.depth.below);
+        let (mut own, mut posts) = (0, 0);
         let mut operands: Vec<Expr> = Vec::new();
         let mut operators: Vec<(BinaryOp, Span)> = Vec::new();
         let mut prefixes: Vec<(UnaryOp, Span)> = Vec::new();
         for p in pair.into_inner() {
             match p.as_rule() {
-                Rule::neg_op => prefixes.push((UnaryOp::Neg, self.span(&p))),
-                Rule::not_op => prefixes.push((UnaryOp::Not, self.span(&p))),
+                Rule::neg_op => {
+                    own += 1;
+                    prefixes.push((UnaryOp::Neg, self.span(&p)));
+                }
+                Rule::not_op => {
+                    own += 1;
+                    prefixes.push((UnaryOp::Not, self.span(&p)));
+                }
                 Rule::postfix_expr => {
+                    posts = posts.max(p.clone().into_inner().len());
                     let mut e = self.postfix_expr(p);
                     while let Some((op, op_span)) = prefixes.pop() {
                         let span = op_span.to(e.span);
@@ -537,6 +572,7 @@ impl Lowerer<'_> {
                     operands.push(e);
                 }
                 rule => {
+                    own += 1;
                     let op = binary_op(rule);
                     let op_span = self.span(&p);
                     // Left associative: reduce while the stacked operator binds at least as tightly.
@@ -553,6 +589,19 @@ impl Lowerer<'_> {
         while !operators.is_empty() {
             self.reduce(&mut operands, &mut operators);
         }
+        let depth = self.depth.below + own + posts;
+        if depth > MAX_DEPTH {
+            // Reported at the innermost expression past the limit; the ones around it see a
+            // shallow literal in its place.
+            self.depth.below = outer;
+            self.refuse(
+                span,
+                format!("expression nested too deep: {depth} levels (at most {MAX_DEPTH})"),
+                "too deep",
+            );
+            return refused(span);
+        }
+        self.depth.below = outer.max(depth);
         operands.pop().expect("grammar: expression has an operand")
     }
 
@@ -562,17 +611,24 @@ impl Lowerer<'_> {
         if n <= MAX_CHAIN {
             return false;
         }
-        self.diagnostics.push(
-            Diagnostic::new(
-                Code::UnexpectedToken,
-                format!("expression too long: {n} {what} in a row (at most {MAX_CHAIN})"),
-                self.file,
-                span,
-            )
-            .primary_label("too long")
-            .help("split it with `let` bindings"),
+        self.refuse(
+            span,
+            format!("expression too long: {n} {what} in a row (at most {MAX_CHAIN})"),
+            "too long",
         );
         true
+    }
+
+    /// Reports E0120 unless it was reported inside the same outermost expression.
+    fn refuse(&mut self, span: Span, message: String, label: &str) {
+        if std::mem::replace(&mut self.depth.reported, true) {
+            return;
+        }
+        self.diagnostics.push(
+            Diagnostic::new(Code::NestedTooDeep, message, self.file, span)
+                .primary_label(label)
+                .help("split it with `let` bindings"),
+        );
     }
 
     fn reduce(&mut self, operands: &mut Vec<Expr>, operators: &mut Vec<(BinaryOp, Span)>) {
@@ -862,5 +918,19 @@ fn binary_op(rule: Rule) -> BinaryOp {
         Rule::div_op => BinaryOp::Div,
         Rule::rem_op => BinaryOp::Rem,
         r => unreachable!("grammar: {r:?} is not a binary operator"),
+    }
+}
+
+/// What stands for an expression refused as too long or too deep: a literal, so the passes
+/// after parsing see a shallow tree (the file has an error and is not checked further).
+fn refused(span: Span) -> Expr {
+    Expr {
+        kind: ExprKind::Number(NumberLit {
+            text: "0".into(),
+            value: 0.0,
+            is_integer: true,
+            unit: None,
+        }),
+        span,
     }
 }
