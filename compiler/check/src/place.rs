@@ -230,6 +230,16 @@ impl Evaluator<'_> {
         let mut ok = true;
         for item in items {
             let v = self.eval_expr(frame, &item.value);
+            if let Some(found) = crate::limits::oversized(&v) {
+                ok = false;
+                self.diags.push(crate::limits::too_large(
+                    item.kind.as_str(),
+                    &found,
+                    file,
+                    item.value.span,
+                ));
+                continue;
+            }
             let value = match v.as_int() {
                 Some(n) if n >= 1 => n as u64,
                 _ if v.is_error() => {

@@ -5,6 +5,7 @@ use super::placement::phase_name;
 use crate::program::*;
 use rlc_diagnostics::{Code, Diagnostic};
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
     let Some(pipeline) = &program.pipeline else {
@@ -48,25 +49,26 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
         }
     }
     for (c, cluster) in program.clusters.iter().enumerate() {
-        let mut busy = vec![false; cluster.device_count() as usize];
-        let mut any = false;
-        for (p, _) in program
+        // The devices in use as sorted ranges, so that the work and memory are those of the
+        // placements, not of the cluster's size.
+        let total = cluster.device_count();
+        let mut busy: Vec<Range<u64>> = program
             .placements
             .iter()
             .zip(&used)
             .filter(|(p, u)| **u && p.cluster == c)
-        {
-            any = true;
-            for d in p.devices.clone() {
-                if let Some(b) = busy.get_mut(d as usize) {
-                    *b = true;
-                }
-            }
+            .map(|(p, _)| p.devices.start.min(total)..p.devices.end.min(total))
+            .collect();
+        if busy.is_empty() {
+            continue;
         }
-        let idle: Vec<usize> = (0..busy.len()).filter(|&d| !busy[d]).collect();
-        if any && !idle.is_empty() {
+        busy.retain(|r| r.start < r.end);
+        busy.sort_unstable_by_key(|r| r.start);
+        let idle = gaps(&busy, total);
+        if !idle.is_empty() {
+            let count: u64 = idle.iter().map(|r| r.end - r.start).sum();
             diags.push(
-                Diagnostic::new(Code::IdleDevices, format!("{} of the {} devices of `{}` run nothing: {}", idle.len(), busy.len(), cluster.name, ranges(&idle)), cluster.origin.file, cluster.origin.span)
+                Diagnostic::new(Code::IdleDevices, format!("{count} of the {total} devices of `{}` run nothing: {}", cluster.name, ranges(&idle)), cluster.origin.file, cluster.origin.span)
                     .primary_label("idle devices")
                     .help("give the idle devices to a phase (more data parallelism), or shrink the cluster"),
             );
@@ -96,7 +98,7 @@ fn uneven_colocation(program: &Program, used: &[bool], diags: &mut Vec<Diagnosti
         // "One device while its partners use eight": flag a phase on a quarter or less of the
         // devices its largest colocated partner spreads over.
         if let Some(q) = partner
-            && n * 4 <= q.devices.end - q.devices.start
+            && n.saturating_mul(4) <= q.devices.end - q.devices.start
         {
             let (pm, qm) = (&program.models[p.model], &program.models[q.model]);
             diags.push(
@@ -120,20 +122,52 @@ fn uneven_colocation(program: &Program, used: &[bool], diags: &mut Vec<Diagnosti
     }
 }
 
-fn ranges(ids: &[usize]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ids.len() {
-        let start = ids[i];
-        while i + 1 < ids.len() && ids[i + 1] == ids[i] + 1 {
-            i += 1;
+/// The parts of `0..total` that no range of `busy` (sorted by start) covers.
+fn gaps(busy: &[Range<u64>], total: u64) -> Vec<Range<u64>> {
+    let mut idle = Vec::new();
+    let mut covered = 0;
+    for r in busy {
+        if r.start > covered {
+            idle.push(covered..r.start);
         }
-        out.push(if ids[i] == start {
-            start.to_string()
-        } else {
-            format!("{start}..{}", ids[i] + 1)
-        });
-        i += 1;
+        covered = covered.max(r.end);
     }
-    out.join(", ")
+    if covered < total {
+        idle.push(covered..total);
+    }
+    idle
+}
+
+/// `0..4, 6, 9..12`: a range of one device as its number.
+fn ranges(ids: &[Range<u64>]) -> String {
+    ids.iter()
+        .map(|r| {
+            if r.end == r.start + 1 {
+                r.start.to_string()
+            } else {
+                format!("{}..{}", r.start, r.end)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_are_the_uncovered_ranges() {
+        assert_eq!(gaps(&[0..4, 2..6, 9..12], 16), vec![6..9, 12..16]);
+        assert_eq!(gaps(&[3..8], 8), vec![0..3]);
+        assert!(gaps(&[0..8, 0..8], 8).is_empty());
+        assert_eq!(ranges(&[0..1, 6..9, 12..13]), "0, 6..9, 12");
+    }
+
+    #[test]
+    fn gaps_of_a_huge_cluster_cost_what_its_placements_do() {
+        let total = u64::MAX / 2;
+        assert_eq!(gaps(&[0..8], total), vec![8..total]);
+        assert_eq!(ranges(&gaps(&[0..8], total)), format!("8..{total}"));
+    }
 }

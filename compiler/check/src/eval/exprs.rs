@@ -349,6 +349,18 @@ impl Evaluator<'_> {
             return Val::Error;
         }
         if op == BinaryOp::Range {
+            // An end past 64 bits (a whole number too large for an integer).
+            let oversized = crate::limits::oversized(&l)
+                .map(|f| (f, ls))
+                .or_else(|| crate::limits::oversized(&r).map(|f| (f, rs)));
+            if let Some((found, span)) = oversized {
+                return self.err(crate::limits::too_large(
+                    "a range's end",
+                    &found,
+                    frame.file,
+                    span,
+                ));
+            }
             return match (&l, &r) {
                 (Val::Int(a), Val::Int(b)) => Val::Range(*a, *b),
                 _ => self.err(

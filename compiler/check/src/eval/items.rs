@@ -185,7 +185,9 @@ impl Evaluator<'_> {
                         .map(|n| Sourced {
                             value: n,
                             origin: src,
-                        })
+                        });
+                    // Reported: not also "does not set" below.
+                    ok &= nodes.is_some();
                 }
                 ("devices_per_node", v) => {
                     per_node = self
@@ -193,7 +195,9 @@ impl Evaluator<'_> {
                         .map(|n| Sourced {
                             value: n,
                             origin: src,
-                        })
+                        });
+                    // Reported: not also "does not set" below.
+                    ok &= per_node.is_some();
                 }
                 ("device", Val::Device(d)) => device = Some((**d).clone()),
                 ("intra_bandwidth", v) if v.as_float().is_some() => intra = v.as_float().unwrap(),
@@ -255,6 +259,36 @@ impl Evaluator<'_> {
                 );
             }
         }
+        if let (Some(n), Some(d)) = (&nodes, &per_node)
+            && n.value * d.value > crate::limits::MAX_DEVICES
+        {
+            // Each is at most `MAX_SIZE`: the product fits.
+            ok = false;
+            self.diags.push(
+                Diagnostic::new(
+                    Code::SizeOutOfRange,
+                    format!(
+                        "cluster `{}` has {} × {} = {} devices, more than the compiler can check",
+                        name.name,
+                        n.value,
+                        d.value,
+                        n.value * d.value
+                    ),
+                    n.origin.file,
+                    n.origin.span,
+                )
+                .primary_label(format!("{} nodes", n.value))
+                .label(
+                    d.origin.file,
+                    d.origin.span,
+                    format!("{} devices per node", d.value),
+                )
+                .help(format!(
+                    "a cluster has at most {} devices",
+                    crate::limits::MAX_DEVICES
+                )),
+            );
+        }
         ok.then(|| Cluster {
             name: name.name.clone(),
             nodes: nodes.unwrap(),
@@ -300,6 +334,11 @@ impl Evaluator<'_> {
         span: Span,
         what: &str,
     ) -> Option<u64> {
+        if let Some(found) = crate::limits::oversized(v) {
+            self.diags
+                .push(crate::limits::too_large(what, &found, frame.file, span));
+            return None;
+        }
         match v.as_int() {
             Some(n) if n > 0 => Some(n as u64),
             Some(n) => {
