@@ -27,7 +27,8 @@ pub struct RunArgs {
     /// Stop after this many loop iterations in all (resume later with `--resume`).
     #[arg(long, value_name = "N")]
     pub stop_after: Option<u64>,
-    /// CPU threads libtorch may use in all (default: every core), shared by the ranks.
+    /// CPU threads libtorch may use in all (default: every core), shared by the ranks; from 1
+    /// to 4 per CPU of the machine.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// Where the ranks' models and tensors live: `auto` (CUDA for a GPU cluster, else the
