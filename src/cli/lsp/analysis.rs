@@ -37,13 +37,27 @@ pub fn doc_name(uri: &str) -> String {
 pub struct Analysis {
     pub files: Files,
     pub checked: Checked,
+    /// Why the document was not checked, when an empty program stands in for it.
+    pub unchecked: Option<String>,
 }
 
 impl Analysis {
     pub fn run(docs: &Documents, name: &str, text: String) -> Analysis {
         let mut files = Files::new();
         let checked = rlc_check::check(docs, &mut files, name, text);
-        Analysis { files, checked }
+        Analysis {
+            files,
+            checked,
+            unchecked: None,
+        }
+    }
+
+    /// An empty program standing in for a document that was not checked, and why.
+    pub fn unchecked(docs: &Documents, name: &str, why: String) -> Analysis {
+        Analysis {
+            unchecked: Some(why),
+            ..Analysis::run(docs, name, String::new())
+        }
     }
 
     pub fn root_file(&self) -> FileId {

@@ -171,13 +171,23 @@ fn serve(conn: &Connection) -> Result<ExitCode, String> {
 /// document is held but not checked: one warning says so, and requests on it answer `null`.
 const MAX_CHECKED: usize = 1 << 20;
 
-/// Checks `text` as document `name`, unless it is over [`MAX_CHECKED`] (then an empty
-/// program stands in for it).
+/// Checks `text` as document `name`. A document over [`MAX_CHECKED`], or one the checker
+/// panics on (the server goes on), is not checked: an empty program stands in for it, with why.
 fn analyze(sources: &Documents, name: &str, text: &str) -> Analysis {
     if text.len() > MAX_CHECKED {
-        return Analysis::run(sources, name, String::new());
+        let why = format!(
+            "this document is {} bytes, over the {MAX_CHECKED} bytes (1 MiB) that `rlc lsp` \
+             checks as you type: run `rlc check` on it",
+            text.len()
+        );
+        return Analysis::unchecked(sources, name, why);
     }
-    Analysis::run(sources, name, text.to_string())
+    let run = || Analysis::run(sources, name, text.to_string());
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
+        let why = "the checker failed on this document (an internal error, logged; the server \
+                   recovered: please report it)";
+        Analysis::unchecked(sources, name, why.into())
+    })
 }
 
 struct Doc {
@@ -340,17 +350,13 @@ impl Server<'_> {
         let mut out: Vec<(Uri, Vec<lsp_types::Diagnostic>, Option<i32>)> = Vec::new();
         if let Ok(own) = Uri::from_str(uri) {
             let mut diags = by_file.remove(&root).unwrap_or_default();
-            if doc.text.len() > MAX_CHECKED {
+            if let Some(why) = &a.unchecked {
                 // Instead of those of the empty program that stood in for it.
                 diags = vec![lsp_types::Diagnostic {
                     range: lsp_types::Range::default(),
                     severity: Some(lsp_types::DiagnosticSeverity::WARNING),
                     source: Some("rlc".into()),
-                    message: format!(
-                        "this document is {} bytes, over the {MAX_CHECKED} bytes (1 MiB) that \
-                         `rlc lsp` checks as you type: run `rlc check` on it",
-                        doc.text.len()
-                    ),
+                    message: why.clone(),
                     ..Default::default()
                 }];
             }
@@ -410,11 +416,11 @@ impl Server<'_> {
                     .map_err(|e| (ErrorCode::InvalidParams, e.to_string()))?
             };
         }
-        // An open document, or an answer of `null` for one too large to be checked.
+        // An open document, or an answer of `null` for one that was not checked.
         macro_rules! checked {
             ($uri:expr) => {{
                 let doc = self.doc($uri)?;
-                if doc.text.len() > MAX_CHECKED {
+                if doc.analysis.unchecked.is_some() {
                     return Ok(Value::Null);
                 }
                 doc
