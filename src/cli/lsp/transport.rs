@@ -402,10 +402,10 @@ pub fn decode(body: &[u8]) -> Decoded {
 /// Where frames are written: shared by the reader thread (error answers) and the writer thread.
 type Output = Arc<Mutex<Box<dyn Write + Send>>>;
 
-fn write_frame(output: &Output, text: &str) -> io::Result<()> {
+/// Writes one whole frame (made before the lock is taken, so the lock is held only to write).
+fn write_frame(output: &Output, frame: &[u8]) -> io::Result<()> {
     let mut out = output.lock().unwrap_or_else(|e| e.into_inner());
-    write!(out, "Content-Length: {}\r\n\r\n", text.len())?;
-    out.write_all(text.as_bytes())?;
+    out.write_all(frame)?;
     out.flush()
 }
 
@@ -478,7 +478,9 @@ pub fn spawn(
                             "id": id,
                             "error": { "code": code as i32, "message": message },
                         });
-                        if write_frame(&out, &answer.to_string()).is_err() {
+                        let body = answer.to_string();
+                        let frame = format!("Content-Length: {}\r\n\r\n{body}", body.len());
+                        if write_frame(&out, frame.as_bytes()).is_err() {
                             return;
                         }
                     }
@@ -491,8 +493,10 @@ pub fn spawn(
         .name("lsp-writer".into())
         .spawn(move || {
             for msg in from_server {
-                let text = serde_json::to_string(&with_version(&msg)).map_err(io::Error::other)?;
-                write_frame(&output, &text)?;
+                // lsp-server's own framing and JSON (with `"jsonrpc": "2.0"`).
+                let mut frame = Vec::new();
+                msg.write(&mut frame)?;
+                write_frame(&output, &frame)?;
             }
             Ok(())
         })
@@ -502,15 +506,6 @@ pub fn spawn(
         receiver: from_client,
     };
     (conn, Transport { writer })
-}
-
-/// A message as JSON with `"jsonrpc": "2.0"` (lsp-server's types leave it out).
-fn with_version(msg: &Message) -> Value {
-    let mut value = serde_json::to_value(msg).unwrap_or(Value::Null);
-    if let Value::Object(object) = &mut value {
-        object.insert("jsonrpc".into(), "2.0".into());
-    }
-    value
 }
 
 #[cfg(test)]
