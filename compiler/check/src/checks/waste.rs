@@ -156,10 +156,15 @@ fn ranges(ids: &[Range<u64>]) -> String {
 mod tests {
     use super::*;
 
+    /// One range in a `Vec` (clippy reads `vec![a..b]` as a mistake for the range's elements).
+    fn one(r: Range<u64>) -> Vec<Range<u64>> {
+        std::iter::once(r).collect()
+    }
+
     #[test]
     fn gaps_are_the_uncovered_ranges() {
         assert_eq!(gaps(&[0..4, 2..6, 9..12], 16), vec![6..9, 12..16]);
-        assert_eq!(gaps(&[3..8], 8), vec![0..3]);
+        assert_eq!(gaps(&one(3..8), 8), one(0..3));
         assert!(gaps(&[0..8, 0..8], 8).is_empty());
         assert_eq!(ranges(&[0..1, 6..9, 12..13]), "0, 6..9, 12");
     }
@@ -167,7 +172,7 @@ mod tests {
     #[test]
     fn gaps_of_a_huge_cluster_cost_what_its_placements_do() {
         let total = u64::MAX / 2;
-        assert_eq!(gaps(&[0..8], total), vec![8..total]);
-        assert_eq!(ranges(&gaps(&[0..8], total)), format!("8..{total}"));
+        assert_eq!(gaps(&one(0..8), total), one(8..total));
+        assert_eq!(ranges(&gaps(&one(0..8), total)), format!("8..{total}"));
     }
 }
