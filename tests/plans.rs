@@ -416,7 +416,7 @@ fn build_writes_the_default_path_and_graph_reads_plans() {
     // A broken plan file: coded errors, exit 1.
     let broken = dir.join("broken.json");
     let text = std::fs::read_to_string(&plan_path).unwrap().replacen(
-        "\"version\": 1",
+        "\"version\": 2",
         "\"version\": 7",
         1,
     );

@@ -3,9 +3,10 @@
 
 use std::thread;
 
+use rlc_plan::model::LrSchedule;
 use rlc_runtime::collectives::{Communicator, Group, ReduceOp};
 use rlc_runtime::model::{Heads, ModelConfig, Transformer};
-use rlc_runtime::optim::{AdamW, AdamWConfig, CosineSchedule, clip_grad_norm};
+use rlc_runtime::optim::{AdamW, AdamWConfig, Schedule, clip_grad_norm};
 use rlc_runtime::rng::Rng;
 use tch::{Device, Kind, Tensor, nn};
 
@@ -30,7 +31,8 @@ fn train(first: i64, count: i64, comm: Option<&Communicator>) -> Vec<(String, Te
     let vs = nn::VarStore::new(Device::Cpu);
     let model = Transformer::new(&vs.root(), &ModelConfig::tiny(), Heads::POLICY, SEED).unwrap();
     let mut adam = AdamW::for_var_store(&vs, AdamWConfig::default());
-    let schedule = CosineSchedule {
+    let schedule = Schedule {
+        shape: LrSchedule::Cosine,
         peak_lr: 1e-2,
         min_lr: 1e-3,
         warmup_steps: 1,

@@ -1,7 +1,7 @@
 //! Built-in functions: tensor math (element-wise, reductions over a named axis, group
 //! reductions) and configuration constructors (`cpu`, `device`, `arch`, `task`, `adamw`, …).
 
-use crate::program::{self, Cluster, DeviceSpec, Optimizer, Origin, Sourced};
+use crate::program::{self, Cluster, DeviceSpec, LrSchedule, Optimizer, Origin, Sourced};
 use crate::shapes;
 use crate::value::*;
 use rlc_diagnostics::{Code, Diagnostic, FileId, Span};
@@ -111,9 +111,52 @@ pub fn lookup(name: &str) -> Option<Builtin> {
                 ("clip", false),
                 ("beta1", false),
                 ("beta2", false),
+                ("eps", false),
+                ("schedule", false),
+                ("min_lr_ratio", false),
             ],
         ),
         _ => None,
+    }
+}
+
+/// The configuration constructors: what a program states about its job rather than tensor math.
+/// Every parameter of each, and of the role and dataset methods below, reaches the runtime or is
+/// refused (`runtime/tests/settings.rs` enumerates them).
+pub const CONFIGURATION: &[&str] = &[
+    "cpu", "device", "arch", "task", "jsonl", "random", "hf", "load", "frozen", "adamw",
+];
+
+/// `role.generate(…)`'s parameters, `(name, required)` in positional order.
+pub const GENERATE: &[(&str, bool)] = &[
+    ("prompts", true),
+    ("n", false),
+    ("max_new", true),
+    ("temperature", false),
+    ("top_p", false),
+    ("top_k", false),
+];
+
+/// `role.update(…) { … }`'s parameters.
+pub const UPDATE: &[(&str, bool)] = &[("rollout", true), ("epochs", false), ("minibatch", false)];
+
+/// `dataset.sample(…)`'s parameters.
+pub const SAMPLE: &[(&str, bool)] = &[("n", true)];
+
+/// `task.demonstrations(…)` and `task.preferences(…)`'s parameters.
+pub const SUPERVISED: &[(&str, bool)] = &[("n", true), ("split", false)];
+
+/// The parameters of a configuration constructor or method named in the tables above.
+pub fn parameters(name: &str) -> Option<&'static [(&'static str, bool)]> {
+    match name {
+        "generate" => Some(GENERATE),
+        "update" => Some(UPDATE),
+        "sample" => Some(SAMPLE),
+        "demonstrations" | "preferences" => Some(SUPERVISED),
+        _ => CONFIGURATION
+            .contains(&name)
+            .then(|| lookup(name).map(|b| b.params))
+            .flatten(),
     }
 }
 
@@ -166,6 +209,40 @@ fn num(v: &Val) -> Option<f64> {
         Val::Int(Some(i)) => Some(*i as f64),
         Val::Float(Some(f)) => Some(*f),
         _ => None,
+    }
+}
+
+/// The values a configuration number may take.
+#[derive(Clone, Copy, Debug)]
+enum Range {
+    /// > 0 (and finite).
+    Positive,
+    /// ≥ 0.
+    NonNegative,
+    /// In [0, 1): Adam's β.
+    Fraction,
+    /// In [0, 1].
+    UpToOne,
+}
+
+impl Range {
+    fn contains(self, v: f64) -> bool {
+        v.is_finite()
+            && match self {
+                Range::Positive => v > 0.0,
+                Range::NonNegative => v >= 0.0,
+                Range::Fraction => (0.0..1.0).contains(&v),
+                Range::UpToOne => (0.0..=1.0).contains(&v),
+            }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Range::Positive => "a positive number",
+            Range::NonNegative => "at least 0",
+            Range::Fraction => "at least 0 and below 1",
+            Range::UpToOne => "between 0 and 1",
+        }
     }
 }
 
@@ -247,13 +324,6 @@ impl Ctx<'_> {
     }
 
     fn positive(&self, args: Args, i: usize, what: &str) -> Result<Option<u64>, Box<Diagnostic>> {
-        if let Some((v, span)) = &args[i]
-            && let Some(found) = crate::limits::oversized(v)
-        {
-            return Err(Box::new(crate::limits::too_large(
-                what, &found, self.file, *span,
-            )));
-        }
         match self.int(args, i, what)? {
             Some(n) if n >= 1 => Ok(Some(n as u64)),
             Some(n) => Err(self.fail(
@@ -282,6 +352,38 @@ impl Ctx<'_> {
                 )),
             },
         }
+    }
+
+    /// A number argument that must lie in `range`; `None` when not written.
+    fn in_range(
+        &self,
+        args: Args,
+        i: usize,
+        what: &str,
+        range: Range,
+    ) -> Result<Option<f64>, Box<Diagnostic>> {
+        match self.float(args, i, what)? {
+            Some(v) if !range.contains(v) => {
+                Err(self.out_of_range(args, i, what, v, range.describe()))
+            }
+            v => Ok(v),
+        }
+    }
+
+    fn out_of_range(
+        &self,
+        args: Args,
+        i: usize,
+        what: &str,
+        value: f64,
+        expected: &str,
+    ) -> Box<Diagnostic> {
+        self.fail(
+            Code::TypeMismatch,
+            format!("`{what}` must be {expected}, found {value}"),
+            args[i].as_ref().unwrap().1,
+            "out of range",
+        )
     }
 
     fn string(&self, args: Args, i: usize, what: &str) -> Result<String, Box<Diagnostic>> {
@@ -634,9 +736,9 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
             let ffn = ctx.positive(args, 4, "ffn")?.unwrap_or(4 * hidden);
             let vocab = ctx.positive(args, 5, "vocab")?.unwrap_or(1);
             let max_len = ctx.positive(args, 6, "max_len")?.unwrap_or(1);
-            ctx.float(args, 7, "rope_theta")?;
+            let rope_theta = ctx.in_range(args, 7, "rope_theta", Range::Positive)?;
             let tie_embeddings = ctx.bool(args, 8, "tie_embeddings")?.unwrap_or(false);
-            ctx.float(args, 9, "norm_eps")?;
+            let norm_eps = ctx.in_range(args, 9, "norm_eps", Range::Positive)?;
             if hidden % heads != 0 {
                 return Err(ctx.fail(
                     Code::TypeMismatch,
@@ -663,6 +765,8 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                 vocab,
                 max_len,
                 tie_embeddings,
+                rope_theta: rope_theta.unwrap_or(program::Arch::DEFAULT_ROPE_THETA),
+                norm_eps: norm_eps.unwrap_or(program::Arch::DEFAULT_NORM_EPS),
             })))
         }
         Kind::Task => {
@@ -742,22 +846,52 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
             None => unreachable!("required"),
         },
         Kind::AdamW => {
-            let lr = ctx.float(args, 0, "lr")?.unwrap_or(0.0);
-            if lr <= 0.0 {
+            let mut o =
+                Optimizer::adamw(ctx.in_range(args, 0, "lr", Range::Positive)?.unwrap_or(0.0));
+            if let Some(warmup) = ctx.int(args, 1, "warmup")? {
+                o.warmup = u64::try_from(warmup).map_err(|_| {
+                    ctx.out_of_range(args, 1, "warmup", warmup as f64, "at least 0")
+                })?;
+            }
+            let settings = [
+                (2, "weight_decay", Range::NonNegative, &mut o.weight_decay),
+                (3, "clip", Range::Positive, &mut o.clip),
+                (4, "beta1", Range::Fraction, &mut o.beta1),
+                (5, "beta2", Range::Fraction, &mut o.beta2),
+                (6, "eps", Range::Positive, &mut o.eps),
+                (8, "min_lr_ratio", Range::UpToOne, &mut o.min_lr_ratio),
+            ];
+            for (i, what, range, slot) in settings {
+                if let Some(v) = ctx.in_range(args, i, what, range)? {
+                    *slot = v;
+                }
+            }
+            if args[7].is_some() {
+                let name = ctx.string(args, 7, "schedule")?;
+                o.schedule = LrSchedule::from_name(&name).ok_or_else(|| {
+                    Box::new(
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            format!("unknown learning-rate schedule `{name}`"),
+                            ctx.file,
+                            args[7].as_ref().unwrap().1,
+                        )
+                        .primary_label("not a schedule")
+                        .help("the schedules are \"cosine\" (the default), \"linear\" and \"constant\""),
+                    )
+                })?;
+            }
+            if o.schedule == LrSchedule::Constant
+                && let Some((_, span)) = &args[8]
+            {
                 return Err(ctx.fail(
                     Code::TypeMismatch,
-                    format!("the learning rate must be positive, found {lr}"),
-                    args[0].as_ref().unwrap().1,
-                    "not positive",
+                    "`min_lr_ratio` is the floor of a decaying schedule; `schedule: \"constant\"` has none".into(),
+                    *span,
+                    "would have no effect",
                 ));
             }
-            Ok(Val::Optim(Rc::new(Optimizer {
-                name: "adamw".into(),
-                lr,
-                warmup: ctx.int(args, 1, "warmup")?.unwrap_or(0).max(0) as u64,
-                weight_decay: ctx.float(args, 2, "weight_decay")?.unwrap_or(0.0),
-                clip: ctx.float(args, 3, "clip")?.unwrap_or(1.0),
-            })))
+            Ok(Val::Optim(Rc::new(o)))
         }
     }
 }

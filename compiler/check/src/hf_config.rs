@@ -47,6 +47,14 @@ pub fn arch_of(text: &str) -> Result<Arch, String> {
             Some(_) => number("max_position_embeddings")?,
         },
         tie_embeddings: json["tie_word_embeddings"].as_bool().unwrap_or(false),
+        // Newer configs keep θ under `rope_parameters`, as the runtime's loader reads it.
+        rope_theta: json["rope_parameters"]["rope_theta"]
+            .as_f64()
+            .or_else(|| json["rope_theta"].as_f64())
+            .unwrap_or(Arch::DEFAULT_ROPE_THETA),
+        norm_eps: json["rms_norm_eps"]
+            .as_f64()
+            .unwrap_or(Arch::DEFAULT_NORM_EPS),
     })
 }
 
@@ -76,9 +84,9 @@ pub fn tokenizer_vocab(text: &str) -> Result<u64, String> {
 
 /// The sizes in which an `arch` written in the program differs from the one `config.json` gives:
 /// `(what, written, config)`. The runtime builds an `hf(…)` model from its config.json, so the
-/// checks must see that one.
-pub fn differences(written: &Arch, config: &Arch) -> Vec<(&'static str, u64, u64)> {
-    [
+/// checks must see that one, and a written θ or ε it would not use is a mistake too.
+pub fn differences(written: &Arch, config: &Arch) -> Vec<(&'static str, String, String)> {
+    let sizes = [
         ("layers", written.layers, config.layers),
         ("hidden", written.hidden, config.hidden),
         ("heads", written.heads, config.heads),
@@ -88,7 +96,15 @@ pub fn differences(written: &Arch, config: &Arch) -> Vec<(&'static str, u64, u64
     ]
     .into_iter()
     .filter(|(_, a, b)| a != b)
-    .collect()
+    .map(|(what, a, b)| (what, a.to_string(), b.to_string()));
+    let numbers = [
+        ("rope_theta", written.rope_theta, config.rope_theta),
+        ("norm_eps", written.norm_eps, config.norm_eps),
+    ]
+    .into_iter()
+    .filter(|(_, a, b)| a != b)
+    .map(|(what, a, b)| (what, a.to_string(), b.to_string()));
+    sizes.chain(numbers).collect()
 }
 
 #[cfg(test)]
@@ -166,7 +182,18 @@ mod tests {
         };
         assert_eq!(
             differences(&written, &config),
-            [("layers", 3, 2), ("vocab", 16, 100)]
+            [
+                ("layers", "3".into(), "2".into()),
+                ("vocab", "16".into(), "100".into())
+            ]
+        );
+        let other_theta = Arch {
+            rope_theta: 5e5,
+            ..config.clone()
+        };
+        assert_eq!(
+            differences(&other_theta, &config),
+            [("rope_theta", "500000".into(), "10000".into())]
         );
     }
 }

@@ -4,12 +4,11 @@
 //! The crate does no IO: user modules come in through a [`SourceLoader`], `std` is embedded.
 //! [`check`] never panics; it returns every diagnostic it found and the [`Program`] model.
 
-mod builtins;
+pub mod builtins;
 pub mod checks;
 mod eval;
 mod hf_config;
 mod hints;
-mod limits;
 pub mod modules;
 mod pipeline;
 mod place;

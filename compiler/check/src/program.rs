@@ -47,7 +47,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn device_count(&self) -> u64 {
-        self.nodes.value.saturating_mul(self.devices_per_node.value)
+        self.nodes.value * self.devices_per_node.value
     }
 }
 
@@ -64,40 +64,34 @@ pub struct Arch {
     pub vocab: u64,
     pub max_len: u64,
     pub tie_embeddings: bool,
+    /// RoPE base θ (`rope_theta`, default [`Arch::DEFAULT_ROPE_THETA`]).
+    pub rope_theta: f64,
+    /// RMSNorm ε (`norm_eps`, default [`Arch::DEFAULT_NORM_EPS`]).
+    pub norm_eps: f64,
 }
 
 impl Arch {
+    /// `arch(rope_theta:)` when not written: Llama 2's and most small models' base.
+    pub const DEFAULT_ROPE_THETA: f64 = 10_000.0;
+    /// `arch(norm_eps:)` when not written: Llama's RMSNorm ε.
+    pub const DEFAULT_NORM_EPS: f64 = 1e-5;
+
     /// Parameter count of the decoder with an LM head (untied unless `tie_embeddings`):
     /// embeddings, per layer attention (q, k, v, o with grouped KV) + SwiGLU MLP + two norms,
     /// the final norm.
-    ///
-    /// Counted in 128 bits and saturated: sizes up to `2³¹ − 1` each (the checker's bound) make
-    /// products past 64 bits.
     pub fn parameters(&self) -> u64 {
-        let [hidden, heads, kv_heads, ffn, vocab, layers] = [
-            self.hidden,
-            self.heads,
-            self.kv_heads,
-            self.ffn,
-            self.vocab,
-            self.layers,
-        ]
-        .map(u128::from);
-        let head_dim = hidden / heads.max(1);
-        let kv = kv_heads * head_dim;
-        let attention = hidden * hidden * 2 + hidden * kv * 2;
-        let mlp = 3 * hidden * ffn;
-        let norms = 2 * hidden;
-        let embed = vocab * hidden;
+        let head_dim = self.hidden / self.heads.max(1);
+        let kv = self.kv_heads * head_dim;
+        let attention = self.hidden * self.hidden * 2 + self.hidden * kv * 2;
+        let mlp = 3 * self.hidden * self.ffn;
+        let norms = 2 * self.hidden;
+        let embed = self.vocab * self.hidden;
         let head = if self.tie_embeddings {
             0
         } else {
-            vocab * hidden
+            self.vocab * self.hidden
         };
-        let total = embed
-            .saturating_add(layers.saturating_mul(attention + mlp + norms))
-            .saturating_add(hidden + head);
-        u64::try_from(total).unwrap_or(u64::MAX)
+        embed + self.layers * (attention + mlp + norms) + self.hidden + head
     }
 }
 
@@ -171,6 +165,34 @@ pub enum Init {
     },
 }
 
+/// The shape of the learning rate after warm-up (`adamw(schedule:)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LrSchedule {
+    /// Half a cosine from `lr` down to `lr · min_lr_ratio` at the last step (the default).
+    Cosine,
+    /// A straight line from `lr` down to `lr · min_lr_ratio` at the last step.
+    Linear,
+    /// `lr` throughout (no floor).
+    Constant,
+}
+
+impl LrSchedule {
+    pub const ALL: [LrSchedule; 3] = [LrSchedule::Cosine, LrSchedule::Linear, LrSchedule::Constant];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LrSchedule::Cosine => "cosine",
+            LrSchedule::Linear => "linear",
+            LrSchedule::Constant => "constant",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<LrSchedule> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+/// An optimizer with every setting resolved (the defaults of `adamw(…)` filled in).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Optimizer {
     pub name: String,
@@ -178,6 +200,32 @@ pub struct Optimizer {
     pub warmup: u64,
     pub weight_decay: f64,
     pub clip: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub schedule: LrSchedule,
+    /// The schedule's floor as a fraction of `lr` (decaying schedules only).
+    pub min_lr_ratio: f64,
+}
+
+impl Optimizer {
+    /// `adamw(lr: lr)` with every other setting at its documented default (`docs/language.md`):
+    /// no warm-up, no weight decay, clipping at 1.0, β = (0.9, 0.999), ε = 1e-8, cosine decay
+    /// to a tenth of `lr`.
+    pub fn adamw(lr: f64) -> Optimizer {
+        Optimizer {
+            name: "adamw".into(),
+            lr,
+            warmup: 0,
+            weight_decay: 0.0,
+            clip: 1.0,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            schedule: LrSchedule::Cosine,
+            min_lr_ratio: 0.1,
+        }
+    }
 }
 
 /// One `model` item.
@@ -306,14 +354,11 @@ impl Layout {
     }
     /// Ranks that each hold a different slice of the batch (data and fully-sharded data parallel).
     pub fn data_ranks(&self) -> u64 {
-        self.dp().saturating_mul(self.fsdp())
+        self.dp() * self.fsdp()
     }
     /// Devices the layout occupies.
     pub fn devices(&self) -> u64 {
-        self.dp()
-            .saturating_mul(self.fsdp())
-            .saturating_mul(self.tp())
-            .saturating_mul(self.pp())
+        self.dp() * self.fsdp() * self.tp() * self.pp()
     }
 }
 
@@ -382,9 +427,34 @@ pub struct Program {
     /// Where each model's learning-rate warm-up was written, by model name: the `warmup:`
     /// argument, or the `optim` line when it is not written there.
     pub warmup_origins: std::collections::BTreeMap<String, Origin>,
+    /// Every dataset the pipeline reads, by its item's name, as evaluated.
+    pub datasets: std::collections::BTreeMap<String, crate::value::DatasetSpec>,
+    /// The dataset each `ds.sample(…)` / `ds.score(…)` / `ds.demonstrations(…)` /
+    /// `ds.preferences(…)` call reads, by the call's file and span (a dataset may be imported
+    /// under another name).
+    pub dataset_calls: std::collections::BTreeMap<(FileId, Span), String>,
 }
 
 impl Program {
+    /// Records that the call at `span` of `file` reads `dataset`.
+    pub fn record_dataset_call(
+        &mut self,
+        file: FileId,
+        span: Span,
+        dataset: &crate::value::DatasetSpec,
+    ) {
+        self.datasets
+            .entry(dataset.name.clone())
+            .or_insert_with(|| dataset.clone());
+        self.dataset_calls
+            .insert((file, span), dataset.name.clone());
+    }
+
+    /// The dataset the call at `span` of `file` reads.
+    pub fn dataset_at(&self, file: FileId, span: Span) -> Option<&crate::value::DatasetSpec> {
+        self.datasets.get(self.dataset_calls.get(&(file, span))?)
+    }
+
     pub fn model_index(&self, name: &str) -> Option<usize> {
         self.models.iter().position(|m| m.name == name)
     }

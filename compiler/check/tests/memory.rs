@@ -60,6 +60,8 @@ fn llama7b() -> Arch {
         vocab: 32000,
         max_len: 4096,
         tie_embeddings: false,
+        rope_theta: Arch::DEFAULT_ROPE_THETA,
+        norm_eps: Arch::DEFAULT_NORM_EPS,
     }
 }
 
@@ -74,6 +76,8 @@ fn llama70b() -> Arch {
         vocab: 32000,
         max_len: 4096,
         tie_embeddings: false,
+        rope_theta: Arch::DEFAULT_ROPE_THETA,
+        norm_eps: Arch::DEFAULT_NORM_EPS,
     }
 }
 
@@ -88,6 +92,8 @@ fn small() -> Arch {
         vocab: 64,
         max_len: 64,
         tie_embeddings: false,
+        rope_theta: Arch::DEFAULT_ROPE_THETA,
+        norm_eps: Arch::DEFAULT_NORM_EPS,
     }
 }
 
@@ -98,13 +104,7 @@ fn model(name: &str, kind: RoleKind, arch: Arch, precision: Precision) -> Model 
         arch: Some(arch),
         arch_origin: at(100),
         init: Some(Init::Random { seed: 7 }),
-        optimizer: Some(Optimizer {
-            name: "adamw".into(),
-            lr: 1e-6,
-            warmup: 0,
-            weight_decay: 0.0,
-            clip: 1.0,
-        }),
+        optimizer: Some(Optimizer::adamw(1e-6)),
         frozen: false,
         precision,
         recompute: false,

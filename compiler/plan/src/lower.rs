@@ -439,6 +439,8 @@ impl<'a> Lowerer<'a> {
                     vocab: a.vocab,
                     max_len: a.max_len,
                     tie_embeddings: a.tie_embeddings,
+                    rope_theta: a.rope_theta,
+                    norm_eps: a.norm_eps,
                 }),
                 parameters: m.arch.as_ref().map(|a| memory::role_parameters(m.kind, a)),
                 precision: precision_name(m.precision).to_string(),
@@ -463,6 +465,7 @@ impl<'a> Lowerer<'a> {
                 optimizer: m.optimizer.as_ref().filter(|_| !m.frozen).map(optimizer),
             })
             .collect();
+        let datasets = datasets(program, &self.ops);
         Ok(Plan {
             version: PLAN_VERSION,
             pipeline: facts.name.clone(),
@@ -470,6 +473,7 @@ impl<'a> Lowerer<'a> {
             world_size,
             clusters: self.clusters,
             roles,
+            datasets,
             instances: self.instances,
             values: self.values,
             ops: self.ops,
@@ -670,6 +674,14 @@ impl<'a> Lowerer<'a> {
         }
     }
 
+    /// The name of the dataset a `ds.method(…)` call `e` reads: its item's name, which the
+    /// plan's `datasets` are listed under (the pipeline may use an imported alias, `written`).
+    fn dataset_name(&self, e: &ast::Expr, written: String) -> String {
+        self.program
+            .dataset_at(self.root_file, e.span)
+            .map_or(written, |d| d.name.clone())
+    }
+
     fn type_at(&self, span: ast::Span) -> Option<&'a String> {
         self.types.get(&(self.root_file, span.start, span.end))
     }
@@ -768,7 +780,8 @@ impl<'a> Lowerer<'a> {
                 let base_l = self.expr(base);
                 match base_l {
                     Lowered::Model(m) => self.role_call(e, m, &name.name, args, closure),
-                    Lowered::Name(dataset) if name.name == "sample" => {
+                    Lowered::Name(written) if name.name == "sample" => {
+                        let dataset = self.dataset_name(e, written);
                         let count = args.first().and_then(|a| self.const_int(&a.value));
                         let ty = self.type_at(e.span).map_or_else(
                             || ValueType::Opaque {
@@ -873,8 +886,9 @@ impl<'a> Lowerer<'a> {
             |t| parse_type(t),
         );
         let rows = count.map(|c| if form == "preferences" { 2 * c } else { c });
+        let dataset = self.dataset_name(e, dataset.to_string());
         let kind = OpKind::Sample {
-            dataset: dataset.to_string(),
+            dataset: dataset.clone(),
             count,
             form: Some(form.to_string()),
             split,
@@ -1919,6 +1933,38 @@ impl<'a> Lowerer<'a> {
     }
 }
 
+/// The datasets `ops` sample, by name, as the checker evaluated them.
+fn datasets(program: &Program, ops: &[Op]) -> Vec<Dataset> {
+    let sampled: BTreeSet<&str> = ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Sample { dataset, .. } => Some(dataset.as_str()),
+            _ => None,
+        })
+        .collect();
+    sampled
+        .into_iter()
+        .filter_map(|name| {
+            let spec = program.datasets.get(name)?;
+            let source = match (spec.kind.as_str(), &spec.path, &spec.field) {
+                ("jsonl", Some(path), Some(field)) => DatasetSource::Jsonl {
+                    path: path.clone(),
+                    field: field.clone(),
+                    tokenizer: spec.tokenizer.clone(),
+                },
+                (kind, _, _) => DatasetSource::Task {
+                    task: TaskKind::from_name(kind)?,
+                    digits: u64::try_from(spec.digits?).ok()?,
+                },
+            };
+            Some(Dataset {
+                name: name.to_string(),
+                source,
+            })
+        })
+        .collect()
+}
+
 fn optimizer(o: &prog::Optimizer) -> Optimizer {
     Optimizer {
         name: o.name.clone(),
@@ -1926,6 +1972,15 @@ fn optimizer(o: &prog::Optimizer) -> Optimizer {
         warmup: o.warmup,
         weight_decay: o.weight_decay,
         clip: o.clip,
+        beta1: o.beta1,
+        beta2: o.beta2,
+        eps: o.eps,
+        schedule: match o.schedule {
+            prog::LrSchedule::Cosine => LrSchedule::Cosine,
+            prog::LrSchedule::Linear => LrSchedule::Linear,
+            prog::LrSchedule::Constant => LrSchedule::Constant,
+        },
+        min_lr_ratio: o.min_lr_ratio,
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// The plan format version this crate writes and reads.
-pub const PLAN_VERSION: u32 = 1;
+pub const PLAN_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +27,8 @@ pub struct Plan {
     pub world_size: u32,
     pub clusters: Vec<Cluster>,
     pub roles: Vec<Role>,
+    /// The prompt sources the pipeline samples, by name (what `sample` ops name).
+    pub datasets: Vec<Dataset>,
     pub instances: Vec<Instance>,
     /// Data produced in one step.
     pub values: Vec<Value>,
@@ -210,6 +212,59 @@ pub struct Cluster {
     pub memory_bandwidth: f64,
 }
 
+/// A prompt source: one of std's synthetic tasks, or a JSON Lines file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dataset {
+    pub name: String,
+    pub source: DatasetSource,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DatasetSource {
+    /// `task(kind:, digits:)`.
+    Task { task: TaskKind, digits: u64 },
+    /// `jsonl(path, field:, tokenizer:)`: `path` and `tokenizer` (a folder with a
+    /// `tokenizer.json`; without one, the text's bytes are the tokens) relative to the program's
+    /// root file.
+    Jsonl {
+        path: String,
+        field: String,
+        tokenizer: Option<String>,
+    },
+}
+
+/// std's synthetic digit tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskKind {
+    ReverseDigits,
+    AddNumbers,
+    SortDigits,
+}
+
+impl TaskKind {
+    pub const ALL: [TaskKind; 3] = [
+        TaskKind::ReverseDigits,
+        TaskKind::AddNumbers,
+        TaskKind::SortDigits,
+    ];
+
+    /// The name `task(kind:)` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::ReverseDigits => "reverse_digits",
+            TaskKind::AddNumbers => "add_numbers",
+            TaskKind::SortDigits => "sort_digits",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<TaskKind> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
 /// A model role: its architecture and how it trains.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,6 +294,10 @@ pub struct Arch {
     pub vocab: u64,
     pub max_len: u64,
     pub tie_embeddings: bool,
+    /// RoPE base θ.
+    pub rope_theta: f64,
+    /// RMSNorm ε.
+    pub norm_eps: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -264,10 +323,32 @@ pub enum Init {
 #[serde(deny_unknown_fields)]
 pub struct Optimizer {
     pub name: String,
+    /// The peak learning rate, reached at the end of warm-up.
     pub lr: f64,
+    /// Optimizer steps of linear warm-up from 0.
     pub warmup: u64,
     pub weight_decay: f64,
+    /// The gradients' global norm is clipped to this.
     pub clip: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    /// The learning rate's shape after warm-up.
+    pub schedule: LrSchedule,
+    /// A decaying schedule's floor at the run's last optimizer step, as a fraction of `lr`.
+    pub min_lr_ratio: f64,
+}
+
+/// The learning rate's shape after warm-up, over the run's optimizer steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LrSchedule {
+    /// Half a cosine from `lr` to `lr · min_lr_ratio`.
+    Cosine,
+    /// A straight line from `lr` to `lr · min_lr_ratio`.
+    Linear,
+    /// `lr` throughout.
+    Constant,
 }
 
 /// The parallel factors of a layout (1 when not written).
@@ -978,6 +1059,10 @@ impl Plan {
 
     pub fn role(&self, name: &str) -> Option<&Role> {
         self.roles.iter().find(|r| r.name == name)
+    }
+
+    pub fn dataset(&self, name: &str) -> Option<&Dataset> {
+        self.datasets.iter().find(|d| d.name == name)
     }
 
     /// Whether instances `a` and `b` hold one model (the same ranks, the same shards): the

@@ -27,6 +27,7 @@ mod kernel;
 mod rank;
 mod roles;
 mod rollout;
+pub mod settings;
 mod supervised;
 mod transfer;
 mod update;
@@ -335,6 +336,32 @@ fn rank_devices(
 
 /// Refuses what this runtime does not execute, before any work.
 fn supported(plan: &Plan) -> Result<()> {
+    for role in &plan.roles {
+        if role.precision != "f32" {
+            return Err(RunError::Unsupported(format!(
+                "`{}` is declared with `precision = {}`; `rlc run` keeps weights, gradients and \
+                 optimizer state in f32 (lower precisions are for the checker's and planner's \
+                 estimates so far): write `precision = f32` or leave it out to run this job",
+                role.name, role.precision
+            )));
+        }
+        // FSDP recomputes each unit in its backward pass; the other layouts keep activations.
+        let trained_with_fsdp = plan.ops.iter().any(|op| {
+            matches!(&op.kind, OpKind::Update { role: r, .. } if *r == role.name)
+                && op
+                    .instance
+                    .as_deref()
+                    .and_then(|id| plan.instances.iter().find(|i| i.id == id))
+                    .is_some_and(|i| i.layout.fsdp > 1)
+        });
+        if role.recompute && !trained_with_fsdp {
+            return Err(RunError::Unsupported(format!(
+                "`{}` asks for `recompute = true`, which `rlc run` does only for roles trained \
+                 with `fsdp`: leave it out, or train the role with `fsdp(n)`",
+                role.name
+            )));
+        }
+    }
     for instance in &plan.instances {
         let l = &instance.layout;
         if l.sp > 1 || (l.fsdp > 1 && l.tp > 1) || (l.pp > 1 && (l.tp > 1 || l.fsdp > 1)) {

@@ -15,7 +15,6 @@ use super::rollout::{self, Output, Sampling};
 use super::values::{Rollout, Val};
 use crate::collectives::{Communicator, ReduceOp};
 use crate::data::Sampler;
-use crate::generate::SamplingConfig;
 use crate::parallel::reshard::{ReshardError, reshard};
 use crate::parallel::{RankGroups, Tape};
 
@@ -328,15 +327,8 @@ impl<'j> Rank<'j> {
                     },
                 );
             }
-            OpKind::Generate {
-                role,
-                n,
-                max_new,
-                temperature,
-                top_p,
-                top_k,
-                ..
-            } => {
+            OpKind::Generate { role, .. } => {
+                let settings = super::settings::generate(&op.kind, &op.label)?;
                 let (samples, first, specials, group) = match self.input(op, 0)? {
                     Val::Prompts {
                         samples,
@@ -348,15 +340,9 @@ impl<'j> Rank<'j> {
                 };
                 let (_, parts) = self.data_rank(op)?;
                 let how = Sampling {
-                    n: n.unwrap_or(1) as i64,
-                    max_new: max_new.ok_or_else(|| {
-                        RunError::Unsupported(format!("`{}` without `max_new`", op.label))
-                    })? as i64,
-                    sampling: SamplingConfig {
-                        temperature: temperature.unwrap_or(1.0),
-                        top_k: top_k.map(|k| k as i64),
-                        top_p: top_p.filter(|&p| p < 1.0),
-                    },
+                    n: settings.n,
+                    max_new: settings.max_new,
+                    sampling: settings.sampling,
                     seed: stream_seed(self.seed, step, op.id),
                     specials,
                 };

@@ -19,7 +19,7 @@ use super::error::{Result, RunError};
 use crate::collectives::Communicator;
 use crate::generate::Decode;
 use crate::model::{Heads, ModelConfig, Transformer};
-use crate::optim::{AdamW, AdamWConfig, CosineSchedule};
+use crate::optim::{AdamW, AdamWConfig, Schedule};
 use crate::parallel::RankGroups;
 use crate::parallel::fsdp::Fsdp;
 use crate::parallel::pp::PipelineModel;
@@ -56,7 +56,7 @@ pub struct RoleState<'c> {
 pub struct Training {
     /// The AdamW over the var store (an FSDP model steps its own: see [`RoleState::adam`]).
     pub optimizer: AdamW,
-    pub schedule: CosineSchedule,
+    pub schedule: Schedule,
     pub clip: f64,
 }
 
@@ -84,13 +84,12 @@ impl<'c> RoleState<'c> {
             .into_iter()
             .map(|(name, t)| (name, t.size()))
             .collect();
-        let adamw = AdamWConfig {
-            weight_decay: role
-                .optimizer
-                .as_ref()
-                .map_or(AdamWConfig::default().weight_decay, |o| o.weight_decay),
-            ..AdamWConfig::default()
-        };
+        let settings = super::settings::role(plan, name, optimizer_steps)?;
+        // A frozen role has no optimizer; its config is never stepped.
+        let adamw = settings
+            .training
+            .as_ref()
+            .map_or_else(AdamWConfig::default, |t| t.adamw.clone());
         let layout = groups.layout;
         let (mut vs, model, groups) = if layout.pp > 1 {
             if heads != Heads::POLICY {
@@ -131,27 +130,16 @@ impl<'c> RoleState<'c> {
         } else {
             (whole_vs, Model::Whole(whole), None)
         };
-        let training = match (&role.optimizer, role.frozen) {
-            (Some(opt), false) if trains => {
-                if opt.name != "adamw" {
-                    return Err(RunError::Unsupported(format!(
-                        "optimizer `{}` of `{name}`",
-                        opt.name
-                    )));
-                }
+        let training = match settings.training {
+            Some(settings) if trains => {
                 let trained = match &model {
                     Model::Pp(m, _) => m.var_store(),
                     _ => &vs,
                 };
                 Some(Training {
-                    optimizer: AdamW::for_var_store(trained, adamw.clone()),
-                    schedule: CosineSchedule {
-                        peak_lr: opt.lr,
-                        min_lr: opt.lr * 0.1,
-                        warmup_steps: opt.warmup,
-                        total_steps: optimizer_steps,
-                    },
-                    clip: opt.clip,
+                    optimizer: AdamW::for_var_store(trained, settings.adamw),
+                    schedule: settings.schedule,
+                    clip: settings.clip,
                 })
             }
             _ => {
@@ -526,19 +514,7 @@ fn initial_weights(
                 .arch
                 .as_ref()
                 .ok_or_else(|| RunError::Plan(format!("`{}` has no architecture", role.name)))?;
-            let config = ModelConfig {
-                layers: arch.layers as i64,
-                hidden: arch.hidden as i64,
-                heads: arch.heads as i64,
-                kv_heads: arch.kv_heads as i64,
-                ffn: arch.ffn as i64,
-                vocab: arch.vocab as i64,
-                max_len: arch.max_len as i64,
-                rope_theta: 10_000.0,
-                norm_eps: 1e-5,
-                tie_embeddings: arch.tie_embeddings,
-                qkv_bias: false,
-            };
+            let config = super::settings::model_config(arch);
             let vs = nn::VarStore::new(device);
             let model = Transformer::new(&vs.root(), &config, heads, *seed)
                 .map_err(|e| RunError::Plan(format!("`{}`: {e}", role.name)))?;

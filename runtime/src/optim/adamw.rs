@@ -14,6 +14,18 @@ pub struct AdamWConfig {
     pub weight_decay: f64,
 }
 
+impl AdamWConfig {
+    /// The settings of a plan's optimizer.
+    pub fn of(optimizer: &rlc_plan::model::Optimizer) -> Self {
+        Self {
+            beta1: optimizer.beta1,
+            beta2: optimizer.beta2,
+            eps: optimizer.eps,
+            weight_decay: optimizer.weight_decay,
+        }
+    }
+}
+
 impl Default for AdamWConfig {
     fn default() -> Self {
         Self {

@@ -7,4 +7,4 @@ mod schedule;
 
 pub use adamw::{AdamW, AdamWConfig, OptimError};
 pub use clip::{clip_grad_norm, clip_to, grad_norm, scale_grads};
-pub use schedule::CosineSchedule;
+pub use schedule::Schedule;

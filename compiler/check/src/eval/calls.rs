@@ -503,24 +503,17 @@ impl Evaluator<'_> {
         name: &ast::Ident,
         args: &[ast::Arg],
     ) -> Val {
+        self.program.record_dataset_call(frame.file, e.span, &d);
         match name.name.as_str() {
             "sample" => {
-                let Some(bound) = self.bind_args(frame, e.span, "`sample`", &[("n", true)], args)
+                let Some(bound) =
+                    self.bind_args(frame, e.span, "`sample`", crate::builtins::SAMPLE, args)
                 else {
                     return Val::Error;
                 };
                 let arg = bound[0].unwrap();
                 let v = self.expr(frame, &arg.value);
                 if v.is_error() {
-                    return Val::Error;
-                }
-                if let Some(found) = crate::limits::oversized(&v) {
-                    self.diags.push(crate::limits::too_large(
-                        "sample(n)",
-                        &found,
-                        frame.file,
-                        arg.value.span,
-                    ));
                     return Val::Error;
                 }
                 let count = v.as_int();
@@ -593,8 +586,7 @@ impl Evaluator<'_> {
     ) -> Val {
         let pairs = name.name == "preferences";
         let what = format!("`{}`", name.name);
-        let Some(bound) =
-            self.bind_args(frame, e.span, &what, &[("n", true), ("split", false)], args)
+        let Some(bound) = self.bind_args(frame, e.span, &what, crate::builtins::SUPERVISED, args)
         else {
             return Val::Error;
         };

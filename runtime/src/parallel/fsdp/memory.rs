@@ -151,6 +151,8 @@ pub fn checker_estimate(
         vocab: count(config.vocab),
         max_len: count(config.max_len),
         tie_embeddings: config.tie_embeddings,
+        rope_theta: config.rope_theta,
+        norm_eps: config.norm_eps,
     };
     let model = Model {
         name: "policy".into(),
@@ -158,13 +160,7 @@ pub fn checker_estimate(
         arch: Some(arch.clone()),
         arch_origin: Origin::default(),
         init: None,
-        optimizer: Some(Optimizer {
-            name: "adamw".into(),
-            lr: 0.0,
-            warmup: 0,
-            weight_decay: 0.0,
-            clip: 0.0,
-        }),
+        optimizer: Some(Optimizer::adamw(1e-3)),
         frozen: false,
         precision: Precision::F32,
         recompute: true,

@@ -1,0 +1,131 @@
+//! The runtime's reading of a plan's settings, in one place: each role's model configuration,
+//! optimizer, learning-rate schedule and clipping, and each `generate` op's sampling. The role
+//! states and the generate op are built from these, and `tests/settings.rs` checks that every
+//! parameter a program can state arrives here with the value the program gave it.
+
+use rlc_plan::Plan;
+use rlc_plan::model::{Arch, Init, OpKind, Role};
+
+use super::error::{Result, RunError};
+use crate::generate::SamplingConfig;
+use crate::model::ModelConfig;
+use crate::optim::{AdamWConfig, Schedule};
+
+/// What a role is built with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoleSettings {
+    /// The architecture of seeded random weights (a Hugging Face folder's comes from its
+    /// `config.json` when it is loaded).
+    pub model: Option<ModelConfig>,
+    /// How the role trains; `None` when it is frozen or has no optimizer.
+    pub training: Option<TrainingSettings>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainingSettings {
+    pub adamw: AdamWConfig,
+    pub schedule: Schedule,
+    /// The gradients' global norm is clipped to this.
+    pub clip: f64,
+}
+
+/// What a `generate` op samples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateSettings {
+    /// Responses per prompt.
+    pub n: i64,
+    /// New tokens at most per response.
+    pub max_new: i64,
+    pub sampling: SamplingConfig,
+}
+
+/// Role `name`'s settings, its schedule spanning `optimizer_steps` optimizer steps.
+pub fn role(plan: &Plan, name: &str, optimizer_steps: u64) -> Result<RoleSettings> {
+    let role = plan
+        .role(name)
+        .ok_or_else(|| RunError::Plan(format!("no role `{name}`")))?;
+    let training = match (&role.optimizer, role.frozen) {
+        (Some(opt), false) => {
+            if opt.name != "adamw" {
+                return Err(RunError::Unsupported(format!(
+                    "optimizer `{}` of `{name}`",
+                    opt.name
+                )));
+            }
+            Some(TrainingSettings {
+                adamw: AdamWConfig::of(opt),
+                schedule: Schedule::of(opt, optimizer_steps),
+                clip: opt.clip,
+            })
+        }
+        _ => None,
+    };
+    Ok(RoleSettings {
+        model: random_init_config(plan, role, 0)?,
+        training,
+    })
+}
+
+/// The architecture of `role`'s seeded random weights, following `frozen(…)` copies.
+fn random_init_config(plan: &Plan, role: &Role, depth: usize) -> Result<Option<ModelConfig>> {
+    match &role.init {
+        Init::Random { .. } => {
+            let arch = role
+                .arch
+                .as_ref()
+                .ok_or_else(|| RunError::Plan(format!("`{}` has no architecture", role.name)))?;
+            Ok(Some(model_config(arch)))
+        }
+        Init::CopyOf { role: source } if depth < 8 => {
+            let source = plan
+                .role(source)
+                .ok_or_else(|| RunError::Plan(format!("no role `{source}`")))?;
+            random_init_config(plan, source, depth + 1)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The model an `arch(…)` describes. The plan loader has bounded every size (P0007, P0010), so
+/// the conversions below cannot wrap.
+pub fn model_config(arch: &Arch) -> ModelConfig {
+    ModelConfig {
+        layers: arch.layers as i64,
+        hidden: arch.hidden as i64,
+        heads: arch.heads as i64,
+        kv_heads: arch.kv_heads as i64,
+        ffn: arch.ffn as i64,
+        vocab: arch.vocab as i64,
+        max_len: arch.max_len as i64,
+        rope_theta: arch.rope_theta,
+        norm_eps: arch.norm_eps,
+        tie_embeddings: arch.tie_embeddings,
+        qkv_bias: false,
+    }
+}
+
+/// The sampling of a `generate` op (`label` names it in errors).
+pub fn generate(kind: &OpKind, label: &str) -> Result<GenerateSettings> {
+    let OpKind::Generate {
+        n,
+        max_new,
+        temperature,
+        top_p,
+        top_k,
+        ..
+    } = kind
+    else {
+        return Err(RunError::Plan(format!("`{label}` is not a generate op")));
+    };
+    Ok(GenerateSettings {
+        n: n.unwrap_or(1) as i64,
+        max_new: max_new
+            .ok_or_else(|| RunError::Unsupported(format!("`{label}` without `max_new`")))?
+            as i64,
+        sampling: SamplingConfig {
+            temperature: temperature.unwrap_or(1.0),
+            top_k: top_k.map(|k| k as i64),
+            top_p: top_p.filter(|&p| p < 1.0),
+        },
+    })
+}
