@@ -324,6 +324,13 @@ impl Ctx<'_> {
     }
 
     fn positive(&self, args: Args, i: usize, what: &str) -> Result<Option<u64>, Box<Diagnostic>> {
+        if let Some((v, span)) = &args[i]
+            && let Some(found) = crate::limits::oversized(v)
+        {
+            return Err(Box::new(crate::limits::too_large(
+                what, &found, self.file, *span,
+            )));
+        }
         match self.int(args, i, what)? {
             Some(n) if n >= 1 => Ok(Some(n as u64)),
             Some(n) => Err(self.fail(

@@ -9,6 +9,7 @@ pub mod checks;
 mod eval;
 mod hf_config;
 mod hints;
+mod limits;
 pub mod modules;
 mod pipeline;
 mod place;

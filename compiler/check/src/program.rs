@@ -47,7 +47,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn device_count(&self) -> u64 {
-        self.nodes.value * self.devices_per_node.value
+        self.nodes.value.saturating_mul(self.devices_per_node.value)
     }
 }
 
@@ -79,19 +79,34 @@ impl Arch {
     /// Parameter count of the decoder with an LM head (untied unless `tie_embeddings`):
     /// embeddings, per layer attention (q, k, v, o with grouped KV) + SwiGLU MLP + two norms,
     /// the final norm.
+    ///
+    /// Counted in 128 bits and saturated: sizes up to `2³¹ − 1` each (the checker's bound) make
+    /// products past 64 bits.
     pub fn parameters(&self) -> u64 {
-        let head_dim = self.hidden / self.heads.max(1);
-        let kv = self.kv_heads * head_dim;
-        let attention = self.hidden * self.hidden * 2 + self.hidden * kv * 2;
-        let mlp = 3 * self.hidden * self.ffn;
-        let norms = 2 * self.hidden;
-        let embed = self.vocab * self.hidden;
+        let [hidden, heads, kv_heads, ffn, vocab, layers] = [
+            self.hidden,
+            self.heads,
+            self.kv_heads,
+            self.ffn,
+            self.vocab,
+            self.layers,
+        ]
+        .map(u128::from);
+        let head_dim = hidden / heads.max(1);
+        let kv = kv_heads * head_dim;
+        let attention = hidden * hidden * 2 + hidden * kv * 2;
+        let mlp = 3 * hidden * ffn;
+        let norms = 2 * hidden;
+        let embed = vocab * hidden;
         let head = if self.tie_embeddings {
             0
         } else {
-            self.vocab * self.hidden
+            vocab * hidden
         };
-        embed + self.layers * (attention + mlp + norms) + self.hidden + head
+        let total = embed
+            .saturating_add(layers.saturating_mul(attention + mlp + norms))
+            .saturating_add(hidden + head);
+        u64::try_from(total).unwrap_or(u64::MAX)
     }
 }
 
@@ -354,11 +369,14 @@ impl Layout {
     }
     /// Ranks that each hold a different slice of the batch (data and fully-sharded data parallel).
     pub fn data_ranks(&self) -> u64 {
-        self.dp() * self.fsdp()
+        self.dp().saturating_mul(self.fsdp())
     }
     /// Devices the layout occupies.
     pub fn devices(&self) -> u64 {
-        self.dp() * self.fsdp() * self.tp() * self.pp()
+        self.dp()
+            .saturating_mul(self.fsdp())
+            .saturating_mul(self.tp())
+            .saturating_mul(self.pp())
     }
 }
 

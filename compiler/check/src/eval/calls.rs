@@ -516,6 +516,15 @@ impl Evaluator<'_> {
                 if v.is_error() {
                     return Val::Error;
                 }
+                if let Some(found) = crate::limits::oversized(&v) {
+                    self.diags.push(crate::limits::too_large(
+                        "sample(n)",
+                        &found,
+                        frame.file,
+                        arg.value.span,
+                    ));
+                    return Val::Error;
+                }
                 let count = v.as_int();
                 match count {
                     None => self.diags.push(

@@ -283,6 +283,22 @@ impl Evaluator<'_> {
                     );
                     return None;
                 }
+                // Counts past the checker's bound, and infinite numbers (`1e308 * 10`), are
+                // reported rather than multiplied.
+                let counts = ["n", "max_new", "top_k", "epochs", "minibatch"];
+                let diag = match v.as_float() {
+                    Some(f) if !f.is_finite() => {
+                        Some(crate::limits::not_finite(what, frame.file, a.value.span))
+                    }
+                    _ if counts.contains(&what) => crate::limits::oversized(&v).map(|found| {
+                        crate::limits::too_large(what, &found, frame.file, a.value.span)
+                    }),
+                    _ => None,
+                };
+                if let Some(diag) = diag {
+                    self.diags.push(diag);
+                    return None;
+                }
                 Some((v, self.origin(frame, a.value.span)))
             }
         }
@@ -331,7 +347,26 @@ impl Evaluator<'_> {
             return Val::Error;
         };
         let n_val = n.0.as_int();
-        let rows = prompts.count.zip(n_val).map(|(c, n)| c * n);
+        let rows = match prompts.count.zip(n_val) {
+            Some((c, k)) => match c.checked_mul(k).filter(|&r| r <= crate::limits::MAX_SIZE) {
+                Some(r) => Some(r),
+                None => {
+                    let at = if n.1 == Origin::default() {
+                        prompts.count_origin
+                    } else {
+                        n.1
+                    };
+                    self.diags.push(crate::limits::too_large(
+                        "prompts × n",
+                        &format!("{c} × {k}"),
+                        at.file,
+                        at.span,
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
         let max_new_val = max_new.0.as_int();
         let default_origin = |o: Origin| if o == Origin::default() { origin } else { o };
         let info = RolloutInfo {
