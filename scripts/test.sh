@@ -2,7 +2,7 @@
 # The whole test suite, as CI runs it (`.ci/run` calls this). Does its own setup: Rust crates
 # from crates.io; libtorch from PyPI; Open MPI from Debian's packages (scripts/setup-mpi.sh);
 # the editor tests install their npm packages and the tree-sitter CLI when missing. Takes about
-# 30 minutes on a 2-core machine (see README).
+# 30 minutes on a 2-core machine (docs/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +29,9 @@ bash scripts/setup-mpi.sh
 # build without it (what the main job uses) is checked on its own.
 cargo check --locked --features rlc/runtime
 cargo clippy --workspace --all-targets --locked --features rlc/mpi -- -D warnings
+# TensorBoard's own reader checks the run report's event files (runtime/tests/tensorboard.rs).
+RLC_TENSORBOARD_PYTHONPATH="$(bash scripts/setup-tensorboard.sh)"
+export RLC_TENSORBOARD_PYTHONPATH
 cargo test --locked -p rlc-runtime --features mpi
 INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test run
 INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test plan_calibrate
