@@ -291,13 +291,10 @@ fn fsdp_8_divides_model_state_by_8() {
         )],
         vec![update(0, 64, 64, 512, 512)],
     );
+    // One run: the eight devices hold the same phase.
     let devices = estimate(&p);
-    assert_eq!(devices.len(), 8);
-    assert_eq!(
-        devices.iter().map(|d| d.device).collect::<Vec<_>>(),
-        (0..8).collect::<Vec<_>>()
-    );
-    let b = &devices[3].phases[0].breakdown;
+    assert_eq!(runs(&devices), [(0, 8)]);
+    let b = &devices[0].phases[0].breakdown;
     assert_eq!(b.weights, 2.0 * P7 / 8.0);
     assert_eq!(b.gradients, 2.0 * P7 / 8.0);
     assert_eq!(b.optimizer_state, 8.0 * P7 / 8.0);
@@ -680,7 +677,7 @@ fn colocated_phases_take_the_max_not_the_sum() {
     let logprobs = phase_of(&p, 0, Phase::Logprobs).total();
     let reference = phase_of(&p, 1, Phase::Logprobs).total();
     let devices = estimate(&p);
-    assert_eq!(devices.len(), 8);
+    assert_eq!(runs(&devices), [(0, 4), (4, 8)]);
     // Devices 0..4: policy train, generate and logprobs (on the train placement).
     let d0 = &devices[0];
     assert_eq!(
@@ -703,7 +700,7 @@ fn colocated_phases_take_the_max_not_the_sum() {
     assert!(d0.peak < train + generate + logprobs);
     assert_eq!(d0.capacity, 80.0 * GIB);
     // Devices 4..8 also hold the reference.
-    let d7 = &devices[7];
+    let d7 = &devices[1];
     assert_eq!(d7.phases.len(), 4);
     assert_eq!(d7.peak, max.max(reference));
     assert_eq!(
@@ -761,7 +758,7 @@ fn seventy_b_fits_with_fsdp8_tp8() {
     assert!(b.total() < 80.0 * GIB);
     assert!(diagnostics(&p).is_empty());
     let devices = estimate(&p);
-    assert_eq!(devices.len(), 64);
+    assert_eq!(runs(&devices), [(0, 64)]);
     assert!(devices.iter().all(|d| d.peak == b.total()));
 }
 
@@ -1015,4 +1012,25 @@ fn format_bytes_uses_binary_units() {
     assert_eq!(format_bytes(1024.0 * GIB), "1.0 TiB");
     // Rounding to 1024.0 moves to the next unit.
     assert_eq!(format_bytes(GIB - 1.0), "1.0 GiB");
+}
+
+/// A placement over every device of a cluster of 2³¹ − 1 devices is one run: the estimate's work
+/// and memory are those of the placements (it used to hold an entry per device).
+#[test]
+fn a_huge_cluster_is_one_run() {
+    let mut p = seventy_b(1, 8);
+    let cluster = &mut p.clusters[0];
+    cluster.nodes.value = i32::MAX as u64;
+    cluster.devices_per_node.value = 1;
+    p.placements[0].devices = 0..i32::MAX as u64;
+    let devices = estimate(&p);
+    assert_eq!(runs(&devices), [(0, i32::MAX as u64)]);
+}
+
+/// The device runs of an estimate, as `(first, end)`.
+fn runs(devices: &[rlc_check::checks::memory::DeviceMemory]) -> Vec<(u64, u64)> {
+    devices
+        .iter()
+        .map(|d| (d.devices.start, d.devices.end))
+        .collect()
 }

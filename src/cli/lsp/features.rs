@@ -311,7 +311,7 @@ pub fn role_hover(program: &Program, file: FileId, name: Span) -> Option<String>
                 device.capacity,
                 0.0,
             ));
-            row.1 += 1;
+            row.1 += device.devices.end - device.devices.start;
             row.3 = row.3.max(device.peak);
         }
     }

@@ -212,11 +212,13 @@ pub struct PhaseMemory {
     pub breakdown: Breakdown,
 }
 
-/// One device and the phases that time-share it.
+/// A run of devices that hold the same phases, and those phases (each device holds them all,
+/// time-shared).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceMemory {
     pub cluster: usize,
-    pub device: u64,
+    /// The devices, never empty; the runs of a cluster do not overlap.
+    pub devices: std::ops::Range<u64>,
     /// Ordered by `(model, phase)`.
     pub phases: Vec<PhaseMemory>,
     /// The largest phase total (phases time-share the device).
@@ -455,11 +457,13 @@ fn estimate_phases(program: &Program) -> Vec<Estimated> {
     by_phase.into_values().collect()
 }
 
-/// The estimate for every device some role phase of the pipeline runs on, ordered by
-/// `(cluster, device)`. Devices outside their cluster are left out (the placement check reports
-/// them).
+/// The estimate for every device some role phase of the pipeline runs on, as runs of devices
+/// that hold the same phases, ordered by `(cluster, first device)`. Devices outside their cluster
+/// are left out (the placement check reports them). The runs are cut where a placement starts or
+/// ends: their number, and the work, are those of the placements, not of the devices.
 pub fn estimate(program: &Program) -> Vec<DeviceMemory> {
-    let mut devices: BTreeMap<(usize, u64), DeviceMemory> = BTreeMap::new();
+    // (cluster, devices, phase) for each phase, ordered by `(model, phase)`.
+    let mut placed = Vec::new();
     for estimated in estimate_phases(program) {
         let memory = estimated.memory;
         let placement = &program.placements[memory.placement];
@@ -468,26 +472,47 @@ pub fn estimate(program: &Program) -> Vec<DeviceMemory> {
         };
         let count = cluster.device_count();
         let range = placement.devices.start.min(count)..placement.devices.end.min(count);
-        for device in range {
-            let entry = devices
-                .entry((placement.cluster, device))
-                .or_insert_with(|| DeviceMemory {
-                    cluster: placement.cluster,
-                    device,
-                    phases: Vec::new(),
-                    peak: 0.0,
-                    peak_phase: None,
-                    capacity: cluster.device.memory,
-                });
-            let total = memory.breakdown.total();
-            if entry.peak_phase.is_none() || total > entry.peak {
-                entry.peak = total;
-                entry.peak_phase = Some((memory.model, memory.phase));
-            }
-            entry.phases.push(memory.clone());
+        if !range.is_empty() {
+            placed.push((placement.cluster, range, memory));
         }
     }
-    devices.into_values().collect()
+    let mut cuts: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for (cluster, range, _) in &placed {
+        cuts.entry(*cluster)
+            .or_default()
+            .extend([range.start, range.end]);
+    }
+    let mut runs = Vec::new();
+    for (cluster, mut cuts) in cuts {
+        cuts.sort_unstable();
+        cuts.dedup();
+        for pair in cuts.windows(2) {
+            let devices = pair[0]..pair[1];
+            let mut run = DeviceMemory {
+                cluster,
+                devices: devices.clone(),
+                phases: Vec::new(),
+                peak: 0.0,
+                peak_phase: None,
+                capacity: program.clusters[cluster].device.memory,
+            };
+            for (_, _, memory) in placed
+                .iter()
+                .filter(|(c, r, _)| *c == cluster && r.contains(&devices.start))
+            {
+                let total = memory.breakdown.total();
+                if run.peak_phase.is_none() || total > run.peak {
+                    run.peak = total;
+                    run.peak_phase = Some((memory.model, memory.phase));
+                }
+                run.phases.push(memory.clone());
+            }
+            if !run.phases.is_empty() {
+                runs.push(run);
+            }
+        }
+    }
+    runs
 }
 
 /// Reports E0801 once per placement where a phase's estimate exceeds the device memory.
