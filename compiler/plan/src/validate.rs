@@ -36,7 +36,7 @@ pub enum PlanCode {
     /// no input.
     MissingEdge,
     /// P0010: a size beyond what the plan's cluster can hold: a parameter count past 64 bits, or
-    /// more bytes of weights per device than a device has.
+    /// more bytes of weights (and a generation's KV cache) per device than a device has.
     TooLarge,
 }
 
@@ -100,7 +100,7 @@ impl PlanCode {
                 "An operation reads a value (or a field of one) that another operation produces, but `edges` has no edge bringing it from its producer — or an edge comes from an operation that does not produce the value, or goes to one that does not read it. Edges are how the plan says what moves between operations (and through which transfer); with one missing, the data flow the plan describes is not the one it runs. Rebuild the plan with `rlc build`."
             }
             PlanCode::TooLarge => {
-                "A size is beyond what the plan's cluster can hold: a role's parameter count (or its bytes) does not fit in 64 bits, a size of its `arch` is beyond libtorch's largest dimension, or its weights — parameters × the bytes of its `precision`, cut by the instance's `fsdp`, `tp` and `pp` — need more bytes per device than a device of the instance's cluster has (`memory`). Loading the plan refuses it instead of letting the runtime abort on the allocation. Shrink the `arch`, shard it over more devices, or rebuild the plan with `rlc build`, whose memory check says what fits."
+                "A size is beyond what the plan's cluster can hold: a role's parameter count (or its bytes) does not fit in 64 bits, a size of its `arch` is beyond libtorch's largest dimension, or its weights — parameters × the bytes of its `precision`, cut by the instance's `fsdp`, `tp` and `pp` — need more bytes per device than a device of the instance's cluster has (`memory`), or a generation's weights and KV cache do (`batch` sequences over the replicas, of `prompt_len` + `max_new` positions each). Loading the plan refuses it instead of letting the runtime abort on the allocation. Shrink the `arch`, shard it over more devices, or rebuild the plan with `rlc build`, whose memory check says what fits."
             }
         }
     }

@@ -369,6 +369,25 @@ fn sizes_beyond_the_cluster() {
             && e.message.contains("`hidden` 4611686018427387904")),
         "{errors:#?}"
     );
+    // A context and a generation long enough for a KV cache of ~10^17 bytes per device.
+    let mut at = 0;
+    let errors = edited(GRPO, |j| {
+        at = op(j, "generate", None);
+        j["ops"][at]["kind"]["max_new"] = json!(100_000_000_000u64);
+        for r in 0..2 {
+            j["roles"][r]["arch"]["max_len"] = json!(1_000_000_000_000u64);
+        }
+    });
+    only(&errors, "P0010", &format!("/ops/{at}/kind"), "max_new");
+    assert!(errors[0].message.contains("KV cache"), "{}", errors[0]);
+    // So is a batch of 10^12 prompts.
+    let errors = edited(GRPO, |j| {
+        at = op(j, "generate", None);
+        j["ops"][0]["kind"]["count"] = json!(1_000_000_000_000u64);
+        j["values"][0]["split"]["rows"] = json!(1_000_000_000_000u64);
+        j["ops"][at]["kind"]["batch"] = json!(16_000_000_000_000u64);
+    });
+    only(&errors, "P0010", &format!("/ops/{at}/kind"), "batch");
     // Beyond libtorch's i64 dimensions.
     let errors = edited(GRPO, |j| j["roles"][0]["arch"]["vocab"] = json!(u64::MAX));
     only(&errors, "P0010", "/roles/0/arch/vocab", "vocab");

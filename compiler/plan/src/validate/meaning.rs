@@ -11,7 +11,8 @@
 //! - P0009 ([`PlanCode::MissingEdge`]): an op reads a value without the data edge from its
 //!   producer (`edges: []`), or an edge that no input matches;
 //! - P0010 ([`PlanCode::TooLarge`]): a size beyond what the plan's cluster can hold: a parameter
-//!   count or byte size past 64 bits, or more bytes of weights per device than a device has.
+//!   count or byte size past 64 bits, or more bytes of weights (and, for `generate`, of KV
+//!   cache) per device than a device has.
 //!
 //! Each check reports the root cause once: a derived size is compared only when every size it
 //! derives from is itself valid. All arithmetic is checked: no input overflows or divides by 0.
@@ -50,7 +51,7 @@ pub(super) fn check(plan: &Plan, out: &mut Vec<PlanError>) {
         value(i, v, out);
     }
     for (i, op) in plan.ops.iter().enumerate() {
-        operation(plan, i, op, out);
+        operation(plan, i, op, &sizes, out);
     }
     for (i, c) in plan.carried.iter().enumerate() {
         if c.every == Some(0) {
@@ -404,7 +405,7 @@ fn input_rows(plan: &Plan, op: &Op) -> Option<(u64, String)> {
     Some((rows, name))
 }
 
-fn operation(plan: &Plan, i: usize, op: &Op, out: &mut Vec<PlanError>) {
+fn operation(plan: &Plan, i: usize, op: &Op, sizes: &[Option<RoleSize>], out: &mut Vec<PlanError>) {
     let path = format!("/ops/{i}");
     let label = &op.label;
     if op.every == Some(0) {
@@ -552,7 +553,7 @@ fn operation(plan: &Plan, i: usize, op: &Op, out: &mut Vec<PlanError>) {
             if !ok {
                 return;
             }
-            batch_reads(out, *batch, n.unwrap_or(1));
+            let mut sound = batch_reads(out, *batch, n.unwrap_or(1));
             if let Some(max_len) = plan
                 .role(role)
                 .and_then(|r| r.arch.as_ref())
@@ -572,7 +573,12 @@ fn operation(plan: &Plan, i: usize, op: &Op, out: &mut Vec<PlanError>) {
                             "`max_new` {new} of `{label}`{prompt} needs {need} positions, more than the `max_len` {max_len} of `{role}`"
                         ),
                     ));
+                    sound = false;
                 }
+            }
+            if sound && let (Some(b), Some(new)) = (batch, max_new) {
+                let positions = u128::from(prompt_len.unwrap_or(0)) + u128::from(*new);
+                generation_memory(plan, &kind, op, role, *b, positions, sizes, out);
             }
         }
         OpKind::Logprobs { batch, micro, .. }
@@ -668,6 +674,88 @@ fn operation(plan: &Plan, i: usize, op: &Op, out: &mut Vec<PlanError>) {
             }
         }
         _ => {}
+    }
+}
+
+/// P0010 when a generation's weights and KV cache need more bytes per device than its devices
+/// have. Both terms are lower bounds of the checker's estimate (E0801: inference shards the
+/// weights by `tp`·`pp` only; the KV cache is `2·layers·kv_heads·head_dim` values of the
+/// precision per position of each of the `⌈batch / replicas⌉` sequences of a replica), so a
+/// plan of a checked program always passes, and a hand-edited `batch`, `max_new`, `prompt_len` or
+/// `max_len` cannot make the runtime abort on the cache's allocation.
+#[allow(clippy::too_many_arguments)]
+fn generation_memory(
+    plan: &Plan,
+    kind: &str,
+    op: &Op,
+    role: &str,
+    batch: u64,
+    positions: u128,
+    sizes: &[Option<RoleSize>],
+    out: &mut Vec<PlanError>,
+) {
+    let Some(r) = plan.roles.iter().position(|x| x.name == role) else {
+        return;
+    };
+    let (Some(size), Some(arch), Some(bytes)) = (
+        sizes[r].as_ref(),
+        plan.roles[r].arch.as_ref(),
+        precision_bytes(&plan.roles[r].precision),
+    ) else {
+        return;
+    };
+    let Some(inst) = op.instance.as_deref().and_then(|id| plan.instance(id)) else {
+        return;
+    };
+    let Some(cluster) = plan.clusters.iter().find(|c| c.name == inst.cluster) else {
+        return;
+    };
+    let l = inst.layout;
+    let replicas = u128::from(l.dp) * u128::from(l.fsdp);
+    let shards = u128::from(l.tp) * u128::from(l.pp);
+    if replicas == 0 || shards == 0 || cluster.memory == 0 {
+        return; // reported elsewhere
+    }
+    // Weights that do not fit on their own are reported with the instance (one root cause).
+    let sharded = u128::from(l.fsdp) * shards;
+    if u128::from(size.bytes).div_ceil(sharded) > u128::from(cluster.memory) {
+        return;
+    }
+    let sequences = u128::from(batch).div_ceil(replicas);
+    let kv = [
+        u128::from(arch.layers),
+        u128::from(arch.kv_heads),
+        u128::from(arch.hidden / arch.heads),
+        positions,
+        sequences,
+        u128::from(bytes),
+    ]
+    .into_iter()
+    .try_fold(2u128, |n, f| n.checked_mul(f));
+    let weights = u128::from(size.bytes) / shards;
+    let need = kv.map_or(u128::MAX, |kv| weights.saturating_add(kv / shards));
+    if need > u128::from(cluster.memory) {
+        let need = if need == u128::MAX {
+            "more than 2^128".to_string()
+        } else {
+            need.to_string()
+        };
+        out.push(err(
+            PlanCode::TooLarge,
+            kind.to_string(),
+            format!(
+                "`{}` needs {need} bytes per device of `{}` (tp {} · pp {}) for the weights of `{role}` and the KV cache of {sequences} sequences of {positions} positions (`batch` {batch} over {replicas} replicas; `prompt_len` + `max_new`; `layers` {}, `kv_heads` {}, `hidden` / `heads` {}): more than the {} bytes of a `{}` device",
+                op.label,
+                inst.id,
+                l.tp,
+                l.pp,
+                arch.layers,
+                arch.kv_heads,
+                arch.hidden / arch.heads,
+                cluster.memory,
+                cluster.name
+            ),
+        ));
     }
 }
 
