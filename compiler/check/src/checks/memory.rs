@@ -515,6 +515,24 @@ pub fn estimate(program: &Program) -> Vec<DeviceMemory> {
     runs
 }
 
+/// The divisors of `n`, ascending, found in `√n` steps (a layout may have 2³¹ ranks).
+fn divisors_of(n: u64) -> Vec<u64> {
+    let mut low = Vec::new();
+    let mut high = Vec::new();
+    let mut d = 1;
+    while d <= n / d {
+        if n.is_multiple_of(d) {
+            low.push(d);
+            if d != n / d {
+                high.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    low.extend(high.into_iter().rev());
+    low
+}
+
 /// Reports E0801 once per placement where a phase's estimate exceeds the device memory.
 pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
     let phases = estimate_phases(program);
@@ -730,7 +748,10 @@ fn suggest(
     // Sharding on the same devices.
     let mut sharding = Vec::new();
     if phase != Phase::Generate {
-        for f in (layout.fsdp() + 1..=ranks).filter(|f| ranks.is_multiple_of(*f)) {
+        for f in divisors_of(ranks)
+            .into_iter()
+            .filter(|&f| f > layout.fsdp())
+        {
             let d = ranks / f;
             let sharded = Layout {
                 fsdp: set(layout.fsdp, f),
@@ -923,5 +944,19 @@ pub fn format_bytes(bytes: f64) -> String {
         format!("{} B", value.round() as i64)
     } else {
         format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::divisors_of;
+
+    #[test]
+    fn divisors_in_square_root_steps() {
+        assert_eq!(divisors_of(1), [1]);
+        assert_eq!(divisors_of(12), [1, 2, 3, 4, 6, 12]);
+        assert_eq!(divisors_of(16), [1, 2, 4, 8, 16]);
+        assert_eq!(divisors_of(i32::MAX as u64), [1, i32::MAX as u64]);
+        assert_eq!(divisors_of(1 << 31).len(), 32);
     }
 }
