@@ -44,8 +44,10 @@ pub(super) fn check(plan: &Plan, out: &mut Vec<PlanError>) {
         .enumerate()
         .map(|(i, r)| role(i, r, out))
         .collect();
+    // Weights too large for a device: once per role, with its first instance that cannot hold them.
+    let mut too_large = BTreeSet::new();
     for (i, inst) in plan.instances.iter().enumerate() {
-        instance(plan, i, inst, &sizes, out);
+        instance(plan, i, inst, &sizes, &mut too_large, out);
     }
     for (i, v) in plan.values.iter().enumerate() {
         value(i, v, out);
@@ -106,7 +108,7 @@ fn arch_sizes(a: &Arch) -> [(&'static str, u64); 7] {
 /// The parameter count of a decoder of kind `kind` (`ValueModel` and `RewardModel`: tied
 /// embeddings and a scalar head), as the compiler counts it (`rlc_check`'s `role_parameters`);
 /// `None` when it does not fit in 64 bits. `heads` must not be 0.
-pub(crate) fn parameters(kind: &str, a: &Arch) -> Option<u64> {
+fn parameters(kind: &str, a: &Arch) -> Option<u64> {
     let causal = kind == "CausalLM";
     let h = a.hidden;
     let head_dim = h / a.heads;
@@ -299,11 +301,12 @@ fn optimizer(path: &str, o: &Optimizer, out: &mut Vec<PlanError>) {
 }
 
 /// Instance `i`: its micro-batch, and whether its role's weights fit its devices.
-fn instance(
+fn instance<'p>(
     plan: &Plan,
     i: usize,
-    inst: &Instance,
+    inst: &'p Instance,
     sizes: &[Option<RoleSize>],
+    too_large: &mut BTreeSet<&'p str>,
     out: &mut Vec<PlanError>,
 ) {
     let path = format!("/instances/{i}");
@@ -332,7 +335,7 @@ fn instance(
         return; // reported elsewhere
     }
     let per_device = size.bytes.div_ceil(shards);
-    if per_device > cluster.memory {
+    if per_device > cluster.memory && too_large.insert(&inst.role) {
         out.push(err(
             PlanCode::TooLarge,
             format!("/roles/{r}/arch"),
