@@ -1,11 +1,16 @@
 //! Text for people, drawn by miette's `GraphicalReportHandler`.
 //!
-//! miette knows one source per report, so the files of a compilation are laid end to end in one
-//! virtual source ([`Sources`]): file `i` starts at the sum of the earlier files' lengths plus one
-//! byte each, and that extra byte reads as a newline. Each snippet miette asks for is cut from
-//! one file and carries that file's name, so a label in another file gets a snippet of its own
-//! under its own file name. The extra newline also gives an empty span at the end of a file
-//! (`expected `}` here`) a place to be drawn.
+//! miette knows one source per report, so each diagnostic gets one virtual source of its own
+//! ([`Excerpt`]): for each file its labels are in, the runs of lines around them, laid end to end
+//! with one byte between runs. Each snippet miette asks for is cut from one run and carries its
+//! file's name, so a label in another file gets a snippet of its own under its own file name.
+//! Every file's text reads as followed by one newline ([`SourceText`]), which gives an empty span
+//! at the end of a file (`expected `}` here`) a place to be drawn.
+//!
+//! Lines longer than [`LONG_LINE`] bytes are clipped to the parts around the places labels start
+//! and end (`…` for the rest), and the header names the real line and column: miette pads an
+//! underline to its column with a formatting width, which panics past 65 535, and the work and
+//! the output stay those of the lines shown, whatever the length of the file's lines.
 
 use crate::{Diagnostic, FileId, Files, Severity, SourceFile};
 use miette::{
