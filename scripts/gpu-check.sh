@@ -51,7 +51,9 @@ build() {
   export LIBTORCH
   echo "== cargo build --release --features runtime" >&2
   cargo build --release --locked --quiet --features runtime
-  cp target/release/rlc "$dir/rlc"
+  # `rlc-run` is the whole command line linked with libtorch (what `rlc run` becomes): carried
+  # alone as `rlc`, it runs the jobs itself.
+  cp target/release/rlc-run "$dir/rlc"
   echo "== test and bench binaries (release)" >&2
   out="$(cargo test -p rlc-kernel --release --locked --test cuda_gpu --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
   cp "$(echo "$out" | executable tests/cuda_gpu.rs)" "$dir/cuda_gpu"
@@ -67,7 +69,7 @@ build() {
   if bash scripts/setup-mpi.sh; then
     echo "== cargo build --release --features mpi; the NCCL test" >&2
     cargo build --release --locked --quiet --features mpi
-    cp target/release/rlc "$dir/rlc-mpi"
+    cp target/release/rlc-run "$dir/rlc-mpi"
     out="$(cargo test -p rlc-runtime --release --locked --features mpi --test collectives_nccl --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
     cp "$(echo "$out" | executable tests/collectives_nccl.rs)" "$dir/collectives_nccl"
   else

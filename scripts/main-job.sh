@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job: the GRPO example (examples/grpo_digits.rl) trains a small policy on two CPU
-# ranks. Installs libtorch into .deps/ when missing, builds rlc with its runtime, checks the
-# program, then runs it: a progress line per step, and in runs/grpo_digits/ the per-step
-# metrics (metrics.jsonl), the reward/KL curve (curves.png), a summary table and checkpoints.
+# ranks. Installs libtorch into .deps/ when missing, builds rlc with its runtime (`rlc` and, next
+# to it, `rlc-run`, which `rlc run` becomes), checks the program, then runs it: a progress line
+# per step, and in runs/grpo_digits/ the per-step metrics (metrics.jsonl), the reward/KL curve
+# (curves.png), a summary table and checkpoints.
 # Extra arguments go to `rlc run` (e.g. `--seed 3`, `--resume`).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -17,7 +17,7 @@ pub(super) fn compile(path: &Path, args: &OutputArgs) -> Result<Result<Plan, Exi
 }
 
 /// Checks `path`; diagnostics are printed, and with errors `Ok(Err(code))` is the exit code.
-pub(super) fn check_file(
+pub(crate) fn check_file(
     path: &Path,
     args: &OutputArgs,
 ) -> Result<Result<(rlc_check::Checked, Files), ExitCode>, String> {
@@ -41,7 +41,7 @@ pub(super) fn check_file(
 }
 
 /// [`compile`], also returning the checked program (the runtime evaluates its `fn`s).
-pub(super) fn compile_checked(
+pub(crate) fn compile_checked(
     path: &Path,
     args: &OutputArgs,
 ) -> Result<Result<(Plan, rlc_check::Checked), ExitCode>, String> {

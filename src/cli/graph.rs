@@ -51,7 +51,7 @@ pub fn run(
 }
 
 /// Reads and validates a plan file; its problems are printed with their codes (exit 1).
-pub(super) fn load(path: &Path) -> Result<Result<Plan, ExitCode>, String> {
+pub(crate) fn load(path: &Path) -> Result<Result<Plan, ExitCode>, String> {
     let text = sources::read(path)?;
     match rlc_plan::load(&text) {
         Ok(plan) => Ok(Ok(plan)),

@@ -1,15 +1,17 @@
 //! Command-line interface: argument parsing and one module per command.
 
-mod build;
+// `build`, `graph`, `output`, `kernel` and `run` are also what `rlc-run`'s own code (the commands
+// that need libtorch, src/bin/rlc-run/) builds on.
+pub(crate) mod build;
 mod check;
 mod explain;
 mod fmt;
-mod graph;
-mod kernel;
+pub(crate) mod graph;
+pub(crate) mod kernel;
 mod lsp;
-mod output;
+pub(crate) mod output;
 mod plan;
-mod run;
+pub(crate) mod run;
 mod sources;
 
 use clap::{Parser, Subcommand};
@@ -142,8 +144,18 @@ pub struct OutputArgs {
     pub color: ColorChoice,
 }
 
+/// How a binary carries out the two commands that evaluate on libtorch: `rlc` (which does not
+/// link libtorch, so that every other command starts in milliseconds) hands them to `rlc-run`,
+/// and `rlc-run` runs them in its own process.
+pub struct Runtime {
+    /// `rlc run`.
+    pub run: fn(&run::RunArgs) -> Result<ExitCode, String>,
+    /// `rlc kernel --inputs` (`--emit` needs no libtorch and stays in `rlc`).
+    pub evaluate: fn(&kernel::KernelArgs) -> Result<ExitCode, String>,
+}
+
 /// Runs one command. `Err` is a usage or I/O error (exit 2).
-pub fn run(cli: Cli) -> Result<ExitCode, String> {
+pub fn run(cli: Cli, runtime: &Runtime) -> Result<ExitCode, String> {
     match cli.command {
         Command::Check { paths, output } => check::run(&paths, &output),
         Command::Fmt {
@@ -169,8 +181,11 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
         ),
         Command::Explain { code, list } => explain::run(code.as_deref(), list),
         Command::Plan(args) => plan::run(&args),
-        Command::Run(args) => run::run(&args),
-        Command::Kernel(args) => kernel::run(&args),
+        Command::Run(args) => (runtime.run)(&args),
+        Command::Kernel(args) => match args.emit {
+            Some(emit) => kernel::emit_kernel(&args, emit),
+            None => (runtime.evaluate)(&args),
+        },
         Command::Lsp => lsp::run(),
     }
 }

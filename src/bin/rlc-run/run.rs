@@ -1,0 +1,167 @@
+//! `rlc run`: check and lower a program, then execute its plan on this machine's CPU ranks
+//! (threads of this process, or one process per rank under `mpirun` / `srun`), writing metrics,
+//! curves, a summary and checkpoints into a run folder.
+
+use crate::cli::run::RunArgs;
+use crate::cli::{OutputArgs, build, graph, output};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The run folder: `--out`, or `runs/<program name>`.
+fn run_dir(args: &RunArgs) -> PathBuf {
+    args.out.clone().unwrap_or_else(|| {
+        let stem = args
+            .path
+            .file_stem()
+            .map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned());
+        Path::new("runs").join(stem)
+    })
+}
+
+pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
+    use rlc_runtime::exec::{self, RunOptions};
+    use std::io::IsTerminal;
+
+    let compiled = if args.path.extension().is_some_and(|e| e == "json") {
+        from_plan_file(&args.path, &args.output)?
+    } else {
+        build::compile_checked(&args.path, &args.output)?
+    };
+    let (plan, checked) = match compiled {
+        Ok(compiled) => compiled,
+        Err(code) => return Ok(code),
+    };
+    let run_dir = run_dir(args);
+    // Started by `mpirun` / `srun`: this process is one rank of the job, and the first one
+    // speaks for it (the others print only their own errors).
+    let processes = rlc_runtime::collectives::init_processes()?;
+    let leader = processes.is_none_or(|p| p.rank == 0);
+    // Only the leader clears the folder; the others cannot write to it before the leader
+    // reaches the communicators' (collective) set-up, after it has cleared and opened the report.
+    if !args.resume && leader {
+        clear_previous_run(&run_dir)?;
+    }
+    // Relative dataset and model paths start at the root file's folder.
+    let root = plan
+        .sources
+        .as_ref()
+        .filter(|_| args.path.extension().is_some_and(|e| e == "json"))
+        .map_or_else(|| args.path.clone(), |s| PathBuf::from(&s.root));
+    let source_dir = match root.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let options = RunOptions {
+        run_dir: run_dir.clone(),
+        source_dir,
+        seed: args.seed,
+        resume: args.resume,
+        progress: std::io::stderr().is_terminal(),
+        stop_after: args.stop_after,
+        threads: args.threads,
+        device: args.device.parse()?,
+    };
+    if leader {
+        eprintln!(
+            "running `{}` ({} steps, {} ranks{}) into {}",
+            plan.pipeline,
+            plan.steps.map_or_else(|| "?".into(), |s| s.to_string()),
+            plan.world_size,
+            if processes.is_some() {
+                " as processes"
+            } else {
+                ""
+            },
+            run_dir.display()
+        );
+    }
+    match exec::run(&plan, &checked.modules, &options) {
+        Ok(_) if !leader => Ok(ExitCode::SUCCESS),
+        Ok(outcome) => {
+            if let Some(step) = outcome.resumed_from {
+                eprintln!("resumed after step {step}");
+            }
+            println!("{}", outcome.summary);
+            println!(
+                "run folder: {} (metrics.jsonl, curves.png, summary.txt, checkpoints/)",
+                run_dir.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => match processes {
+            Some(p) => {
+                eprintln!(
+                    "error: the run stopped in the process of rank {}: {e}",
+                    p.rank
+                );
+                // The other ranks may be waiting in a collective for this one: end them all.
+                rlc_runtime::collectives::abort_job(1)
+            }
+            None => {
+                eprintln!("error: the run stopped: {e}");
+                Ok(ExitCode::from(1))
+            }
+        },
+    }
+}
+
+/// A plan file and the program it carries (checked again: the runtime evaluates its `fn`s).
+fn from_plan_file(
+    path: &Path,
+    output: &OutputArgs,
+) -> Result<Result<(rlc_plan::Plan, rlc_check::Checked), ExitCode>, String> {
+    let plan = match graph::load(path)? {
+        Ok(plan) => plan,
+        Err(code) => return Ok(Err(code)),
+    };
+    let Some(sources) = plan.sources.clone() else {
+        return Err(format!(
+            "`{}` carries no sources to run; build it with `rlc build`",
+            path.display()
+        ));
+    };
+    let root_text = sources.files.get(&sources.root).cloned().ok_or_else(|| {
+        format!(
+            "`{}` names `{}` as its root but does not carry it",
+            path.display(),
+            sources.root
+        )
+    })?;
+    let mut files = rlc_diagnostics::Files::new();
+    let checked = rlc_check::check(&Embedded(&sources), &mut files, &sources.root, root_text);
+    if checked.has_errors() {
+        let mut diagnostics = checked.diagnostics.clone();
+        return Ok(Err(output::emit(&mut diagnostics, &files, output)));
+    }
+    Ok(Ok((plan, checked)))
+}
+
+/// Serves a plan's embedded files to the checker.
+struct Embedded<'a>(&'a rlc_plan::model::Sources);
+
+impl rlc_check::SourceLoader for Embedded<'_> {
+    fn read(&self, path: &str) -> Result<String, String> {
+        self.0
+            .files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| format!("{path}: not carried by the plan"))
+    }
+}
+
+/// A fresh run replaces what an earlier run left in its folder (and nothing else there).
+fn clear_previous_run(dir: &Path) -> Result<(), String> {
+    for name in ["metrics.jsonl", "curves.png", "summary.txt"] {
+        let file = dir.join(name);
+        if file.exists() {
+            std::fs::remove_file(&file)
+                .map_err(|e| format!("cannot replace `{}`: {e}", file.display()))?;
+        }
+    }
+    let checkpoints = dir.join("checkpoints");
+    if checkpoints.exists() {
+        std::fs::remove_dir_all(&checkpoints)
+            .map_err(|e| format!("cannot replace `{}`: {e}", checkpoints.display()))?;
+    }
+    Ok(())
+}
