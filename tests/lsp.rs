@@ -410,6 +410,36 @@ fn diagnostics_on_open_and_change() {
     c.shutdown();
 }
 
+/// A syntax error in one item hides no semantic mistake in another (#29), and what the broken
+/// item would have declared is not reported: the server runs the same check as `rlc check`.
+#[test]
+fn a_syntax_error_leaves_the_other_items_checked() {
+    let mut c = Client::start("recovery");
+    // An unfinished `place` line (its phase, `policy.generate`, is then unplaced: not reported)
+    // and a misspelt name in `exact`.
+    let text = PROGRAM
+        .replace(
+            "place policy.generate on local[0..2] with dp(2)",
+            "place policy.generate on local[0..2] with",
+        )
+        .replace("where(mask,", "where(msk,");
+    let uri = c.open("main.rl", &text);
+    let diags = c.diagnostics(&uri, 1);
+    let codes: Vec<&str> = diags.iter().map(|d| d["code"].as_str().unwrap()).collect();
+    assert_eq!(codes.len(), 2, "{diags:#?}");
+    assert!(codes.iter().any(|c| c.starts_with("E01")), "{codes:?}");
+    let undefined = diags
+        .iter()
+        .find(|d| d["code"] == "E0201")
+        .unwrap_or_else(|| panic!("{diags:#?}"));
+    let (line, col) = pos(&text, "msk,", 0);
+    assert_eq!(
+        undefined["range"]["start"],
+        json!({ "line": line, "character": col })
+    );
+    c.shutdown();
+}
+
 #[test]
 fn diagnostics_of_imported_files_and_related_information() {
     let mut c = Client::start("imports");

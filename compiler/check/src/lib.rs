@@ -58,9 +58,13 @@ pub fn check(
 ) -> Checked {
     let mut diagnostics = Vec::new();
     let modules = modules::load(loader, root_path, root_text, files, &mut diagnostics);
-    // After a syntax error the items it cut short are missing: checking names and types then
-    // would only report the consequences. Every module's syntax errors are reported.
-    if diagnostics.iter().any(Diagnostic::is_error) {
+    // A syntax error cuts short the item it is in (or, inside an item that parsed, makes the
+    // lowering refuse an expression): the items that parsed are still checked, and the names
+    // the broken ones declare are unknown without a diagnostic (`LoadedModule::is_poisoned`).
+    // An error in loading modules (an unknown module, a duplicate or missing name) stops here:
+    // the names it concerns would be reported again at every use.
+    let syntax = |d: &Diagnostic| d.code.as_str().starts_with("E01");
+    if diagnostics.iter().any(|d| d.is_error() && !syntax(d)) {
         diagnostics.sort_by_key(Diagnostic::sort_key);
         return Checked {
             diagnostics,
@@ -69,17 +73,29 @@ pub fn check(
             types: TypeTable::new(),
         };
     }
+    let missing = modules
+        .modules
+        .iter()
+        .flat_map(|m| m.incomplete_kinds())
+        .map(|kind| match kind {
+            Some("fn" | "struct") => checks::Missing::Code,
+            _ => checks::Missing::Configuration,
+        })
+        .max()
+        .unwrap_or(checks::Missing::Nothing);
     let mut evaluator = eval::Evaluator::new(&modules, loader);
     evaluator.run();
     let (program, types) = (
         std::mem::take(&mut evaluator.program),
         evaluator.take_types(),
     );
+    let evaluated_cleanly = !evaluator.diags.iter().any(Diagnostic::is_error);
     diagnostics.append(&mut evaluator.diags);
     // The static checks judge only a program whose configuration evaluated cleanly, so that one
-    // mistake is not reported again as its consequences.
-    if !diagnostics.iter().any(Diagnostic::is_error) {
-        checks::run(&program, &mut diagnostics);
+    // mistake is not reported again as its consequences; what they judge of a program that a
+    // syntax error left incomplete is `checks::Missing`'s.
+    if evaluated_cleanly {
+        checks::run_with(&program, missing, &mut diagnostics);
     }
     diagnostics.sort_by_key(Diagnostic::sort_key);
     diagnostics.dedup();

@@ -5,6 +5,7 @@
 use crate::SourceLoader;
 use crate::std_lib::STD_MODULES;
 use rlc_diagnostics::{Code, Diagnostic, FileId, Files, Span};
+use rlc_syntax::Broken;
 use rlc_syntax::ast::{Ident, ImportSource, Item, ItemKind, Module};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +37,13 @@ pub struct LoadedModule {
     pub items: BTreeMap<String, usize>,
     /// Names imported into this module.
     pub imports: Vec<ImportedName>,
+    /// The items a syntax error cut short (see [`LoadedModule::is_poisoned`]).
+    pub broken: Vec<Broken>,
+    /// Names imported from a module whose item of that name a syntax error cut short.
+    pub poisoned_imports: BTreeSet<String>,
+    /// Items that parsed but hold an expression the lowering refused (E01xx, replaced by a
+    /// placeholder): their values are unknown, so they are not evaluated.
+    pub refused: BTreeSet<usize>,
 }
 
 impl LoadedModule {
@@ -54,6 +62,31 @@ impl LoadedModule {
 
     pub fn item(&self, index: usize) -> &Item {
         &self.ast.items[index]
+    }
+
+    /// Whether `name`, unknown here, may be one that an item cut short by a syntax error
+    /// declares: its uses are then not reported, as the syntax error is the one mistake.
+    pub fn is_poisoned(&self, name: &str) -> bool {
+        self.poisoned_imports.contains(name)
+            || self
+                .broken
+                .iter()
+                .any(|b| b.declares_unknown() || b.name.as_ref().is_some_and(|n| n.name == name))
+    }
+
+    /// Whether a syntax error cut short an item of this module.
+    pub fn is_incomplete(&self) -> bool {
+        !self.broken.is_empty() || !self.refused.is_empty()
+    }
+
+    /// The keywords of the items a syntax error cut short or left unknown (`fn`, `model`, …;
+    /// `None` for text that starts with no item keyword).
+    pub fn incomplete_kinds(&self) -> impl Iterator<Item = Option<&'static str>> + '_ {
+        let refused = self
+            .refused
+            .iter()
+            .map(|&i| Some(item_keyword(&self.ast.items[i])));
+        self.broken.iter().map(|b| b.keyword).chain(refused)
     }
 }
 
@@ -196,8 +229,26 @@ fn add_module(
         ast: parsed.module,
         items,
         imports: Vec::new(),
+        broken: parsed.broken,
+        poisoned_imports: BTreeSet::new(),
+        refused: parsed.refused.into_iter().collect(),
     });
     modules.modules.len() - 1
+}
+
+/// The keyword an item starts with.
+fn item_keyword(item: &Item) -> &'static str {
+    match item.kind {
+        ItemKind::Import(_) => "import",
+        ItemKind::Cluster(_) => "cluster",
+        ItemKind::Model(_) => "model",
+        ItemKind::Dataset(_) => "dataset",
+        ItemKind::Struct(_) => "struct",
+        ItemKind::Fn(_) => "fn",
+        ItemKind::Const(_) => "let",
+        ItemKind::Place(_) => "place",
+        ItemKind::Pipeline(_) => "pipeline",
+    }
 }
 
 fn duplicate(file: FileId, again: &Ident, first: Span) -> Diagnostic {
@@ -295,6 +346,8 @@ fn bind_import(
     let target_name = modules.get(target).name.clone();
     // Each name bound, with how to bind it under another name should it clash.
     let mut bound: Bound = Vec::new();
+    // Names of items a syntax error cut short in the target: bound as unknown, silently.
+    let mut poisoned: Vec<String> = Vec::new();
     let mut bind_item = |modules: &Modules, name: &Ident, alias: &Ident, bound: &mut Bound| {
         let module = modules.get(target);
         match module.items.get(&name.name) {
@@ -330,6 +383,7 @@ fn bind_import(
                     hint,
                 ));
             }
+            None if module.is_poisoned(&name.name) => poisoned.push(alias.name.clone()),
             None => {
                 let names: Vec<&str> = module.items.keys().map(String::as_str).collect();
                 let mut d = Diagnostic::new(
@@ -398,6 +452,7 @@ fn bind_import(
         }
     }
     let module = &mut modules.modules[from];
+    module.poisoned_imports.extend(poisoned);
     for (b, hint) in bound {
         let again = Ident {
             name: b.name.clone(),

@@ -13,7 +13,7 @@ pub mod trivia;
 
 pub use syntax_error::closest;
 
-use ast::{ITEM_KEYWORDS, Item, Module, Span};
+use ast::{ITEM_KEYWORDS, Ident, Item, Module, Span};
 use grammar::{RlParser, Rule};
 use lower::Lowerer;
 use pest::Parser;
@@ -28,6 +28,72 @@ pub struct Parsed {
     pub module: Module,
     pub comments: Vec<Comment>,
     pub diagnostics: Vec<Diagnostic>,
+    /// The items that a syntax error cut short, in source order: missing from `module`, but
+    /// what their first words say lets later passes stay silent about the names they declare.
+    pub broken: Vec<Broken>,
+    /// Indices in `module.items` of the items that parsed but hold an expression the lowering
+    /// refused (E01xx, read as a placeholder such as `0`): what they declare is unknown.
+    pub refused: Vec<usize>,
+}
+
+/// An item that a syntax error cut short, as far as its first words tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Broken {
+    /// The item keyword it starts with (`model`, `fn`, `place`, …; `pub` skipped), if any.
+    pub keyword: Option<&'static str>,
+    /// The name it declares (`policy` in `model policy = …`), when the text got that far; for
+    /// text that starts with no item keyword, its second word (`modle policy = …`).
+    pub name: Option<Ident>,
+    /// From its first word to where parsing resumed.
+    pub span: Span,
+}
+
+impl Broken {
+    /// Whether nothing tells which names it declared (an `import`, text without a name, a file
+    /// refused whole): every unknown name of its module may be one of them.
+    pub fn declares_unknown(&self) -> bool {
+        self.name.is_none() && self.keyword != Some("place")
+    }
+
+    /// Reads what the broken text `src[start..end]` starts with.
+    fn read(src: &str, start: usize, end: usize) -> Self {
+        let word = |at: usize| -> (usize, usize) {
+            let at = skip_blanks(src, at, end);
+            let len = src[at..end]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(end - at);
+            (at, at + len)
+        };
+        let (mut a, mut b) = word(start);
+        if &src[a..b] == "pub" {
+            (a, b) = word(b);
+        }
+        let first = &src[a..b];
+        let keyword = ITEM_KEYWORDS
+            .iter()
+            .copied()
+            .find(|k| *k == first && *k != "pub");
+        let (na, nb) = word(b);
+        let name = src[na..nb]
+            .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            .then(|| Ident {
+                name: src[na..nb].to_string(),
+                span: Span::new(na, nb),
+            })
+            .filter(|_| a < b && !matches!(keyword, Some("import" | "place")));
+        Broken {
+            keyword,
+            name,
+            span: Span::new(a, end.max(a)),
+        }
+    }
+}
+
+/// `at` moved past spaces and tabs on the same line (not past `end`).
+fn skip_blanks(src: &str, at: usize, end: usize) -> usize {
+    at + src[at..end]
+        .find(|c: char| c != ' ' && c != '\t')
+        .unwrap_or(end - at)
 }
 
 /// Brackets nested deeper than this are refused before parsing (E0120), so that no input can
@@ -42,6 +108,8 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
     let comments = trivia::comments(src);
     let mut diagnostics = Vec::new();
     let mut items = Vec::new();
+    let mut broken = Vec::new();
+    let mut refused = Vec::new();
 
     let mut text = Blanked::new(src);
     if let Some(at) = too_deep(&text.text) {
@@ -55,6 +123,11 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
             .primary_label("too deep")
             .help("split the expression with `let` bindings"),
         );
+        broken.push(Broken {
+            keyword: None,
+            name: None,
+            span: Span::new(0, src.len()),
+        });
         return Parsed {
             module: Module {
                 doc: None,
@@ -63,6 +136,8 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
             },
             comments,
             diagnostics,
+            broken,
+            refused,
         };
     }
 
@@ -77,6 +152,7 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
                     .next()
                     .expect("grammar: item_entry holds an item");
                 let end = pos + item_pair.as_span().end();
+                let before = diagnostics.len();
                 let mut lowerer = Lowerer {
                     file,
                     src,
@@ -85,7 +161,11 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
                     diagnostics: &mut diagnostics,
                     depth: Default::default(),
                 };
-                items.push(lowerer.item(item_pair));
+                let item = lowerer.item(item_pair);
+                if diagnostics[before..].iter().any(Diagnostic::is_error) {
+                    refused.push(items.len());
+                }
+                items.push(item);
                 pos = trivia::skip(src, end);
             }
             Err(_) => {
@@ -95,16 +175,26 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
                 // A complete item followed by something that starts no item: keep the item and
                 // report the stray text on its own.
                 let mut start = pos;
+                let before = diagnostics.len();
                 if let Some((item, end)) =
                     complete_item_ending_at(file, src, &text.text, pos, at, &mut diagnostics)
                 {
+                    if diagnostics[before..].iter().any(Diagnostic::is_error) {
+                        refused.push(items.len());
+                    }
                     items.push(item);
                     start = end;
                 }
                 diagnostics.push(syntax_error::diagnose(
                     file, src, start, at, &rules, &tokens,
                 ));
-                pos = resume_point(src, pos, at);
+                let resume = resume_point(src, pos, at);
+                broken.push(Broken::read(
+                    src,
+                    trivia::skip(src, start).min(resume),
+                    resume,
+                ));
+                pos = resume;
                 restart = true;
             }
         }
@@ -135,6 +225,8 @@ pub fn parse(file: FileId, src: &str) -> Parsed {
         },
         comments,
         diagnostics,
+        broken,
+        refused,
     }
 }
 

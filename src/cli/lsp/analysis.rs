@@ -64,9 +64,17 @@ impl Analysis {
         self.checked.modules.get(0).file
     }
 
+    /// Whether a syntax error cut short an item of a module this check read: the items that
+    /// parsed are checked, but the broken ones have no types (completion and hover then read
+    /// the last analysis without one). A document not checked counts as one.
     pub fn has_syntax_errors(&self) -> bool {
-        // The checker stops after syntax errors, leaving no types and an empty program.
-        self.checked.has_errors() && self.checked.types.is_empty()
+        self.unchecked.is_some()
+            || self
+                .checked
+                .modules
+                .modules
+                .iter()
+                .any(|m| m.is_incomplete())
     }
 
     /// The names of the user files this analysis read (std excluded).

@@ -10,7 +10,36 @@ mod waste;
 use crate::program::Program;
 use rlc_diagnostics::Diagnostic;
 
+/// What of the program a syntax error left out (the items it cut short are missing), in
+/// increasing order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Missing {
+    /// Every item parsed.
+    Nothing,
+    /// Only `fn`s or `struct`s: the configuration is whole, but the pipeline may lack role calls
+    /// (which only ever makes fewer demands), so only the waste lints, which read an unused
+    /// placement as a mistake, are left out.
+    Code,
+    /// A configuration item (`model`, `cluster`, `place`, `let`, `dataset`, `pipeline`, an
+    /// `import`, or text that starts no item): only the checks that judge each `place` line, role
+    /// call and schedule on its own run; those that need the whole program (every phase placed,
+    /// batches over every rank, memory and idle devices per device) would report what the
+    /// missing items would have declared.
+    Configuration,
+}
+
 pub fn run(program: &Program, diags: &mut Vec<Diagnostic>) {
+    run_with(program, Missing::Nothing, diags);
+}
+
+/// The checks that `missing` leaves meaningful (see [`Missing`]).
+pub fn run_with(program: &Program, missing: Missing, diags: &mut Vec<Diagnostic>) {
+    if missing == Missing::Configuration {
+        placement::arithmetic(program, diags);
+        algorithm::check(program, diags);
+        schedule::check(program, diags);
+        return;
+    }
     let before = diags.len();
     placement::check(program, diags);
     batch::check(program, diags);
@@ -21,7 +50,9 @@ pub fn run(program: &Program, diags: &mut Vec<Diagnostic>) {
         return;
     }
     memory::check(program, diags);
-    waste::check(program, diags);
+    if missing == Missing::Nothing {
+        waste::check(program, diags);
+    }
 }
 
 /// Divisors of `n` up to `max`, for help text (`1, 2, 4, 8`); the work is bounded by `max`,

@@ -42,6 +42,12 @@ pub(crate) fn and_list(items: &[String]) -> String {
 }
 
 pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
+    arithmetic(program, diags);
+    phases_placed(program, diags);
+}
+
+/// Each `place` line on its own: its devices, its layout's product and degrees.
+pub fn arithmetic(program: &Program, diags: &mut Vec<Diagnostic>) {
     let mut ranges = Vec::new();
     let mut products = Vec::new();
     let mut degrees = Vec::new();
@@ -99,7 +105,6 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
     for f in group(degrees) {
         diags.push(degree_error(program, &f));
     }
-    phases_placed(program, diags);
 }
 
 /// `dp(2) × tp(4)`, or `one replica`.

@@ -84,6 +84,8 @@ impl Evaluator<'_> {
                 self.used_imports.insert((module, ident.name.clone()));
                 self.binding_value(b)
             }
+            // Declared by an item a syntax error cut short: that error is the one mistake.
+            None if self.modules.get(module).is_poisoned(&ident.name) => Val::Error,
             None if builtins::lookup(&ident.name).is_some() => self.err(
                 Diagnostic::new(
                     Code::TypeMismatch,
@@ -152,6 +154,7 @@ impl Evaluator<'_> {
                         }
                         self.item_value(ItemRef { module: *m, index })
                     }
+                    None if module.is_poisoned(&name.name) => Val::Error,
                     None => {
                         let names: Vec<&str> = module.items.keys().map(String::as_str).collect();
                         let mut d = Diagnostic::new(Code::NoSuchItem, format!("`{}` has no item `{}`", module.name, name.name), frame.file, name.span)

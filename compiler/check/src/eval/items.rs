@@ -12,6 +12,10 @@ impl Evaluator<'_> {
             return v.clone();
         }
         let m = self.modules.get(r.module);
+        // An expression of it was refused by the parser (E01xx): its value is unknown.
+        if m.refused.contains(&r.index) {
+            return Val::Error;
+        }
         let item = m.item(r.index);
         if !self.in_progress.insert(r) {
             let name = item.name().unwrap();
@@ -794,6 +798,9 @@ impl Evaluator<'_> {
                             fields,
                         }));
                     }
+                }
+                if self.modules.get(module).is_poisoned(name) {
+                    return Val::Error;
                 }
                 let known = [
                     "f32", "bf16", "f16", "i32", "i64", "bool", "Tokens", "Mask", "Rollout",

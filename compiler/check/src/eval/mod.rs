@@ -327,6 +327,9 @@ impl<'m> Evaluator<'m> {
         for module in 0..self.modules.modules.len() {
             let m = self.modules.get(module);
             for (index, item) in m.ast.items.iter().enumerate() {
+                if m.refused.contains(&index) {
+                    continue;
+                }
                 let r = ItemRef { module, index };
                 match &item.kind {
                     ItemKind::Cluster(_)
@@ -344,7 +347,11 @@ impl<'m> Evaluator<'m> {
         // Placements need every model; the pipeline needs placements for nothing, but comes last
         // so that its diagnostics follow the configuration's.
         for module in 0..self.modules.modules.len() {
-            for (index, item) in self.modules.get(module).ast.items.iter().enumerate() {
+            let m = self.modules.get(module);
+            for (index, item) in m.ast.items.iter().enumerate() {
+                if m.refused.contains(&index) {
+                    continue;
+                }
                 match &item.kind {
                     ItemKind::Place(p) => self.place(module, index, p),
                     ItemKind::Pipeline(p) => {
@@ -365,7 +372,8 @@ impl<'m> Evaluator<'m> {
 
     fn unused_imports(&mut self) {
         for (id, m) in self.modules.modules.iter().enumerate() {
-            if m.is_std {
+            // An item a syntax error cut short may be what uses the import.
+            if m.is_std || m.is_incomplete() {
                 continue;
             }
             for import in &m.imports {
