@@ -41,6 +41,26 @@ pub struct Diagnostic {
     pub help: Option<String>,
     /// Extra lines shown after the labels (e.g. a memory breakdown table).
     pub notes: Vec<String>,
+    /// Machine-applicable fixes (editors offer them as quick fixes; `--format json` and SARIF
+    /// carry them for CI tools).
+    pub fixes: Vec<Fix>,
+}
+
+/// A fix the checker knows: applying every edit makes the mistake go away.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Fix {
+    /// What it does, as a command: "use `tp(2), dp(2)`".
+    pub message: String,
+    /// Non-overlapping replacements, in source order within each file.
+    pub edits: Vec<Edit>,
+}
+
+/// Replace the text at `span` of `file` by `text`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Edit {
+    pub file: FileId,
+    pub span: Span,
+    pub text: String,
 }
 
 impl Diagnostic {
@@ -58,7 +78,17 @@ impl Diagnostic {
             }],
             help: None,
             notes: Vec::new(),
+            fixes: Vec::new(),
         }
+    }
+
+    /// Adds a machine-applicable fix.
+    pub fn fix(mut self, message: impl Into<String>, edits: Vec<Edit>) -> Self {
+        self.fixes.push(Fix {
+            message: message.into(),
+            edits,
+        });
+        self
     }
 
     /// Sets the primary label's text.

@@ -10,5 +10,5 @@ mod files;
 pub mod render;
 
 pub use codes::{CODES, Code, CodeInfo};
-pub use diagnostic::{Diagnostic, Label, Severity};
+pub use diagnostic::{Diagnostic, Edit, Fix, Label, Severity};
 pub use files::{FileId, Files, LineCol, SourceFile, Span};

@@ -58,6 +58,7 @@ proptest! {
             }).collect(),
             help: Some("help".into()),
             notes: vec!["a\n  b".into()],
+            fixes: Vec::new(),
         };
         let diags = [diag.clone(), diag];
         for color in [false, true] {

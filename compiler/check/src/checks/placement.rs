@@ -7,7 +7,7 @@
 
 use super::divisors;
 use crate::program::*;
-use rlc_diagnostics::{Code, Diagnostic};
+use rlc_diagnostics::{Code, Diagnostic, Edit};
 
 /// One mistake and every `place` line that repeats it.
 struct Finding {
@@ -322,7 +322,68 @@ fn degree_error(program: &Program, f: &Finding) -> Diagnostic {
             places.len()
         ));
     }
+    if code == Code::HeadsTp
+        && let Some((message, edits)) = tp_fix(program, &places)
+    {
+        d = d.fix(message, edits);
+    }
     d.help(help)
+}
+
+/// For tp degrees that do not divide the heads: the largest tp that divides the degree and
+/// fits the heads, key/value heads and vocabulary, with data parallelism taking up the
+/// devices it frees (`tp(8)` on 8 devices of a 28-head model: `dp(2), tp(4)`).
+fn tp_fix(program: &Program, places: &[&Placement]) -> Option<(String, Vec<Edit>)> {
+    let mut edits: Vec<Edit> = Vec::new();
+    let mut message = String::new();
+    for p in places {
+        let l = &p.layout;
+        let tp = l.tp?;
+        let arch = program.models[p.model].arch.as_ref()?;
+        let t = tp.value;
+        let fits = |d: u64| {
+            t.is_multiple_of(d)
+                && arch.heads.is_multiple_of(d)
+                && (arch.kv_heads.is_multiple_of(d) || d.is_multiple_of(arch.kv_heads))
+                && arch.vocab.is_multiple_of(d)
+                && l.sp
+                    .is_none_or(|sp| arch.heads.is_multiple_of(d * sp.value))
+        };
+        let d = (1..t).rev().find(|&d| fits(d))?;
+        let k = t / d;
+        let mut edit = |span: Origin, text: String| {
+            if !edits
+                .iter()
+                .any(|e| e.file == span.file && e.span == span.span)
+            {
+                edits.push(Edit {
+                    file: span.file,
+                    span: span.span,
+                    text,
+                });
+            }
+        };
+        let layout = match l.dp {
+            Some(dp) => {
+                edit(dp.origin, format!("dp({})", dp.value * k));
+                edit(tp.origin, format!("tp({d})"));
+                format!("dp({}) and tp({d})", dp.value * k)
+            }
+            None => {
+                edit(tp.origin, format!("dp({k}), tp({d})"));
+                format!("dp({k}), tp({d})")
+            }
+        };
+        if message.is_empty() {
+            message = format!("use {layout}: tp({d}) divides the {} heads", arch.heads);
+        }
+    }
+    edits.sort_by_key(|e| (e.file, e.span.start));
+    // Two edits of one span, or overlapping ones, would not apply: no fix then.
+    let overlap = edits
+        .windows(2)
+        .any(|w| w[0].file == w[1].file && w[1].span.start < w[0].span.end);
+    (!edits.is_empty() && !overlap).then_some((message, edits))
 }
 
 /// Every operation the pipeline runs has somewhere to run.

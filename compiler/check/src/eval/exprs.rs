@@ -115,7 +115,14 @@ impl Evaluator<'_> {
                 if let Some(near) =
                     rlc_syntax::closest(&ident.name, names.iter().map(String::as_str), 2)
                 {
-                    d = d.help(format!("did you mean `{near}`?"));
+                    let edit = rlc_diagnostics::Edit {
+                        file: frame.file,
+                        span: ident.span,
+                        text: near.to_string(),
+                    };
+                    d = d
+                        .help(format!("did you mean `{near}`?"))
+                        .fix(format!("rename to `{near}`"), vec![edit]);
                 } else if ["True", "False"].contains(&ident.name.as_str()) {
                     d = d.help(format!("booleans are `{}`", ident.name.to_lowercase()));
                 }

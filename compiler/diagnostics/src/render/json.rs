@@ -69,6 +69,22 @@ struct JsonDiagnostic<'a> {
     labels: Vec<JsonLabel<'a>>,
     help: Option<&'a str>,
     notes: &'a [String],
+    /// Left out when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    fixes: Vec<JsonFix<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonFix<'a> {
+    message: &'a str,
+    edits: Vec<JsonEdit<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonEdit<'a> {
+    #[serde(flatten)]
+    at: Location<'a>,
+    text: &'a str,
 }
 
 /// One JSON object per diagnostic, each on its own line (JSON Lines), in the order given:
@@ -79,6 +95,10 @@ struct JsonDiagnostic<'a> {
 ///  "labels":[{"file":…,"range":…,"start":…,"end":…,"message":"…","primary":true}],
 ///  "help":null,"notes":[]}
 /// ```
+///
+/// A diagnostic with machine-applicable fixes also has `"fixes":[{"message":"…","edits":[{"file":…,
+/// "range":…,"start":…,"end":…,"text":"…"}]}]`: replacing each edit's range by its text applies
+/// the fix.
 ///
 /// (one line in the output). `file`, `range`, `start` and `end` are those of the primary label;
 /// ranges are byte offsets, lines and columns are 1-based and columns count characters.
@@ -106,6 +126,21 @@ pub fn json(diags: &[Diagnostic], files: &Files) -> String {
             labels,
             help: d.help.as_deref(),
             notes: &d.notes,
+            fixes: d
+                .fixes
+                .iter()
+                .map(|f| JsonFix {
+                    message: &f.message,
+                    edits: f
+                        .edits
+                        .iter()
+                        .map(|e| JsonEdit {
+                            at: Location::new(files, e.file, e.span),
+                            text: &e.text,
+                        })
+                        .collect(),
+                })
+                .collect(),
         };
         out.push_str(&serde_json::to_string(&value).expect("a diagnostic serialises"));
         out.push('\n');

@@ -76,6 +76,30 @@ struct SarifResult {
     related_locations: Vec<Location>,
     #[serde(skip_serializing_if = "Option::is_none")]
     properties: Option<Properties>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    fixes: Vec<SarifFix>,
+}
+
+/// SARIF's `fix`: a description and, per file, the regions to replace.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SarifFix {
+    description: Text,
+    artifact_changes: Vec<ArtifactChange>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ArtifactChange {
+    artifact_location: ArtifactLocation,
+    replacements: Vec<Replacement>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Replacement {
+    deleted_region: Region,
+    inserted_content: Text,
 }
 
 #[derive(Serialize)]
@@ -184,6 +208,40 @@ pub fn sarif(diags: &[Diagnostic], files: &Files) -> String {
                 help: d.help.clone(),
                 notes: d.notes.clone(),
             });
+            let fixes = d
+                .fixes
+                .iter()
+                .map(|f| {
+                    let mut artifact_changes: Vec<ArtifactChange> = Vec::new();
+                    for e in &f.edits {
+                        let Some(at) = physical(files, e.file, e.span) else {
+                            continue;
+                        };
+                        let replacement = Replacement {
+                            deleted_region: at.region,
+                            inserted_content: Text {
+                                text: e.text.clone(),
+                            },
+                        };
+                        match artifact_changes
+                            .iter_mut()
+                            .find(|c| c.artifact_location.uri == at.artifact_location.uri)
+                        {
+                            Some(c) => c.replacements.push(replacement),
+                            None => artifact_changes.push(ArtifactChange {
+                                artifact_location: at.artifact_location,
+                                replacements: vec![replacement],
+                            }),
+                        }
+                    }
+                    SarifFix {
+                        description: Text {
+                            text: f.message.clone(),
+                        },
+                        artifact_changes,
+                    }
+                })
+                .collect();
             SarifResult {
                 rule_id: d.code.info().id,
                 rule_index: used.binary_search(&d.code).unwrap_or_default(),
@@ -194,6 +252,7 @@ pub fn sarif(diags: &[Diagnostic], files: &Files) -> String {
                 locations,
                 related_locations,
                 properties,
+                fixes,
             }
         })
         .collect();
