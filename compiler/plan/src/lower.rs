@@ -93,14 +93,6 @@ fn phase_name(p: Phase) -> &'static str {
     p.as_str()
 }
 
-fn precision_name(p: prog::Precision) -> &'static str {
-    match p {
-        prog::Precision::F32 => "f32",
-        prog::Precision::Bf16 => "bf16",
-        prog::Precision::F16 => "f16",
-    }
-}
-
 fn count(v: Option<prog::Sourced<i64>>) -> Option<u64> {
     v.map(|s| s.value.max(0) as u64)
 }
@@ -419,7 +411,6 @@ impl<'a> Lowerer<'a> {
             return Err(self.errors);
         }
         self.levels();
-        let programs = self.programs();
         let world_size = self.clusters.last().map_or(0, |c| c.ranks.end());
         let program = self.program;
         let facts = program.pipeline.as_ref().expect("checked in new");
@@ -428,7 +419,11 @@ impl<'a> Lowerer<'a> {
             .iter()
             .map(|m| Role {
                 name: m.name.clone(),
-                kind: m.kind.as_str().to_string(),
+                kind: match m.kind {
+                    prog::RoleKind::CausalLM => RoleKind::CausalLM,
+                    prog::RoleKind::ValueModel => RoleKind::ValueModel,
+                    prog::RoleKind::RewardModel => RoleKind::RewardModel,
+                },
                 arch: m.arch.as_ref().map(|a| Arch {
                     preset: a.preset.clone(),
                     layers: a.layers,
@@ -439,11 +434,15 @@ impl<'a> Lowerer<'a> {
                     vocab: a.vocab,
                     max_len: a.max_len,
                     tie_embeddings: a.tie_embeddings,
-                    rope_theta: a.rope_theta,
-                    norm_eps: a.norm_eps,
+                    rope_theta: a.rope_theta(),
+                    norm_eps: a.norm_eps(),
                 }),
                 parameters: m.arch.as_ref().map(|a| memory::role_parameters(m.kind, a)),
-                precision: precision_name(m.precision).to_string(),
+                precision: match m.precision {
+                    prog::Precision::F32 => Precision::F32,
+                    prog::Precision::Bf16 => Precision::Bf16,
+                    prog::Precision::F16 => Precision::F16,
+                },
                 frozen: m.frozen,
                 recompute: m.recompute,
                 init: match &m.init {
@@ -466,22 +465,30 @@ impl<'a> Lowerer<'a> {
             })
             .collect();
         let datasets = datasets(program, &self.ops);
-        Ok(Plan {
+        let mut plan = Plan {
             version: PLAN_VERSION,
             pipeline: facts.name.clone(),
             steps: facts.steps.map(|s| s.max(0) as u64),
             world_size,
-            clusters: self.clusters,
+            clusters: self.clusters.clone(),
             roles,
             datasets,
-            instances: self.instances,
-            values: self.values,
-            ops: self.ops,
-            edges: self.edges,
-            programs,
-            carried: self.carried,
+            instances: self.instances.clone(),
+            values: self.values.clone(),
+            ops: self.ops.clone(),
+            edges: self.edges.clone(),
+            programs: Vec::new(),
+            carried: self.carried.clone(),
             sources: None,
-        })
+        };
+        // The ranks' order weighs ops by the cost model's durations (one second each when a
+        // cluster carries no device speed).
+        let all_cpu = plan.clusters.iter().all(|c| c.is_cpu);
+        let seconds =
+            crate::cost::PlanCosts::new(&plan, &crate::cost::CostParams::defaults(all_cpu))
+                .map_or_else(|_| vec![1.0; plan.ops.len()], |c| c.op_seconds);
+        plan.programs = self.programs(&seconds);
+        Ok(plan)
     }
 
     // ----------------------------------------------------------------------------------------
@@ -876,7 +883,8 @@ impl<'a> Lowerer<'a> {
             .iter()
             .find(|a| a.name.as_ref().is_some_and(|n| n.name == "split"))
             .and_then(|a| match &a.value.kind {
-                ExprKind::Str(s) => Some(s.value.clone()),
+                ExprKind::Str(s) if s.value == "test" => Some(DataSplit::Test),
+                ExprKind::Str(s) if s.value == "train" => Some(DataSplit::Train),
                 _ => None,
             });
         let ty = self.type_at(e.span).map_or_else(
@@ -890,7 +898,11 @@ impl<'a> Lowerer<'a> {
         let kind = OpKind::Sample {
             dataset: dataset.clone(),
             count,
-            form: Some(form.to_string()),
+            form: Some(if form == "preferences" {
+                SampleForm::Preferences
+            } else {
+                SampleForm::Demonstrations
+            }),
             split,
         };
         let id = self.push_op(
@@ -1701,10 +1713,138 @@ impl<'a> Lowerer<'a> {
     // ----------------------------------------------------------------------------------------
     // Per-rank programs and memory
 
-    fn programs(&self) -> Vec<RankProgram> {
+    /// The order the ranks run the step's ops in, one sequence for all (each rank runs its own
+    /// ops in this order, so ops that span ranks come in the same order on each of them): list
+    /// scheduling on the cost model's `seconds`. Ranks that run the same ops form one timeline;
+    /// again and again, the op that can start first (its dependencies done, its ranks free) is
+    /// placed, ties going to (1) an op that keeps the instances a shared device holds, (2) one
+    /// that spans several timelines (a transfer or weight sync that feeds other ranks: it costs
+    /// its sender little and lets the receiver start), (3) the longest remaining path to the end
+    /// of the step (the op's own time included), (4) the lower op id. So a rank sends what
+    /// another waits for before its own long, unrelated work. Deterministic: no clock, no hash.
+    fn schedule(&self, seconds: &[f64], world: u32) -> Vec<usize> {
+        let n = self.ops.len();
+        let mut timelines: BTreeMap<Vec<usize>, u32> = BTreeMap::new();
+        for rank in 0..world {
+            let mine: Vec<usize> = (0..n)
+                .filter(|&i| self.ops[i].ranks.contains(rank))
+                .collect();
+            timelines.entry(mine).or_insert(rank);
+        }
+        let mut lines_of: Vec<Vec<usize>> = vec![Vec::new(); n];
+        // The instances of each timeline's devices, when there are several (else none: nothing
+        // to keep).
+        let mut shared: Vec<BTreeSet<&str>> = Vec::new();
+        for (t, (mine, &rank)) in timelines.iter().enumerate() {
+            for &i in mine {
+                lines_of[i].push(t);
+            }
+            let here: BTreeSet<&str> = self
+                .instances
+                .iter()
+                .filter(|i| i.ranks.contains(rank))
+                .map(|i| i.id.as_str())
+                .collect();
+            shared.push(if here.len() > 1 {
+                here
+            } else {
+                BTreeSet::new()
+            });
+        }
+        let duration = |i: usize| {
+            if lines_of[i].is_empty() {
+                0.0
+            } else {
+                seconds.get(i).copied().unwrap_or(1.0)
+            }
+        };
+        // Dependencies come first (`levels` relies on it too), so one backward pass suffices.
+        let mut tail = vec![0.0f64; n];
+        for i in (0..n).rev() {
+            let after = (i + 1..n)
+                .filter(|&j| self.ops[j].deps.contains(&(i as u32)))
+                .map(|j| tail[j])
+                .fold(0.0, f64::max);
+            tail[i] = duration(i) + after;
+        }
+        let mut free = vec![0.0f64; timelines.len()];
+        let mut holds: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); timelines.len()];
+        let mut finish: Vec<Option<f64>> = vec![None; n];
+        let mut order = Vec::with_capacity(n);
+        while order.len() < n {
+            let mut best: Option<(f64, u8, bool, f64, usize)> = None;
+            for i in 0..n {
+                if finish[i].is_some() {
+                    continue;
+                }
+                let mut start = 0.0f64;
+                let mut ready = true;
+                for &d in &self.ops[i].deps {
+                    match finish.get(d as usize).copied().flatten() {
+                        Some(t) => start = start.max(t),
+                        None => ready = false,
+                    }
+                }
+                if !ready {
+                    continue;
+                }
+                let mut switch = 0u8;
+                for &t in &lines_of[i] {
+                    start = start.max(free[t]);
+                    let need: Vec<&str> = self.ops[i]
+                        .uses
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|u| shared[t].contains(u))
+                        .collect();
+                    if !need.is_empty() && !need.iter().all(|u| holds[t].contains(u)) {
+                        switch = 1;
+                    }
+                }
+                let key = (start, switch, lines_of[i].len() <= 1, -tail[i], i);
+                let better = best.is_none_or(|b| {
+                    key.0
+                        .total_cmp(&b.0)
+                        .then(key.1.cmp(&b.1))
+                        .then(key.2.cmp(&b.2))
+                        .then(key.3.total_cmp(&b.3))
+                        .then(key.4.cmp(&b.4))
+                        .is_lt()
+                });
+                if better {
+                    best = Some(key);
+                }
+            }
+            // Dependencies always point to earlier ops, so some op is always ready.
+            let Some((start, _, _, _, i)) = best else {
+                break;
+            };
+            let end = start + duration(i);
+            finish[i] = Some(end);
+            for &t in &lines_of[i] {
+                free[t] = end;
+                let need: BTreeSet<&str> = self.ops[i]
+                    .uses
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|u| shared[t].contains(u))
+                    .collect();
+                if !need.is_empty() {
+                    holds[t] = need;
+                }
+            }
+            order.push(i);
+        }
+        order
+    }
+
+    fn programs(&self, seconds: &[f64]) -> Vec<RankProgram> {
         let world = self.clusters.last().map_or(0, |c| c.ranks.end());
-        let mut order: Vec<&Op> = self.ops.iter().collect();
-        order.sort_by_key(|o| (o.level, o.id));
+        let order: Vec<&Op> = self
+            .schedule(seconds, world)
+            .into_iter()
+            .map(|i| &self.ops[i])
+            .collect();
         // Weights and training state per device of each instance.
         let sizes: BTreeMap<&str, (u64, u64)> = self
             .instances
@@ -1775,32 +1915,8 @@ impl<'a> Lowerer<'a> {
                             .map(|u| (u.clone(), level(u, want)))
                             .collect()
                     };
-                    // Level by level; within a level (no order between its ops), first what the
-                    // device already holds, then what needs nothing, then the rest by id: fewer switches.
-                    let mut pending: Vec<&Op> = ops.clone();
-                    while !pending.is_empty() {
-                        let lowest = pending.iter().map(|o| o.level).min().expect("not empty");
-                        let pick = pending
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, o)| o.level == lowest)
-                            .min_by_key(|(_, o)| {
-                                let need = need_of(o);
-                                let held = need
-                                    .iter()
-                                    .all(|(n, w)| resident.get(n).is_some_and(|c| c >= w));
-                                let rank = if need.is_empty() {
-                                    1
-                                } else if held {
-                                    0
-                                } else {
-                                    2
-                                };
-                                (rank, o.id)
-                            })
-                            .map(|(i, _)| i)
-                            .expect("an op of the lowest level");
-                        let op = pending.remove(pick);
+                    // In the schedule's order (which already prefers what the device holds).
+                    for op in ops.iter().copied() {
                         let need = need_of(op);
                         if share && !need.is_empty() {
                             for (r, _) in resident.clone() {
