@@ -772,8 +772,8 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                 vocab,
                 max_len,
                 tie_embeddings,
-                rope_theta: rope_theta.unwrap_or(program::Arch::DEFAULT_ROPE_THETA),
-                norm_eps: norm_eps.unwrap_or(program::Arch::DEFAULT_NORM_EPS),
+                rope_theta,
+                norm_eps,
             })))
         }
         Kind::Task => {

@@ -50,11 +50,8 @@ pub fn arch_of(text: &str) -> Result<Arch, String> {
         // Newer configs keep θ under `rope_parameters`, as the runtime's loader reads it.
         rope_theta: json["rope_parameters"]["rope_theta"]
             .as_f64()
-            .or_else(|| json["rope_theta"].as_f64())
-            .unwrap_or(Arch::DEFAULT_ROPE_THETA),
-        norm_eps: json["rms_norm_eps"]
-            .as_f64()
-            .unwrap_or(Arch::DEFAULT_NORM_EPS),
+            .or_else(|| json["rope_theta"].as_f64()),
+        norm_eps: json["rms_norm_eps"].as_f64(),
     })
 }
 
@@ -84,7 +81,8 @@ pub fn tokenizer_vocab(text: &str) -> Result<u64, String> {
 
 /// The sizes in which an `arch` written in the program differs from the one `config.json` gives:
 /// `(what, written, config)`. The runtime builds an `hf(…)` model from its config.json, so the
-/// checks must see that one, and a written θ or ε it would not use is a mistake too.
+/// checks must see that one, and a θ or ε written beside it that it would not use is a mistake
+/// too (one left out is no claim).
 pub fn differences(written: &Arch, config: &Arch) -> Vec<(&'static str, String, String)> {
     let sizes = [
         ("layers", written.layers, config.layers),
@@ -98,10 +96,11 @@ pub fn differences(written: &Arch, config: &Arch) -> Vec<(&'static str, String, 
     .filter(|(_, a, b)| a != b)
     .map(|(what, a, b)| (what, a.to_string(), b.to_string()));
     let numbers = [
-        ("rope_theta", written.rope_theta, config.rope_theta),
-        ("norm_eps", written.norm_eps, config.norm_eps),
+        ("rope_theta", written.rope_theta, config.rope_theta()),
+        ("norm_eps", written.norm_eps, config.norm_eps()),
     ]
     .into_iter()
+    .filter_map(|(what, a, b)| Some((what, a?, b)))
     .filter(|(_, a, b)| a != b)
     .map(|(what, a, b)| (what, a.to_string(), b.to_string()));
     sizes.chain(numbers).collect()
@@ -188,7 +187,7 @@ mod tests {
             ]
         );
         let other_theta = Arch {
-            rope_theta: 5e5,
+            rope_theta: Some(5e5),
             ..config.clone()
         };
         assert_eq!(

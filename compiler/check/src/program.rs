@@ -64,10 +64,10 @@ pub struct Arch {
     pub vocab: u64,
     pub max_len: u64,
     pub tie_embeddings: bool,
-    /// RoPE base θ (`rope_theta`, default [`Arch::DEFAULT_ROPE_THETA`]).
-    pub rope_theta: f64,
-    /// RMSNorm ε (`norm_eps`, default [`Arch::DEFAULT_NORM_EPS`]).
-    pub norm_eps: f64,
+    /// RoPE base θ as written (`rope_theta`); [`Arch::rope_theta`] resolves the default.
+    pub rope_theta: Option<f64>,
+    /// RMSNorm ε as written (`norm_eps`); [`Arch::norm_eps`] resolves the default.
+    pub norm_eps: Option<f64>,
 }
 
 impl Arch {
@@ -75,6 +75,16 @@ impl Arch {
     pub const DEFAULT_ROPE_THETA: f64 = 10_000.0;
     /// `arch(norm_eps:)` when not written: Llama's RMSNorm ε.
     pub const DEFAULT_NORM_EPS: f64 = 1e-5;
+
+    /// RoPE's base θ: as written, else [`Arch::DEFAULT_ROPE_THETA`].
+    pub fn rope_theta(&self) -> f64 {
+        self.rope_theta.unwrap_or(Self::DEFAULT_ROPE_THETA)
+    }
+
+    /// RMSNorm's ε: as written, else [`Arch::DEFAULT_NORM_EPS`].
+    pub fn norm_eps(&self) -> f64 {
+        self.norm_eps.unwrap_or(Self::DEFAULT_NORM_EPS)
+    }
 
     /// Parameter count of the decoder with an LM head (untied unless `tie_embeddings`):
     /// embeddings, per layer attention (q, k, v, o with grouped KV) + SwiGLU MLP + two norms,

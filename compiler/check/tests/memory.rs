@@ -60,8 +60,8 @@ fn llama7b() -> Arch {
         vocab: 32000,
         max_len: 4096,
         tie_embeddings: false,
-        rope_theta: Arch::DEFAULT_ROPE_THETA,
-        norm_eps: Arch::DEFAULT_NORM_EPS,
+        rope_theta: None,
+        norm_eps: None,
     }
 }
 
@@ -76,8 +76,8 @@ fn llama70b() -> Arch {
         vocab: 32000,
         max_len: 4096,
         tie_embeddings: false,
-        rope_theta: Arch::DEFAULT_ROPE_THETA,
-        norm_eps: Arch::DEFAULT_NORM_EPS,
+        rope_theta: None,
+        norm_eps: None,
     }
 }
 
@@ -92,8 +92,8 @@ fn small() -> Arch {
         vocab: 64,
         max_len: 64,
         tie_embeddings: false,
-        rope_theta: Arch::DEFAULT_ROPE_THETA,
-        norm_eps: Arch::DEFAULT_NORM_EPS,
+        rope_theta: None,
+        norm_eps: None,
     }
 }
 

@@ -62,11 +62,10 @@ fn build(plan: &Plan) -> Graph {
                 form,
                 ..
             } => {
-                let form = form.as_deref().unwrap_or("sample");
-                let what = match form {
-                    "demonstrations" => "demonstrations",
-                    "preferences" => "pairs",
-                    _ => "prompts",
+                let (form, what) = match form {
+                    Some(SampleForm::Demonstrations) => ("demonstrations", "demonstrations"),
+                    Some(SampleForm::Preferences) => ("preferences", "pairs"),
+                    None => ("sample", "prompts"),
                 };
                 (
                     format!("{form} {dataset}"),

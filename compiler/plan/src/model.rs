@@ -265,17 +265,100 @@ impl TaskKind {
     }
 }
 
+/// What a role's model computes: next-token logits, a value per token, or a score per sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RoleKind {
+    CausalLM,
+    ValueModel,
+    RewardModel,
+}
+
+impl RoleKind {
+    /// The name a `model` item's kind is written with.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleKind::CausalLM => "CausalLM",
+            RoleKind::ValueModel => "ValueModel",
+            RoleKind::RewardModel => "RewardModel",
+        }
+    }
+}
+
+impl fmt::Display for RoleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The element type of a role's weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Precision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        }
+    }
+
+    /// Bytes per weight.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Precision::F32 => 4,
+            Precision::Bf16 | Precision::F16 => 2,
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a supervised `sample` op draws instead of prompts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SampleForm {
+    /// `task.demonstrations(n)`: `n` teacher-forced answers.
+    Demonstrations,
+    /// `task.preferences(n)`: `n` pairs, chosen and rejected, in `2·n` rows.
+    Preferences,
+}
+
+impl SampleForm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SampleForm::Demonstrations => "demonstrations",
+            SampleForm::Preferences => "preferences",
+        }
+    }
+}
+
+/// The prompts a supervised form draws from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataSplit {
+    Train,
+    Test,
+}
+
 /// A model role: its architecture and how it trains.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Role {
     pub name: String,
-    /// `CausalLM`, `ValueModel` or `RewardModel`.
-    pub kind: String,
+    pub kind: RoleKind,
     pub arch: Option<Arch>,
     pub parameters: Option<u64>,
-    /// `f32`, `bf16`, `f16`.
-    pub precision: String,
+    pub precision: Precision,
     pub frozen: bool,
     pub recompute: bool,
     pub init: Init,
@@ -830,10 +913,10 @@ pub enum OpKind {
         /// `demonstrations` or `preferences`: a teacher-forced rollout of the task's answers
         /// (`count` demonstrations, or `count` pairs in `2·count` rows) instead of prompts.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        form: Option<String>,
-        /// The prompts a supervised form draws from: `train` (the default) or `test`.
+        form: Option<SampleForm>,
+        /// The prompts a supervised form draws from (`train` when not written).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        split: Option<String>,
+        split: Option<DataSplit>,
     },
     Generate {
         role: String,

@@ -177,13 +177,76 @@ pub fn load(text: &str) -> Result<Plan, Vec<PlanError>> {
             )]);
         }
     }
-    let plan: Plan = serde_json::from_value(raw)
-        .map_err(|e| vec![err(PlanCode::Malformed, "", format!("not a plan: {e}"))])?;
+    let plan: Plan = match serde_json::from_value(raw.clone()) {
+        Ok(plan) => plan,
+        Err(e) => {
+            let (path, message) =
+                schema_error_at(&raw).unwrap_or_else(|| (String::new(), e.to_string()));
+            return Err(vec![err(
+                PlanCode::Malformed,
+                path,
+                format!("not a plan: {message}"),
+            )]);
+        }
+    };
     let errors = validate(&plan);
     if errors.is_empty() {
         Ok(plan)
     } else {
         Err(errors)
+    }
+}
+
+/// Where a plan that does not deserialise goes wrong: the first element of a list that does not
+/// deserialise as its type, narrowed to the field holding the offending string when serde names
+/// one (an unknown variant such as `"precision": "f8"`, a string where a number belongs).
+fn schema_error_at(raw: &serde_json::Value) -> Option<(String, String)> {
+    fn first_bad<T: serde::de::DeserializeOwned>(
+        raw: &serde_json::Value,
+        key: &str,
+    ) -> Option<(String, serde_json::Value, String)> {
+        raw.get(key)?
+            .as_array()?
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| {
+                serde_json::from_value::<T>(v.clone())
+                    .err()
+                    .map(|e| (format!("/{key}/{i}"), v.clone(), e.to_string()))
+            })
+    }
+    use crate::model::*;
+    let (path, element, message) = first_bad::<Cluster>(raw, "clusters")
+        .or_else(|| first_bad::<Role>(raw, "roles"))
+        .or_else(|| first_bad::<Dataset>(raw, "datasets"))
+        .or_else(|| first_bad::<Instance>(raw, "instances"))
+        .or_else(|| first_bad::<Value>(raw, "values"))
+        .or_else(|| first_bad::<Op>(raw, "ops"))
+        .or_else(|| first_bad::<Edge>(raw, "edges"))
+        .or_else(|| first_bad::<RankProgram>(raw, "programs"))
+        .or_else(|| first_bad::<Carried>(raw, "carried"))?;
+    let quoted = ["unknown variant `", "invalid type: string \""]
+        .iter()
+        .find_map(|start| {
+            let rest = &message[message.find(start)? + start.len()..];
+            Some(rest[..rest.find(['`', '"'])?].to_string())
+        });
+    let inner = quoted.and_then(|text| string_at(&element, &text, String::new()));
+    Some((format!("{path}{}", inner.unwrap_or_default()), message))
+}
+
+/// The path of the first string equal to `text` inside `v`.
+fn string_at(v: &serde_json::Value, text: &str, at: String) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) if s == text => Some(at),
+        serde_json::Value::Object(map) => map
+            .iter()
+            .find_map(|(k, x)| string_at(x, text, format!("{at}/{k}"))),
+        serde_json::Value::Array(list) => list
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| string_at(x, text, format!("{at}/{i}"))),
+        _ => None,
     }
 }
 
@@ -433,6 +496,15 @@ pub fn validate(plan: &Plan) -> Vec<PlanError> {
         }
         if let Some(role) = op.kind.role() {
             role_ref(&mut out, format!("{path}/kind/role"), role);
+        }
+        if let OpKind::Sample { dataset, .. } = &op.kind
+            && plan.dataset(dataset).is_none()
+        {
+            out.push(err(
+                PlanCode::DanglingReference,
+                format!("{path}/kind/dataset"),
+                format!("no dataset `{dataset}` in `datasets`"),
+            ));
         }
         match &op.kind {
             OpKind::Transfer {

@@ -185,12 +185,37 @@ fn sampling_settings_out_of_range() {
         });
         only(&errors, "P0007", &format!("/ops/{at}/kind/{field}"), field);
     }
-    let errors = edited(GRPO, |j| j["roles"][0]["precision"] = json!("f8"));
-    only(&errors, "P0007", "/roles/0/precision", "precision");
-    let errors = edited(GRPO, |j| j["roles"][0]["kind"] = json!("Decoder"));
-    only(&errors, "P0007", "/roles/0/kind", "kind");
+    // Closed sets are enums: a value outside one fails when the plan is read, at its field.
+    for (field, value, expected) in [
+        ("precision", "f8", "`f32`, `bf16`, `f16`"),
+        ("kind", "Decoder", "`CausalLM`, `ValueModel`, `RewardModel`"),
+    ] {
+        let errors = edited(GRPO, |j| j["roles"][0][field] = json!(value));
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!(errors[0].code.as_str(), "P0004", "{}", errors[0]);
+        assert_eq!(errors[0].path, format!("/roles/0/{field}"), "{}", errors[0]);
+        assert!(errors[0].message.contains(expected), "{}", errors[0]);
+    }
     let errors = edited(GRPO, |j| j["roles"][0]["optimizer"]["lr"] = json!(-0.001));
     only(&errors, "P0007", "/roles/0/optimizer/lr", "lr");
+    for (field, value) in [
+        ("beta1", json!(1.0)),
+        ("beta2", json!(-0.1)),
+        ("eps", json!(0.0)),
+        ("min_lr_ratio", json!(1.5)),
+    ] {
+        let errors = edited(GRPO, |j| j["roles"][0]["optimizer"][field] = value);
+        only(
+            &errors,
+            "P0007",
+            &format!("/roles/0/optimizer/{field}"),
+            field,
+        );
+    }
+    for field in ["rope_theta", "norm_eps"] {
+        let errors = edited(GRPO, |j| j["roles"][0]["arch"][field] = json!(0.0));
+        only(&errors, "P0007", &format!("/roles/0/arch/{field}"), field);
+    }
     // Clipping to a norm of 0 zeroes every gradient; the update's own copy is checked too.
     let mut at = 0;
     let errors = edited(GRPO, |j| {

@@ -41,7 +41,7 @@ use std::time::Instant;
 
 use rlc_check::modules::Modules;
 use rlc_plan::Plan;
-use rlc_plan::model::OpKind;
+use rlc_plan::model::{OpKind, Precision};
 
 use crate::collectives::{ProcessWorld, split};
 use crate::device::{DeviceRequest, rank_device, wants_cuda};
@@ -337,7 +337,7 @@ fn rank_devices(
 /// Refuses what this runtime does not execute, before any work.
 fn supported(plan: &Plan) -> Result<()> {
     for role in &plan.roles {
-        if role.precision != "f32" {
+        if role.precision != Precision::F32 {
             return Err(RunError::Unsupported(format!(
                 "`{}` is declared with `precision = {}`; `rlc run` keeps weights, gradients and \
                  optimizer state in f32 (lower precisions are for the checker's and planner's \

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use rlc_plan::Plan;
-use rlc_plan::model::{Init, Role};
+use rlc_plan::model::{Init, Role, RoleKind};
 use tch::{Device, Tensor, nn};
 
 use super::error::{Result, RunError};
@@ -77,7 +77,7 @@ impl<'c> RoleState<'c> {
         let role = plan
             .role(name)
             .ok_or_else(|| RunError::Plan(format!("no role `{name}`")))?;
-        let heads = heads_of(role)?;
+        let heads = heads_of(role);
         let (whole_vs, whole) = initial_weights(plan, role, heads, source_dir, device, 0)?;
         let shapes = whole_vs
             .variables()
@@ -489,13 +489,12 @@ fn moment_of(name: &str) -> &str {
         .unwrap_or(name)
 }
 
-fn heads_of(role: &Role) -> Result<Heads> {
-    Ok(match role.kind.as_str() {
-        "CausalLM" => Heads::POLICY,
-        "ValueModel" => Heads::CRITIC,
-        "RewardModel" => Heads::REWARD,
-        other => return Err(RunError::Unsupported(format!("model kind `{other}`"))),
-    })
+fn heads_of(role: &Role) -> Heads {
+    match role.kind {
+        RoleKind::CausalLM => Heads::POLICY,
+        RoleKind::ValueModel => Heads::CRITIC,
+        RoleKind::RewardModel => Heads::REWARD,
+    }
 }
 
 /// The role's weights before training: seeded random, a copy of another role's initial

@@ -1,5 +1,6 @@
 //! `generate` on a rank's prompts, and the model calls that read a rollout.
 
+use rlc_plan::model::RoleKind;
 use tch::{Device, Kind, Tensor};
 
 use super::error::{Result, RunError};
@@ -113,11 +114,11 @@ pub enum Output {
 
 impl Output {
     /// The output an `update` of a role of model kind `kind` trains.
-    pub fn of_kind(kind: Option<&str>) -> Output {
+    pub fn of_kind(kind: RoleKind) -> Output {
         match kind {
-            Some("ValueModel") => Output::Values,
-            Some("RewardModel") => Output::Scores,
-            _ => Output::Logprobs,
+            RoleKind::ValueModel => Output::Values,
+            RoleKind::RewardModel => Output::Scores,
+            RoleKind::CausalLM => Output::Logprobs,
         }
     }
 }

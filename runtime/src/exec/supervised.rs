@@ -7,7 +7,7 @@
 //! the test split draws the same `n` items every step (a fixed held-out set). A pair takes rows
 //! `2i` (chosen) and `2i + 1` (rejected) and the group id `i`.
 
-use rlc_plan::model::{Op, OpKind};
+use rlc_plan::model::{DataSplit, Op, OpKind, SampleForm};
 use tch::{Device, Kind, Tensor};
 
 use super::error::{Result, RunError};
@@ -31,16 +31,17 @@ impl Rank<'_> {
         let total = count.ok_or_else(|| {
             RunError::Unsupported(format!("drawing an unknown count from `{dataset}`"))
         })?;
-        let split = match split.as_deref() {
-            None => Split::Train,
-            Some(name) => Split::parse(name)
-                .ok_or_else(|| RunError::Plan(format!("unknown split `{name}`")))?,
+        let split = match split {
+            None | Some(DataSplit::Train) => Split::Train,
+            Some(DataSplit::Test) => Split::Test,
         };
+        let form = *form;
         let task = match self.samplers().get(dataset).map(|s| s.source()) {
             Some(Source::Task(task)) => task.clone(),
             Some(_) => {
                 return Err(RunError::Unsupported(format!(
-                    "`{dataset}.{form}`: supervised data needs a task's reference answers"
+                    "`{dataset}.{}`: supervised data needs a task's reference answers",
+                    form.as_str()
                 )));
             }
             None => return Err(RunError::Plan(format!("no dataset `{dataset}`"))),
@@ -48,7 +49,8 @@ impl Rank<'_> {
         let (index, parts) = self.data_rank(op)?;
         if !total.is_multiple_of(u64::from(parts)) {
             return Err(RunError::Unsupported(format!(
-                "`{dataset}.{form}({total})` does not split over {parts} data ranks"
+                "`{dataset}.{}({total})` does not split over {parts} data ranks",
+                form.as_str()
             )));
         }
         let share = total / u64::from(parts);
@@ -65,12 +67,12 @@ impl Rank<'_> {
         let mut chosen = Vec::new();
         for i in first..first + share {
             let (sample, mut rng) = supervised::draw(&task, self.seed(), base + i, split);
-            match form.as_str() {
-                "demonstrations" => {
+            match form {
+                SampleForm::Demonstrations => {
                     responses.push(sample.target.clone());
                     groups.push(i as i64);
                 }
-                "preferences" => {
+                SampleForm::Preferences => {
                     let rejected = supervised::corrupt(&sample.target, &mut rng);
                     responses.push(sample.target.clone());
                     responses.push(rejected);
@@ -79,15 +81,12 @@ impl Rank<'_> {
                     groups.extend([i as i64, i as i64]);
                     chosen.extend([true, false]);
                 }
-                other => {
-                    return Err(RunError::Plan(format!("unknown sample form `{other}`")));
-                }
             }
             prompts.push(sample.prompt);
             targets.push(sample.target);
         }
         let mut rollout = teacher_forced(&prompts, &responses, &targets, &groups, width)?;
-        if form == "preferences" {
+        if form == SampleForm::Preferences {
             rollout
                 .fields
                 .push(("chosen".into(), Tensor::from_slice(&chosen)));

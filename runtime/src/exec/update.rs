@@ -10,7 +10,7 @@
 //! size; the loss is evaluated per micro-batch. One rank with two micro-batches therefore
 //! computes exactly what two data ranks with one each do.
 
-use rlc_plan::model::{Op, OpKind};
+use rlc_plan::model::{Op, OpKind, RoleKind};
 use tch::{Kind, Tensor};
 
 use super::error::{Result, RunError};
@@ -71,8 +71,8 @@ impl Rank<'_> {
             .remove(role)
             .ok_or_else(|| RunError::Plan(format!("rank {} does not hold `{role}`", self.rank)))?;
         let result = (|| {
-            let kind = self.job.plan.role(role).map(|r| r.kind.clone());
-            let what = Output::of_kind(kind.as_deref());
+            let kind = self.job.plan.role(role).map(|r| r.kind);
+            let what = Output::of_kind(kind.unwrap_or(RoleKind::CausalLM));
             if state.training.is_none() {
                 return Err(RunError::Plan(format!(
                     "`{role}` is updated but has no optimizer"

@@ -35,10 +35,7 @@ impl RoleShape {
             hidden: arch.hidden as f64,
             heads: arch.heads.max(1) as f64,
             kv_heads: arch.kv_heads.max(1) as f64,
-            bytes: match role.precision.as_str() {
-                "f32" => 4.0,
-                _ => 2.0,
-            },
+            bytes: role.precision.bytes() as f64,
             trainable: !role.frozen && role.optimizer.is_some(),
             recompute: role.recompute,
         })

@@ -401,9 +401,9 @@ mod tests {
     /// lasting 2 s, on one rank.
     fn plan(every: u64) -> (Plan, PlanCosts) {
         let text = format!(
-            r#"{{"version":1,"pipeline":"p","steps":null,"world_size":1,
+            r#"{{"version":2,"pipeline":"p","steps":null,"world_size":1,
 "clusters":[{{"name":"c","ranks":"0","nodes":1,"devices_per_node":1,"device":"cpu","is_cpu":true,"memory":1,"intra_bandwidth":1.0,"inter_bandwidth":1.0,"flops":1.0,"memory_bandwidth":1.0}}],
-"roles":[],"instances":[],"values":[],
+"roles":[],"datasets":[],"instances":[],"values":[],
 "ops":[{{"id":0,"label":"log","kind":{{"op":"log","fields":[]}},"instance":null,"ranks":"0","uses":[],"inputs":[],"outputs":[],"deps":[],"level":0,"every":null}},
 {{"id":1,"label":"save","kind":{{"op":"log","fields":[]}},"instance":null,"ranks":"0","uses":[],"inputs":[],"outputs":[],"deps":[0],"level":1,"every":{every}}}],
 "edges":[],

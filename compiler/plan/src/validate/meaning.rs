@@ -84,14 +84,6 @@ struct RoleSize {
     arch: String,
 }
 
-fn precision_bytes(precision: &str) -> Option<u64> {
-    match precision {
-        "f32" => Some(4),
-        "bf16" | "f16" => Some(2),
-        _ => None,
-    }
-}
-
 /// The arch's sizes in the order the plan writes them.
 fn arch_sizes(a: &Arch) -> [(&'static str, u64); 7] {
     [
@@ -108,8 +100,8 @@ fn arch_sizes(a: &Arch) -> [(&'static str, u64); 7] {
 /// The parameter count of a decoder of kind `kind` (`ValueModel` and `RewardModel`: tied
 /// embeddings and a scalar head), as the compiler counts it (`rlc_check`'s `role_parameters`);
 /// `None` when it does not fit in 64 bits. `heads` must not be 0.
-fn parameters(kind: &str, a: &Arch) -> Option<u64> {
-    let causal = kind == "CausalLM";
+fn parameters(kind: RoleKind, a: &Arch) -> Option<u64> {
+    let causal = kind == RoleKind::CausalLM;
     let h = a.hidden;
     let head_dim = h / a.heads;
     let kv = a.kv_heads.checked_mul(head_dim)?;
@@ -136,28 +128,6 @@ fn parameters(kind: &str, a: &Arch) -> Option<u64> {
 /// Checks role `i`; returns its weights' size when its arch is sound.
 fn role(i: usize, r: &Role, out: &mut Vec<PlanError>) -> Option<RoleSize> {
     let path = format!("/roles/{i}");
-    let kind_ok = matches!(r.kind.as_str(), "CausalLM" | "ValueModel" | "RewardModel");
-    if !kind_ok {
-        out.push(err(
-            PlanCode::OutOfRange,
-            format!("{path}/kind"),
-            format!(
-                "`kind` `{}` of `{}` is not `CausalLM`, `ValueModel` or `RewardModel`",
-                r.kind, r.name
-            ),
-        ));
-    }
-    let bytes_per = precision_bytes(&r.precision);
-    if bytes_per.is_none() {
-        out.push(err(
-            PlanCode::OutOfRange,
-            format!("{path}/precision"),
-            format!(
-                "`precision` `{}` of `{}` is not `f32`, `bf16` or `f16`",
-                r.precision, r.name
-            ),
-        ));
-    }
     if let Some(o) = &r.optimizer {
         optimizer(&format!("{path}/optimizer"), o, out);
     }
@@ -191,6 +161,15 @@ fn role(i: usize, r: &Role, out: &mut Vec<PlanError>) -> Option<RoleSize> {
             sound = false;
         }
     }
+    for (field, v) in [("rope_theta", a.rope_theta), ("norm_eps", a.norm_eps)] {
+        if !(v.is_finite() && v > 0.0) {
+            out.push(err(
+                PlanCode::OutOfRange,
+                format!("{path}/arch/{field}"),
+                format!("`{field}` {v} of `{}` is not above 0", r.name),
+            ));
+        }
+    }
     if !sound {
         return None;
     }
@@ -216,10 +195,10 @@ fn role(i: usize, r: &Role, out: &mut Vec<PlanError>) -> Option<RoleSize> {
         ));
         sound = false;
     }
-    if !sound || !kind_ok {
+    if !sound {
         return None;
     }
-    let Some(count) = parameters(&r.kind, a) else {
+    let Some(count) = parameters(r.kind, a) else {
         out.push(err(
             PlanCode::TooLarge,
             format!("{path}/arch"),
@@ -242,7 +221,7 @@ fn role(i: usize, r: &Role, out: &mut Vec<PlanError>) -> Option<RoleSize> {
             ),
         ));
     }
-    let bytes_per = bytes_per?;
+    let bytes_per = r.precision.bytes();
     let Some(bytes) = count.checked_mul(bytes_per) else {
         out.push(err(
             PlanCode::TooLarge,
@@ -297,6 +276,28 @@ fn optimizer(path: &str, o: &Optimizer, out: &mut Vec<PlanError>) {
             format!("{path}/clip"),
             format!("`clip` {} of `{}` is not above 0", o.clip, o.name),
         ));
+    }
+    // The ranges `adamw(…)` admits: a β of 1 never forgets, an ε of 0 divides by zero.
+    let below_one = |v: f64| (0.0..1.0).contains(&v);
+    let ranges = [
+        ("beta1", o.beta1, below_one(o.beta1), "in [0, 1)"),
+        ("beta2", o.beta2, below_one(o.beta2), "in [0, 1)"),
+        ("eps", o.eps, o.eps > 0.0, "above 0"),
+        (
+            "min_lr_ratio",
+            o.min_lr_ratio,
+            (0.0..=1.0).contains(&o.min_lr_ratio),
+            "in [0, 1]",
+        ),
+    ];
+    for (field, v, admitted, range) in ranges {
+        if !(v.is_finite() && admitted) {
+            out.push(err(
+                PlanCode::OutOfRange,
+                format!("{path}/{field}"),
+                format!("`{field}` {v} of `{}` is not {range}", o.name),
+            ));
+        }
     }
 }
 
@@ -455,33 +456,12 @@ fn operation(plan: &Plan, i: usize, op: &Op, sizes: &[Option<RoleSize>], out: &m
         true
     };
     match &op.kind {
-        OpKind::Sample {
-            count, form, split, ..
-        } => {
+        OpKind::Sample { count, form, .. } => {
             let ok = counts(out, &[("count", *count)]);
-            let pairs = match form.as_deref() {
-                None | Some("demonstrations") => 1,
-                Some("preferences") => 2,
-                Some(other) => {
-                    out.push(err(
-                        PlanCode::OutOfRange,
-                        format!("{kind}/form"),
-                        format!(
-                            "`form` `{other}` of `{label}` is not `demonstrations` or `preferences`"
-                        ),
-                    ));
-                    return;
-                }
+            let pairs = match form {
+                None | Some(SampleForm::Demonstrations) => 1,
+                Some(SampleForm::Preferences) => 2,
             };
-            if let Some(s) = split.as_deref()
-                && !matches!(s, "train" | "test")
-            {
-                out.push(err(
-                    PlanCode::OutOfRange,
-                    format!("{kind}/split"),
-                    format!("`split` `{s}` of `{label}` is not `train` or `test`"),
-                ));
-            }
             let Some(count) = count.filter(|_| ok) else {
                 return;
             };
@@ -703,7 +683,7 @@ fn generation_memory(
     let (Some(size), Some(arch), Some(bytes)) = (
         sizes[r].as_ref(),
         plan.roles[r].arch.as_ref(),
-        precision_bytes(&plan.roles[r].precision),
+        Some(plan.roles[r].precision.bytes()),
     ) else {
         return;
     };

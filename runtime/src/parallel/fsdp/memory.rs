@@ -151,8 +151,8 @@ pub fn checker_estimate(
         vocab: count(config.vocab),
         max_len: count(config.max_len),
         tie_embeddings: config.tie_embeddings,
-        rope_theta: config.rope_theta,
-        norm_eps: config.norm_eps,
+        rope_theta: Some(config.rope_theta),
+        norm_eps: Some(config.norm_eps),
     };
     let model = Model {
         name: "policy".into(),
