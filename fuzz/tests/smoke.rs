@@ -83,10 +83,9 @@ fn each_kind_of_failure_is_caught_and_classified() {
 }
 
 /// The campaign's findings, minimized (`fuzz/regressions/`), each run once as a program: none
-/// may fail. `build_huge_cluster.rl`: `rlc build` of a 10 000 000-node cluster does not finish
-/// (lowering does work per device); ignored until that is fixed outside this crate.
+/// may fail. `build_huge_cluster.rl`: `rlc build` of a 10 000 000-node cluster (lowering did work
+/// per device; it now works per run of alike ranks).
 #[test]
-#[ignore = "rlc build of a 10 000 000-node cluster does not finish yet (docs/fuzzing.md)"]
 fn regressions_run_cleanly() {
     let dir = workspace().join("fuzz/regressions");
     let mut args = vec![

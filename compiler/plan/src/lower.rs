@@ -1725,7 +1725,7 @@ impl<'a> Lowerer<'a> {
     fn schedule(&self, seconds: &[f64], world: u32) -> Vec<usize> {
         let n = self.ops.len();
         let mut timelines: BTreeMap<Vec<usize>, u32> = BTreeMap::new();
-        for rank in 0..world {
+        for (rank, _) in self.uniform_ranks(world) {
             let mine: Vec<usize> = (0..n)
                 .filter(|&i| self.ops[i].ranks.contains(rank))
                 .collect();
@@ -1838,6 +1838,26 @@ impl<'a> Lowerer<'a> {
         order
     }
 
+    /// The ranks `0..world` cut where any op's, instance's or cluster's ranks start or end:
+    /// `(first, end)` runs whose ranks all run the same ops on the same instances of the same
+    /// cluster, so per-rank work is per run (a cluster of millions of idle devices is one run).
+    fn uniform_ranks(&self, world: u32) -> Vec<(u32, u32)> {
+        let sets = self
+            .ops
+            .iter()
+            .map(|o| &o.ranks)
+            .chain(self.instances.iter().map(|i| &i.ranks))
+            .chain(self.clusters.iter().map(|c| &c.ranks));
+        let mut cuts: BTreeSet<u32> = [0, world].into();
+        for set in sets {
+            for &(a, b) in set.ranges() {
+                cuts.extend([a.min(world), b.min(world)]);
+            }
+        }
+        let cuts: Vec<u32> = cuts.into_iter().collect();
+        cuts.windows(2).map(|w| (w[0], w[1])).collect()
+    }
+
     fn programs(&self, seconds: &[f64]) -> Vec<RankProgram> {
         let world = self.clusters.last().map_or(0, |c| c.ranks.end());
         let order: Vec<&Op> = self
@@ -1873,8 +1893,8 @@ impl<'a> Lowerer<'a> {
             }
         };
         type Key = (Vec<(String, Part)>, Vec<Step>, u64, u64, bool);
-        let mut grouped: BTreeMap<Key, Vec<u32>> = BTreeMap::new();
-        for rank in 0..world {
+        let mut grouped: BTreeMap<Key, Vec<(u32, u32)>> = BTreeMap::new();
+        for (rank, end) in self.uniform_ranks(world) {
             let ops: Vec<&Op> = order
                 .iter()
                 .copied()
@@ -1999,13 +2019,13 @@ impl<'a> Lowerer<'a> {
                     lower_bound,
                 ))
                 .or_default()
-                .push(rank);
+                .push((rank, end));
         }
         let mut programs: Vec<RankProgram> = grouped
             .into_iter()
             .map(
                 |((resident, steps, peak, capacity, lower_bound), ranks)| RankProgram {
-                    ranks: RankSet::from_ranks(ranks),
+                    ranks: RankSet::from_ranges(ranks),
                     resident: resident.into_iter().collect(),
                     steps,
                     peak,
