@@ -180,9 +180,8 @@ const PAIRS: (&str, &str) = (
 const OTHER_MODEL: &str = "model reference: CausalLM = frozen(policy)";
 
 fn cases() -> Vec<Case> {
-    let arch = |param, to, observe, expected| {
-        case("arch", param, "max_len: 16)", to, observe, expected)
-    };
+    let arch =
+        |param, to, observe, expected| case("arch", param, "max_len: 16)", to, observe, expected);
     let adamw = |param, to, observe, expected| {
         case("adamw", param, "adamw(lr: 1e-2)", to, observe, expected)
     };
@@ -195,30 +194,158 @@ fn cases() -> Vec<Case> {
     };
     vec![
         // A model's architecture: the random init's model configuration.
-        case("arch", "layers", "layers: 1", "layers: 3", |r| model(r).layers.to_string(), "3"),
-        case("arch", "hidden", "hidden: 32", "hidden: 48", |r| model(r).hidden.to_string(), "48"),
-        case("arch", "heads", "heads: 2", "heads: 4", |r| model(r).heads.to_string(), "4"),
-        arch("kv_heads", "max_len: 16, kv_heads: 1)", |r| model(r).kv_heads.to_string(), "1"),
-        arch("ffn", "max_len: 16, ffn: 40)", |r| model(r).ffn.to_string(), "40"),
-        case("arch", "vocab", "vocab: 16", "vocab: 20", |r| model(r).vocab.to_string(), "20"),
-        case("arch", "max_len", "max_len: 16", "max_len: 24", |r| model(r).max_len.to_string(), "24"),
-        arch("rope_theta", "max_len: 16, rope_theta: 500000.0)", |r| model(r).rope_theta.to_string(), "500000"),
-        arch("tie_embeddings", "max_len: 16, tie_embeddings: true)", |r| model(r).tie_embeddings.to_string(), "true"),
-        arch("norm_eps", "max_len: 16, norm_eps: 1e-6)", |r| model(r).norm_eps.to_string(), "0.000001"),
+        case(
+            "arch",
+            "layers",
+            "layers: 1",
+            "layers: 3",
+            |r| model(r).layers.to_string(),
+            "3",
+        ),
+        case(
+            "arch",
+            "hidden",
+            "hidden: 32",
+            "hidden: 48",
+            |r| model(r).hidden.to_string(),
+            "48",
+        ),
+        case(
+            "arch",
+            "heads",
+            "heads: 2",
+            "heads: 4",
+            |r| model(r).heads.to_string(),
+            "4",
+        ),
+        arch(
+            "kv_heads",
+            "max_len: 16, kv_heads: 1)",
+            |r| model(r).kv_heads.to_string(),
+            "1",
+        ),
+        arch(
+            "ffn",
+            "max_len: 16, ffn: 40)",
+            |r| model(r).ffn.to_string(),
+            "40",
+        ),
+        case(
+            "arch",
+            "vocab",
+            "vocab: 16",
+            "vocab: 20",
+            |r| model(r).vocab.to_string(),
+            "20",
+        ),
+        case(
+            "arch",
+            "max_len",
+            "max_len: 16",
+            "max_len: 24",
+            |r| model(r).max_len.to_string(),
+            "24",
+        ),
+        arch(
+            "rope_theta",
+            "max_len: 16, rope_theta: 500000.0)",
+            |r| model(r).rope_theta.to_string(),
+            "500000",
+        ),
+        arch(
+            "tie_embeddings",
+            "max_len: 16, tie_embeddings: true)",
+            |r| model(r).tie_embeddings.to_string(),
+            "true",
+        ),
+        arch(
+            "norm_eps",
+            "max_len: 16, norm_eps: 1e-6)",
+            |r| model(r).norm_eps.to_string(),
+            "0.000001",
+        ),
         // The optimizer, its schedule and clipping.
-        case("adamw", "lr", "lr: 1e-2", "lr: 2e-2", |r| training(r).schedule.peak_lr.to_string(), "0.02"),
-        adamw("warmup", "adamw(lr: 1e-2, warmup: 3)", |r| training(r).schedule.warmup_steps.to_string(), "3"),
-        adamw("weight_decay", "adamw(lr: 1e-2, weight_decay: 0.05)", |r| training(r).adamw.weight_decay.to_string(), "0.05"),
-        adamw("clip", "adamw(lr: 1e-2, clip: 0.5)", |r| training(r).clip.to_string(), "0.5"),
-        adamw("beta1", "adamw(lr: 1e-2, beta1: 0.8)", |r| training(r).adamw.beta1.to_string(), "0.8"),
-        adamw("beta2", "adamw(lr: 1e-2, beta2: 0.95)", |r| training(r).adamw.beta2.to_string(), "0.95"),
-        adamw("eps", "adamw(lr: 1e-2, eps: 1e-6)", |r| training(r).adamw.eps.to_string(), "0.000001"),
-        adamw("schedule", "adamw(lr: 1e-2, schedule: \"linear\")", |r| format!("{:?}", training(r).schedule.shape), "Linear"),
-        adamw("min_lr_ratio", "adamw(lr: 1e-2, min_lr_ratio: 0.25)", |r| training(r).schedule.min_lr.to_string(), "0.0025"),
+        case(
+            "adamw",
+            "lr",
+            "lr: 1e-2",
+            "lr: 2e-2",
+            |r| training(r).schedule.peak_lr.to_string(),
+            "0.02",
+        ),
+        adamw(
+            "warmup",
+            "adamw(lr: 1e-2, warmup: 3)",
+            |r| training(r).schedule.warmup_steps.to_string(),
+            "3",
+        ),
+        adamw(
+            "weight_decay",
+            "adamw(lr: 1e-2, weight_decay: 0.05)",
+            |r| training(r).adamw.weight_decay.to_string(),
+            "0.05",
+        ),
+        adamw(
+            "clip",
+            "adamw(lr: 1e-2, clip: 0.5)",
+            |r| training(r).clip.to_string(),
+            "0.5",
+        ),
+        adamw(
+            "beta1",
+            "adamw(lr: 1e-2, beta1: 0.8)",
+            |r| training(r).adamw.beta1.to_string(),
+            "0.8",
+        ),
+        adamw(
+            "beta2",
+            "adamw(lr: 1e-2, beta2: 0.95)",
+            |r| training(r).adamw.beta2.to_string(),
+            "0.95",
+        ),
+        adamw(
+            "eps",
+            "adamw(lr: 1e-2, eps: 1e-6)",
+            |r| training(r).adamw.eps.to_string(),
+            "0.000001",
+        ),
+        adamw(
+            "schedule",
+            "adamw(lr: 1e-2, schedule: \"linear\")",
+            |r| format!("{:?}", training(r).schedule.shape),
+            "Linear",
+        ),
+        adamw(
+            "min_lr_ratio",
+            "adamw(lr: 1e-2, min_lr_ratio: 0.25)",
+            |r| training(r).schedule.min_lr.to_string(),
+            "0.0025",
+        ),
         // Initial weights: the plan's `init`, which the runtime's `initial_weights` matches on.
-        case("random", "seed", "random(seed: 3)", "random(seed: 5)", policy_init, "Random { seed: 5 }"),
-        case("hf", "path", "random(seed: 3)", "hf(\"models/base\")", policy_init, "HuggingFace { path: \"models/base\" }"),
-        case("load", "path", "random(seed: 3)", "load(\"runs/a/policy\")", policy_init, "Checkpoint { path: \"runs/a/policy\" }"),
+        case(
+            "random",
+            "seed",
+            "random(seed: 3)",
+            "random(seed: 5)",
+            policy_init,
+            "Random { seed: 5 }",
+        ),
+        case(
+            "hf",
+            "path",
+            "random(seed: 3)",
+            "hf(\"models/base\")",
+            policy_init,
+            "HuggingFace { path: \"models/base\" }",
+        ),
+        case(
+            "load",
+            "path",
+            "random(seed: 3)",
+            "load(\"runs/a/policy\")",
+            policy_init,
+            "Checkpoint { path: \"runs/a/policy\" }",
+        ),
         case(
             "frozen",
             "model",
@@ -229,56 +356,279 @@ fn cases() -> Vec<Case> {
             "CopyOf { role: \"base\" }",
         ),
         // Datasets: the plan's `datasets`, which the runtime's sources are made from.
-        case("task", "kind", "\"reverse_digits\"", "\"sort_digits\"", dataset, "Task { task: SortDigits, digits: 3 }"),
-        case("task", "digits", "digits: 3", "digits: 5", dataset, "Task { task: ReverseDigits, digits: 5 }"),
-        with_base(JSONL, case("jsonl", "path", "\"prompts.jsonl\"", "\"data/other.jsonl\"", dataset,
-            "Jsonl { path: \"data/other.jsonl\", field: \"question\", tokenizer: None }")),
-        with_base(JSONL, case("jsonl", "field", "field: \"question\"", "field: \"prompt\"", dataset,
-            "Jsonl { path: \"prompts.jsonl\", field: \"prompt\", tokenizer: None }")),
-        with_base(JSONL, case("jsonl", "tokenizer", "field: \"question\"", "field: \"question\", tokenizer: \"tok\"", dataset,
-            "Jsonl { path: \"prompts.jsonl\", field: \"question\", tokenizer: Some(\"tok\") }")),
+        case(
+            "task",
+            "kind",
+            "\"reverse_digits\"",
+            "\"sort_digits\"",
+            dataset,
+            "Task { task: SortDigits, digits: 3 }",
+        ),
+        case(
+            "task",
+            "digits",
+            "digits: 3",
+            "digits: 5",
+            dataset,
+            "Task { task: ReverseDigits, digits: 5 }",
+        ),
+        with_base(
+            JSONL,
+            case(
+                "jsonl",
+                "path",
+                "\"prompts.jsonl\"",
+                "\"data/other.jsonl\"",
+                dataset,
+                "Jsonl { path: \"data/other.jsonl\", field: \"question\", tokenizer: None }",
+            ),
+        ),
+        with_base(
+            JSONL,
+            case(
+                "jsonl",
+                "field",
+                "field: \"question\"",
+                "field: \"prompt\"",
+                dataset,
+                "Jsonl { path: \"prompts.jsonl\", field: \"prompt\", tokenizer: None }",
+            ),
+        ),
+        with_base(
+            JSONL,
+            case(
+                "jsonl",
+                "tokenizer",
+                "field: \"question\"",
+                "field: \"question\", tokenizer: \"tok\"",
+                dataset,
+                "Jsonl { path: \"prompts.jsonl\", field: \"question\", tokenizer: Some(\"tok\") }",
+            ),
+        ),
         // Devices: the plan's cluster, which fixes the ranks and the planner's costs.
-        case("cpu", "devices", "cpu(devices: 2)", "cpu(devices: 4)", |r| r.plan.world_size.to_string(), "4"),
-        with_base(DEVICE, case("device", "memory", "memory: 16GiB", "memory: 8GiB", cluster, "2 8589934592 50000000000 20000000000")),
-        with_base(DEVICE, case("device", "flops", "flops: 50GFLOPS", "flops: 70GFLOPS", cluster, "2 17179869184 70000000000 20000000000")),
-        with_base(DEVICE, case("device", "bandwidth", "bandwidth: 20GBps", "bandwidth: 30GBps", cluster, "2 17179869184 50000000000 30000000000")),
+        case(
+            "cpu",
+            "devices",
+            "cpu(devices: 2)",
+            "cpu(devices: 4)",
+            |r| r.plan.world_size.to_string(),
+            "4",
+        ),
+        with_base(
+            DEVICE,
+            case(
+                "device",
+                "memory",
+                "memory: 16GiB",
+                "memory: 8GiB",
+                cluster,
+                "2 8589934592 50000000000 20000000000",
+            ),
+        ),
+        with_base(
+            DEVICE,
+            case(
+                "device",
+                "flops",
+                "flops: 50GFLOPS",
+                "flops: 70GFLOPS",
+                cluster,
+                "2 17179869184 70000000000 20000000000",
+            ),
+        ),
+        with_base(
+            DEVICE,
+            case(
+                "device",
+                "bandwidth",
+                "bandwidth: 20GBps",
+                "bandwidth: 30GBps",
+                cluster,
+                "2 17179869184 50000000000 30000000000",
+            ),
+        ),
         // Generation: the sampling the generate op runs with.
-        case("generate", "prompts", "reverse.sample(prompts)", "reverse.sample(3)",
-            |r| op_field(r, |k| match k { OpKind::Generate { batch, .. } => Some(format!("{batch:?}")), _ => None }), "Some(12)"),
-        case("generate", "n", "n: group", "n: 2", |r| r.generate.n.to_string(), "2"),
-        case("generate", "max_new", "max_new: 4", "max_new: 6", |r| r.generate.max_new.to_string(), "6"),
-        generate("temperature", "max_new: 4, temperature: 0.7)", |r| r.generate.sampling.temperature.to_string(), "0.7"),
-        generate("top_p", "max_new: 4, top_p: 0.9)", |r| format!("{:?}", r.generate.sampling.top_p), "Some(0.9)"),
-        generate("top_k", "max_new: 4, top_k: 5)", |r| format!("{:?}", r.generate.sampling.top_k), "Some(5)"),
+        case(
+            "generate",
+            "prompts",
+            "reverse.sample(prompts)",
+            "reverse.sample(3)",
+            |r| {
+                op_field(r, |k| match k {
+                    OpKind::Generate { batch, .. } => Some(format!("{batch:?}")),
+                    _ => None,
+                })
+            },
+            "Some(12)",
+        ),
+        case(
+            "generate",
+            "n",
+            "n: group",
+            "n: 2",
+            |r| r.generate.n.to_string(),
+            "2",
+        ),
+        case(
+            "generate",
+            "max_new",
+            "max_new: 4",
+            "max_new: 6",
+            |r| r.generate.max_new.to_string(),
+            "6",
+        ),
+        generate(
+            "temperature",
+            "max_new: 4, temperature: 0.7)",
+            |r| r.generate.sampling.temperature.to_string(),
+            "0.7",
+        ),
+        generate(
+            "top_p",
+            "max_new: 4, top_p: 0.9)",
+            |r| format!("{:?}", r.generate.sampling.top_p),
+            "Some(0.9)",
+        ),
+        generate(
+            "top_k",
+            "max_new: 4, top_k: 5)",
+            |r| format!("{:?}", r.generate.sampling.top_k),
+            "Some(5)",
+        ),
         // Training: the update op's fields, which `exec::update` reads.
-        case("update", "rollout", "policy.update(rollout) { logp -> token_mean(ref_logp - logp, rollout.mask) }",
+        case(
+            "update",
+            "rollout",
+            "policy.update(rollout) { logp -> token_mean(ref_logp - logp, rollout.mask) }",
             "let other = policy.generate(reverse.sample(2), n: group, max_new: 4)\n    \
              policy.update(other) { logp -> token_mean(-logp, other.mask) }",
-            |r| op_field(r, |k| match k { OpKind::Update { batch, .. } => Some(format!("{batch:?}")), _ => None }), "Some(8)"),
-        case("update", "epochs", "policy.update(rollout)", "policy.update(rollout, epochs: 2)", update, "Some(16) 2 Some(16)"),
-        case("update", "minibatch", "policy.update(rollout)", "policy.update(rollout, minibatch: 8)", update, "Some(16) 1 Some(8)"),
+            |r| {
+                op_field(r, |k| match k {
+                    OpKind::Update { batch, .. } => Some(format!("{batch:?}")),
+                    _ => None,
+                })
+            },
+            "Some(8)",
+        ),
+        case(
+            "update",
+            "epochs",
+            "policy.update(rollout)",
+            "policy.update(rollout, epochs: 2)",
+            update,
+            "Some(16) 2 Some(16)",
+        ),
+        case(
+            "update",
+            "minibatch",
+            "policy.update(rollout)",
+            "policy.update(rollout, minibatch: 8)",
+            update,
+            "Some(16) 1 Some(8)",
+        ),
         // Sampling prompts and supervised data: the sample op's fields, which the runtime's
         // sources are drawn with.
-        case("sample", "n", "reverse.sample(prompts)", "reverse.sample(2)", sample, "Some(2) None None"),
-        with_base(SUPERVISED, case("demonstrations", "n", "demonstrations(8)", "demonstrations(6)",
-            |r| op_field(r, |k| match k { OpKind::Sample { form: Some(_), count, .. } => Some(format!("{count:?}")), _ => None }),
-            "Some(6)")),
-        with_base(SUPERVISED, case("demonstrations", "split", "demonstrations(8)", "demonstrations(8, split: \"test\")",
-            |r| op_field(r, |k| match k { OpKind::Sample { form: Some(_), split, .. } => Some(format!("{split:?}")), _ => None }),
-            "Some(\"test\")")),
-        with_base(PAIRS, case("preferences", "n", "preferences(8)", "preferences(5)",
-            |r| op_field(r, |k| match k { OpKind::Sample { form: Some(_), count, .. } => Some(format!("{count:?}")), _ => None }),
-            "Some(5)")),
-        with_base(PAIRS, case("preferences", "split", "preferences(8)", "preferences(8, split: \"test\")",
-            |r| op_field(r, |k| match k { OpKind::Sample { form: Some(_), split, .. } => Some(format!("{split:?}")), _ => None }),
-            "Some(\"test\")")),
+        case(
+            "sample",
+            "n",
+            "reverse.sample(prompts)",
+            "reverse.sample(2)",
+            sample,
+            "Some(2) None None",
+        ),
+        with_base(
+            SUPERVISED,
+            case(
+                "demonstrations",
+                "n",
+                "demonstrations(8)",
+                "demonstrations(6)",
+                |r| {
+                    op_field(r, |k| match k {
+                        OpKind::Sample {
+                            form: Some(_),
+                            count,
+                            ..
+                        } => Some(format!("{count:?}")),
+                        _ => None,
+                    })
+                },
+                "Some(6)",
+            ),
+        ),
+        with_base(
+            SUPERVISED,
+            case(
+                "demonstrations",
+                "split",
+                "demonstrations(8)",
+                "demonstrations(8, split: \"test\")",
+                |r| {
+                    op_field(r, |k| match k {
+                        OpKind::Sample {
+                            form: Some(_),
+                            split,
+                            ..
+                        } => Some(format!("{split:?}")),
+                        _ => None,
+                    })
+                },
+                "Some(\"test\")",
+            ),
+        ),
+        with_base(
+            PAIRS,
+            case(
+                "preferences",
+                "n",
+                "preferences(8)",
+                "preferences(5)",
+                |r| {
+                    op_field(r, |k| match k {
+                        OpKind::Sample {
+                            form: Some(_),
+                            count,
+                            ..
+                        } => Some(format!("{count:?}")),
+                        _ => None,
+                    })
+                },
+                "Some(5)",
+            ),
+        ),
+        with_base(
+            PAIRS,
+            case(
+                "preferences",
+                "split",
+                "preferences(8)",
+                "preferences(8, split: \"test\")",
+                |r| {
+                    op_field(r, |k| match k {
+                        OpKind::Sample {
+                            form: Some(_),
+                            split,
+                            ..
+                        } => Some(format!("{split:?}")),
+                        _ => None,
+                    })
+                },
+                "Some(\"test\")",
+            ),
+        ),
     ]
 }
 
 #[test]
 fn every_parameter_has_a_case() {
     let cases = cases();
-    let methods = ["generate", "update", "sample", "demonstrations", "preferences"];
+    let methods = [
+        "generate",
+        "update",
+        "sample",
+        "demonstrations",
+        "preferences",
+    ];
     let mut missing = Vec::new();
     for call in rlc_check::builtins::CONFIGURATION.iter().chain(&methods) {
         let params = rlc_check::builtins::parameters(call).expect("a known call");
@@ -288,7 +638,10 @@ fn every_parameter_has_a_case() {
             }
         }
     }
-    assert!(missing.is_empty(), "no case shows where these reach the runtime: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "no case shows where these reach the runtime: {missing:?}"
+    );
 }
 
 #[test]
@@ -300,12 +653,22 @@ fn every_setting_reaches_the_runtime() {
             assert!(base.contains(from), "{what}: the base has no `{from}`");
             base = base.replacen(from, to, 1);
         }
-        assert!(base.contains(c.from), "{what}: the base has no `{}`", c.from);
+        assert!(
+            base.contains(c.from),
+            "{what}: the base has no `{}`",
+            c.from
+        );
         let variant = base.replacen(c.from, c.to, 1);
         let before = (c.observe)(&resolve(&base));
         let after = (c.observe)(&resolve(&variant));
-        assert_ne!(before, c.expected, "{what}: the base already shows the value");
-        assert_eq!(after, c.expected, "{what}: the runtime does not see the program's value");
+        assert_ne!(
+            before, c.expected,
+            "{what}: the base already shows the value"
+        );
+        assert_eq!(
+            after, c.expected,
+            "{what}: the runtime does not see the program's value"
+        );
     }
 }
 
