@@ -57,6 +57,27 @@ VARIANTS_LATE = {
     "ent01": [(LOSS_TAIL, "+ 0.05 * kl_k3(logp, ref_logp) + 0.1 * stop_grad(logp) * logp")],
     "nokl": [(LOSS_TAIL, "+ 0.05 * stop_grad(logp) * logp")],
     "h128": arch("tiny_gpt(layers: 2, hidden: 128, heads: 4, vocab: reverse.vocab, max_len: 16)"),
+    "digits": [
+        ("pipeline train", """/// Each response token's 1-based position.
+fn pos(m: Mask[B, T]) -> f32[B, T] {
+  scan forward over T with (i = 0.0) { t ->
+    i = i + where(m[t], 1.0, 1.0)
+    emit i
+  }
+}
+
+/// The accuracy of answer digit `k` (1-based) over the batch.
+fn digit(ok: f32[B, T], m: Mask[B, T], k: f32) -> f32 {
+  let at = pos(m) == k
+  sum(ok, mask: at) / count(at)
+}
+
+pipeline train"""),
+        ("    log {\n      reward: mean(reward),",
+         "    let ok = f32(rollout.response == rollout.target)\n    log {\n      reward: mean(reward),\n"
+         "      d1: digit(ok, rollout.mask, 1.0), d2: digit(ok, rollout.mask, 2.0),\n"
+         "      d3: digit(ok, rollout.mask, 3.0), d4: digit(ok, rollout.mask, 4.0),"),
+    ],
 }
 
 # name -> (what it changes, substitutions on examples/grpo_digits.rl as it was ablated).
@@ -122,6 +143,10 @@ VARIANTS = {
     "lr3_h128_nokl": (
         "lr 3e-3, hidden 128, no KL term",
         optim("lr: 3e-3, warmup: 10") + VARIANTS_LATE["h128"] + VARIANTS_LATE["nokl"],
+    ),
+    "lr3_digits": (
+        "lr 3e-3, logging each answer digit's accuracy (d1..d4 in metrics.jsonl)",
+        optim("lr: 3e-3, warmup: 10") + VARIANTS_LATE["digits"],
     ),
 }
 
