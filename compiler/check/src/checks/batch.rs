@@ -168,10 +168,6 @@ fn fits(program: &Program, p: &Placement) -> bool {
         && p.layout.devices() == p.devices.end - p.devices.start
 }
 
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
-
 /// One error for a batch that does not split, naming every phase it reaches: the first call
 /// is primary, the other calls, the batch's source and each placement are labels.
 fn split_error(
@@ -246,9 +242,9 @@ fn split_error(
         d = d.label(p.origin.file, p.origin.span, text);
     }
     // The smallest batch every phase splits: the least common multiple of their ranks.
-    let lcm = all
-        .iter()
-        .try_fold(1u64, |l, s| (l / gcd(l, s.ranks)).checked_mul(s.ranks));
+    let lcm = all.iter().try_fold(1u64, |l, s| {
+        (l / super::gcd(l, s.ranks)).checked_mul(s.ranks)
+    });
     let layouts = if placements.len() == 1 {
         "the layout"
     } else {

@@ -515,24 +515,6 @@ pub fn estimate(program: &Program) -> Vec<DeviceMemory> {
     runs
 }
 
-/// The divisors of `n`, ascending, found in `√n` steps (a layout may have 2³¹ ranks).
-fn divisors_of(n: u64) -> Vec<u64> {
-    let mut low = Vec::new();
-    let mut high = Vec::new();
-    let mut d = 1;
-    while d <= n / d {
-        if n.is_multiple_of(d) {
-            low.push(d);
-            if d != n / d {
-                high.push(n / d);
-            }
-        }
-        d += 1;
-    }
-    low.extend(high.into_iter().rev());
-    low
-}
-
 /// Reports E0801 once per placement where a phase's estimate exceeds the device memory.
 pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
     let phases = estimate_phases(program);
@@ -748,7 +730,7 @@ fn suggest(
     // Sharding on the same devices.
     let mut sharding = Vec::new();
     if phase != Phase::Generate {
-        for f in divisors_of(ranks)
+        for f in super::divisors_of(ranks)
             .into_iter()
             .filter(|&f| f > layout.fsdp())
         {
@@ -949,7 +931,7 @@ pub fn format_bytes(bytes: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::divisors_of;
+    use crate::checks::divisors_of;
 
     #[test]
     fn divisors_in_square_root_steps() {

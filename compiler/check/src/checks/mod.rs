@@ -55,6 +55,28 @@ pub fn run_with(program: &Program, missing: Missing, diags: &mut Vec<Diagnostic>
     }
 }
 
+/// The divisors of `n`, ascending, found in `√n` steps (a layout may have 2³¹ ranks).
+pub(crate) fn divisors_of(n: u64) -> Vec<u64> {
+    let mut low = Vec::new();
+    let mut high = Vec::new();
+    let mut d = 1;
+    while d <= n / d {
+        if n.is_multiple_of(d) {
+            low.push(d);
+            if d != n / d {
+                high.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    low.extend(high.into_iter().rev());
+    low
+}
+
+pub(crate) fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 /// Divisors of `n` up to `max`, for help text (`1, 2, 4, 8`); the work is bounded by `max`,
 /// whatever `n`.
 pub(crate) fn divisors(n: u64, max: u64) -> String {

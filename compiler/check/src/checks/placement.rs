@@ -349,7 +349,12 @@ fn tp_fix(program: &Program, places: &[&Placement]) -> Option<(String, Vec<Edit>
                 && l.sp
                     .is_none_or(|sp| arch.heads.is_multiple_of(d * sp.value))
         };
-        let d = (1..t).rev().find(|&d| fits(d))?;
+        // A fitting degree divides both `tp` and `heads`: the divisors of their gcd, found in
+        // √gcd steps (a degree near 2³¹ must not be searched one by one).
+        let d = super::divisors_of(super::gcd(t, arch.heads))
+            .into_iter()
+            .filter(|&d| d < t && fits(d))
+            .max()?;
         let k = t / d;
         let mut edit = |span: Origin, text: String| {
             if !edits
@@ -365,9 +370,10 @@ fn tp_fix(program: &Program, places: &[&Placement]) -> Option<(String, Vec<Edit>
         };
         let layout = match l.dp {
             Some(dp) => {
-                edit(dp.origin, format!("dp({})", dp.value * k));
+                let dp = dp.value.checked_mul(k)?;
+                edit(l.dp?.origin, format!("dp({dp})"));
                 edit(tp.origin, format!("tp({d})"));
-                format!("dp({}) and tp({d})", dp.value * k)
+                format!("dp({dp}) and tp({d})")
             }
             None => {
                 edit(tp.origin, format!("dp({k}), tp({d})"));
