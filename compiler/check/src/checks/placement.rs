@@ -140,19 +140,23 @@ fn degree(l: &Layout, code: Code) -> Option<Sourced<u64>> {
     }
 }
 
-fn range_error(program: &Program, f: &Finding) -> Diagnostic {
-    let first = &program.placements[f.places[0]];
-    let cluster = &program.clusters[first.cluster];
-    let total = cluster.device_count();
-    let (start, end) = (first.devices.start, first.devices.end);
-    let names: Vec<String> = f
-        .places
+/// The role and phase of each `place` line of a finding, for its message.
+fn place_names(program: &Program, f: &Finding) -> Vec<String> {
+    f.places
         .iter()
         .map(|&i| {
             let p = &program.placements[i];
             phase_name(&program.models[p.model], p.phase)
         })
-        .collect();
+        .collect()
+}
+
+fn range_error(program: &Program, f: &Finding) -> Diagnostic {
+    let first = &program.placements[f.places[0]];
+    let cluster = &program.clusters[first.cluster];
+    let total = cluster.device_count();
+    let (start, end) = (first.devices.start, first.devices.end);
+    let names = place_names(program, f);
     let why = if start >= end {
         "the range is empty".to_string()
     } else {
@@ -197,14 +201,7 @@ fn range_error(program: &Program, f: &Finding) -> Diagnostic {
 
 fn product_error(program: &Program, f: &Finding) -> Diagnostic {
     let (_, product, uses, devices) = &f.key;
-    let names: Vec<String> = f
-        .places
-        .iter()
-        .map(|&i| {
-            let p = &program.placements[i];
-            phase_name(&program.models[p.model], p.phase)
-        })
-        .collect();
+    let names = place_names(program, f);
     let first = &program.placements[f.places[0]];
     let (verb, placed) = if names.len() == 1 {
         ("uses", "is")
