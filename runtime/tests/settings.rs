@@ -573,7 +573,7 @@ fn cases() -> Vec<Case> {
                         _ => None,
                     })
                 },
-                "Some(\"test\")",
+                "Some(Test)",
             ),
         ),
         with_base(
@@ -613,7 +613,7 @@ fn cases() -> Vec<Case> {
                         _ => None,
                     })
                 },
-                "Some(\"test\")",
+                "Some(Test)",
             ),
         ),
     ]
