@@ -303,19 +303,42 @@ pub(crate) fn foreign_word_help(word: &str) -> Option<&'static str> {
     })
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// The edit distance of `a` and `b` when it is at most `max`, else `None`, in
+/// O((|a| + |b|) · max): only cells within `max` of the diagonal can stay within `max`, so a
+/// 100 000-character name costs no more than its length (a full table was quadratic).
+fn edit_distance_within(a: &str, b: &str, max: usize) -> Option<usize> {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
+    if a.len().abs_diff(b.len()) > max {
+        return None;
+    }
+    let over = max + 1;
+    // `row[j]`: the distance of a[..i] and b[..j], `over` outside the band.
+    let mut row: Vec<usize> = (0..=b.len()).map(|j| j.min(over)).collect();
+    for i in 1..=a.len() {
+        let lo = i.saturating_sub(max).max(1);
+        let hi = (i + max).min(b.len());
+        let mut diagonal = row[lo - 1];
+        row[lo - 1] = if lo == 1 { i.min(over) } else { over };
+        let mut best = row[lo - 1];
+        for j in lo..=hi {
+            let up = row[j];
+            let cell = (diagonal + usize::from(a[i - 1] != b[j - 1]))
+                .min(row[j - 1] + 1)
+                .min(up + 1)
+                .min(over);
+            diagonal = up;
+            row[j] = cell;
+            best = best.min(cell);
+        }
+        if hi < b.len() {
+            row[hi + 1] = over;
+        }
+        if best > max {
+            return None;
         }
     }
-    row[b.len()]
+    Some(row[b.len()]).filter(|&d| d <= max)
 }
 
 /// The closest name within `max` edits, for "did you mean" hints.
@@ -326,8 +349,7 @@ pub fn closest<'a>(
 ) -> Option<&'a str> {
     candidates
         .into_iter()
-        .map(|c| (edit_distance(word, c), c))
-        .filter(|&(d, _)| d <= max)
+        .filter_map(|c| Some((edit_distance_within(word, c, max)?, c)))
         .min()
         .map(|(_, c)| c)
 }
@@ -779,6 +801,58 @@ fn foreign_line_start(src: &str, item_start: usize, at: usize) -> Option<Found<'
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The banded distance equals the full table's within `max` and says `None` past it.
+    #[test]
+    fn banded_edit_distance_matches_the_full_table() {
+        fn full(a: &str, b: &str) -> usize {
+            let b: Vec<char> = b.chars().collect();
+            let mut row: Vec<usize> = (0..=b.len()).collect();
+            for (i, ca) in a.chars().enumerate() {
+                let mut prev = row[0];
+                row[0] = i + 1;
+                for (j, &cb) in b.iter().enumerate() {
+                    let cur = row[j + 1];
+                    row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+                    prev = cur;
+                }
+            }
+            row[b.len()]
+        }
+        let words = [
+            "",
+            "a",
+            "mask",
+            "msk",
+            "masks",
+            "token_mean",
+            "tokne_mean",
+            "kl_k3",
+            "kl",
+            "policy",
+            "polciy",
+            "reference",
+            "grpo_advantage",
+            "gae",
+        ];
+        for a in words {
+            for b in words {
+                for max in 0..4 {
+                    let d = full(a, b);
+                    assert_eq!(
+                        edit_distance_within(a, b, max),
+                        (d <= max).then_some(d),
+                        "{a} {b} {max}"
+                    );
+                }
+            }
+        }
+        // A 100 000-character name against another: linear, not quadratic.
+        let long = "x".repeat(100_000);
+        let other = format!("{}y", "x".repeat(99_999));
+        assert_eq!(edit_distance_within(&long, &other, 2), Some(1));
+        assert_eq!(closest(&long, ["exact", "mask"], 2), None);
+    }
     use crate::grammar::RlParser;
     use pest::Parser;
 
