@@ -3,7 +3,7 @@
 //! the fitted model predicts
 //! - the run's other steps: the step within 25 %, the share of each kind of op that takes a fifth
 //!   of the step within 40 % (a tenth of it: within a factor of two);
-//! - the other example's step: calibrated on `grpo_digits.rl`, `ppo_critic.rl`'s within 50 %
+//! - the other example's step: calibrated on `grpo_digits.rl`, `ppo_critic.rl`'s within a factor of two
 //!   (the model's shape, not only a fitted speed, decides this, and `grpo_digits.rl`'s run
 //!   hardly tells its links from its training: see the test); the other way round within a
 //!   factor of three (`ppo_critic.rl`'s run hardly tells compute from per-layer overhead);
@@ -271,14 +271,17 @@ fn calibrated_on_a_cpu_run_the_model_predicts_its_steps_within_25_percent_and_th
     // minibatches are mostly those messages. On CI's machine GRPO's fit put a message at
     // 216 µs, PPO's own fit at 97 µs: PPO's training came out +49 %, its step +33 %. Measured
     // over two days: −23 % to +10 % (GRPO steps of 52 to 121 ms), +33 % and +35 % on the two
-    // fastest machines (49 and 52 ms).
+    // fastest machines (49 and 52 ms), +57 % on a loaded one (a background job at nice 19 beside
+    // the test). A bound of ±50 % failed about one idle CI run in ten, so the bound is a factor
+    // of two either way: the spread seen is within it with room, and a model that mistook the
+    // kind of work (a factor of three and more) still fails.
     let error = report(
         &format!("{ppo} (calibrated on {grpo})"),
         predict(ppo, &grpo_run.cost),
         ppo_run.step,
     );
     assert!(
-        error.abs() < 0.5,
+        (0.5..2.0).contains(&(1.0 + error)),
         "{ppo} under {grpo}'s fit: {:+.1} %",
         error * 100.0
     );
