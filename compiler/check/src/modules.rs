@@ -85,7 +85,7 @@ impl LoadedModule {
         let refused = self
             .refused
             .iter()
-            .map(|&i| Some(item_keyword(&self.ast.items[i])));
+            .map(|&i| Some(self.ast.items[i].keyword()));
         self.broken.iter().map(|b| b.keyword).chain(refused)
     }
 }
@@ -237,20 +237,6 @@ fn add_module(
 }
 
 /// The keyword an item starts with.
-fn item_keyword(item: &Item) -> &'static str {
-    match item.kind {
-        ItemKind::Import(_) => "import",
-        ItemKind::Cluster(_) => "cluster",
-        ItemKind::Model(_) => "model",
-        ItemKind::Dataset(_) => "dataset",
-        ItemKind::Struct(_) => "struct",
-        ItemKind::Fn(_) => "fn",
-        ItemKind::Const(_) => "let",
-        ItemKind::Place(_) => "place",
-        ItemKind::Pipeline(_) => "pipeline",
-    }
-}
-
 fn duplicate(file: FileId, again: &Ident, first: Span) -> Diagnostic {
     Diagnostic::new(
         Code::DuplicateName,
