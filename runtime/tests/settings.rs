@@ -151,6 +151,30 @@ fn sample(r: &Resolved) -> String {
     })
 }
 
+/// The count of the supervised (demonstrations or preferences) sample op.
+fn supervised_count(r: &Resolved) -> String {
+    op_field(r, |k| match k {
+        OpKind::Sample {
+            form: Some(_),
+            count,
+            ..
+        } => Some(format!("{count:?}")),
+        _ => None,
+    })
+}
+
+/// The split of the supervised sample op.
+fn supervised_split(r: &Resolved) -> String {
+    op_field(r, |k| match k {
+        OpKind::Sample {
+            form: Some(_),
+            split,
+            ..
+        } => Some(format!("{split:?}")),
+        _ => None,
+    })
+}
+
 fn cluster(r: &Resolved) -> String {
     let c = &r.plan.clusters[0];
     format!(
@@ -543,16 +567,7 @@ fn cases() -> Vec<Case> {
                 "n",
                 "demonstrations(8)",
                 "demonstrations(6)",
-                |r| {
-                    op_field(r, |k| match k {
-                        OpKind::Sample {
-                            form: Some(_),
-                            count,
-                            ..
-                        } => Some(format!("{count:?}")),
-                        _ => None,
-                    })
-                },
+                supervised_count,
                 "Some(6)",
             ),
         ),
@@ -563,16 +578,7 @@ fn cases() -> Vec<Case> {
                 "split",
                 "demonstrations(8)",
                 "demonstrations(8, split: \"test\")",
-                |r| {
-                    op_field(r, |k| match k {
-                        OpKind::Sample {
-                            form: Some(_),
-                            split,
-                            ..
-                        } => Some(format!("{split:?}")),
-                        _ => None,
-                    })
-                },
+                supervised_split,
                 "Some(Test)",
             ),
         ),
@@ -583,16 +589,7 @@ fn cases() -> Vec<Case> {
                 "n",
                 "preferences(8)",
                 "preferences(5)",
-                |r| {
-                    op_field(r, |k| match k {
-                        OpKind::Sample {
-                            form: Some(_),
-                            count,
-                            ..
-                        } => Some(format!("{count:?}")),
-                        _ => None,
-                    })
-                },
+                supervised_count,
                 "Some(5)",
             ),
         ),
@@ -603,16 +600,7 @@ fn cases() -> Vec<Case> {
                 "split",
                 "preferences(8)",
                 "preferences(8, split: \"test\")",
-                |r| {
-                    op_field(r, |k| match k {
-                        OpKind::Sample {
-                            form: Some(_),
-                            split,
-                            ..
-                        } => Some(format!("{split:?}")),
-                        _ => None,
-                    })
-                },
+                supervised_split,
                 "Some(Test)",
             ),
         ),
