@@ -405,6 +405,21 @@ pub fn run(opts: &Options) -> std::io::Result<Summary> {
         .map(|(_, v)| v.clone())
         .collect();
     plans.extend(seed_plans(&files));
+    if programs.is_empty() || plans.is_empty() {
+        // Every input is a mutation of a corpus program or plan: with none there is nothing to
+        // mutate (the default folders are relative to the repository root).
+        return Err(std::io::Error::other(format!(
+            "the corpus ({}) holds {} programs and {} plans; it needs at least one of each \
+             (run from the repository root or pass --corpus DIR)",
+            opts.corpus
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            programs.len(),
+            plans.len()
+        )));
+    }
     let texts: Vec<String> = programs.iter().map(|(_, t)| t.clone()).collect();
     let dict = Dictionary::new(&texts);
     let seeds = programs.len() + plans.len();

@@ -103,3 +103,21 @@ fn regressions_run_cleanly() {
     let (ok, out) = fuzz(&args);
     assert!(ok, "{out}");
 }
+
+#[test]
+fn an_empty_corpus_is_a_clear_error() {
+    let empty = Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty-corpus");
+    std::fs::create_dir_all(&empty).unwrap();
+    let findings = Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty-corpus-findings");
+    let (ok, out) = fuzz(&[
+        "--runs",
+        "10",
+        "--corpus",
+        empty.to_str().unwrap(),
+        "--findings",
+        findings.to_str().unwrap(),
+    ]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("holds 0 programs and 0 plans"), "{out}");
+    assert!(!out.contains("panicked"), "{out}");
+}
