@@ -14,6 +14,8 @@ pub mod hf;
 pub mod kernels;
 pub mod model;
 pub mod optim;
+pub mod panics;
 pub mod parallel;
 pub mod report;
 pub mod rng;
+pub mod tensor_file;

@@ -38,8 +38,8 @@ pub(super) fn write(
     let path = dir.join(file);
     // With the `format` metadata `transformers` checks, so the weights load there too.
     let named = prepared.iter().map(|(name, tensor)| (*name, tensor));
-    crate::hf::save::write_safetensors(&path, named).map_err(|error| match error {
-        crate::hf::HfError::Write { source, .. } => CheckpointError::Io {
+    crate::tensor_file::write_safetensors(&path, named).map_err(|error| match error {
+        crate::tensor_file::TensorFileError::Write { source, .. } => CheckpointError::Io {
             dir: checkpoint.to_path_buf(),
             action: "write",
             path: path.clone(),

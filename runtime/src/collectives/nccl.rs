@@ -242,7 +242,7 @@ impl Gpu {
             Ok(Err(e)) => Err(format!("CUDA device {ordinal}: {e}")),
             Err(panic) => Err(format!(
                 "the CUDA driver: {}",
-                crate::exec::panic_message(&panic)
+                crate::panics::panic_message(&panic)
             )),
         }
     }

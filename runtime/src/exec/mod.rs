@@ -45,6 +45,7 @@ use rlc_plan::model::{OpKind, Precision};
 
 use crate::collectives::{ProcessWorld, split};
 use crate::device::{DeviceRequest, rank_device, wants_cuda};
+use crate::panics::panic_message;
 use crate::report::{Report, ReportOptions, StepRecord};
 use error::Result;
 use job::Job;
@@ -503,15 +504,6 @@ fn resume_point(
         )));
     }
     Ok(Some((committed.step, committed.dirs)))
-}
-
-/// A caught panic's payload as text.
-pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a panic".into())
 }
 
 #[cfg(test)]

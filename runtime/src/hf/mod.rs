@@ -80,6 +80,16 @@ pub enum HfError {
     Unsavable { path: PathBuf, message: String },
 }
 
+impl From<crate::tensor_file::TensorFileError> for HfError {
+    fn from(error: crate::tensor_file::TensorFileError) -> Self {
+        use crate::tensor_file::TensorFileError;
+        match error {
+            TensorFileError::Write { path, source } => HfError::Write { path, source },
+            TensorFileError::Unsavable { path, message } => HfError::Unsavable { path, message },
+        }
+    }
+}
+
 /// Reads `dir/config.json` and the weights in `dir` into a new model on `device`. Heads that a
 /// causal-LM checkpoint does not carry (value, score) keep their seeded random init. A folder
 /// with an rlc `manifest.json` (a checkpoint, `hf("…/step-000050")`) is first verified against

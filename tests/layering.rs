@@ -1,0 +1,326 @@
+//! The crates' boundaries, kept by reading their sources (no libtorch needed, so this runs with
+//! the compiler's tests):
+//!
+//! - `runtime_modules_are_layered`: the runtime's top-level modules form layers, bottom to top
+//!   in [`RUNTIME_LAYERS`]; a module's non-test code names (`crate::…`) only modules below it,
+//!   so there is no import cycle between them. Test code (`tests.rs`, `#[cfg(test)]` modules)
+//!   may use any module: it exercises layers together.
+
+use std::path::{Path, PathBuf};
+
+/// The runtime's top-level modules, bottom first. Each may use only the modules before it.
+const RUNTIME_LAYERS: &[&str] = &[
+    "rng",
+    "panics",
+    "device",
+    "report",
+    "kernels",
+    "tensor_file",
+    "model",
+    "optim",
+    "collectives",
+    "generate",
+    "checkpoint",
+    "hf",
+    "data",
+    "parallel",
+    "exec",
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// `source` with comments, string and character literals blanked (newlines kept, so byte
+/// offsets and line numbers stay), leaving only code.
+fn code_only(source: &str) -> String {
+    let b = source.as_bytes();
+    let mut out = b.to_vec();
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for c in &mut out[from..to] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+    };
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        if rest.starts_with(b"//") {
+            let end = rest
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(b.len(), |n| i + n);
+            blank(&mut out, i, end);
+            i = end;
+        } else if rest.starts_with(b"/*") {
+            let (mut depth, mut j) = (1, i + 2);
+            while j < b.len() && depth > 0 {
+                if b[j..].starts_with(b"/*") {
+                    depth += 1;
+                    j += 2;
+                } else if b[j..].starts_with(b"*/") {
+                    depth -= 1;
+                    j += 2;
+                } else {
+                    j += 1;
+                }
+            }
+            blank(&mut out, i, j);
+            i = j;
+        } else if (rest.starts_with(b"r\"") || rest.starts_with(b"r#"))
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'))
+        {
+            let hashes = rest[1..].iter().take_while(|&&c| c == b'#').count();
+            if rest.get(1 + hashes) != Some(&b'"') {
+                i += 1;
+                continue;
+            }
+            let close: Vec<u8> = std::iter::once(b'"')
+                .chain(std::iter::repeat_n(b'#', hashes))
+                .collect();
+            let start = i + 2 + hashes;
+            let end = b[start..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(b.len(), |n| start + n + close.len());
+            blank(&mut out, i, end);
+            i = end;
+        } else if rest[0] == b'"' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != b'"' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            blank(&mut out, i, (j + 1).min(b.len()));
+            i = j + 1;
+        } else if rest[0] == b'\'' {
+            // A character literal ('x', '\n', '\u{7f}'), not a lifetime ('a).
+            let end = if rest.get(1) == Some(&b'\\') {
+                rest[2..]
+                    .iter()
+                    .position(|&c| c == b'\'')
+                    .map(|n| i + 2 + n + 1)
+            } else {
+                let width = std::str::from_utf8(&rest[1..])
+                    .ok()
+                    .or_else(|| source.get(i + 1..))
+                    .and_then(|s| s.chars().next())
+                    .map_or(1, char::len_utf8);
+                (rest.get(1 + width) == Some(&b'\'')).then_some(i + 2 + width)
+            };
+            match end {
+                Some(end) => {
+                    blank(&mut out, i, end);
+                    i = end;
+                }
+                None => i += 1,
+            }
+        } else {
+            i += 1;
+        }
+    }
+    String::from_utf8(out).expect("only ASCII bytes were replaced")
+}
+
+/// `code` without its `#[cfg(test)]` items (the attribute through the item's closing brace or
+/// semicolon).
+fn without_test_items(code: &str) -> String {
+    let mut out = code.as_bytes().to_vec();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("#[cfg(test)]").map(|n| from + n) {
+        let b = code.as_bytes();
+        let mut j = at + "#[cfg(test)]".len();
+        while j < b.len() && b[j] != b'{' && b[j] != b';' {
+            j += 1;
+        }
+        if j < b.len() && b[j] == b'{' {
+            let mut depth = 0;
+            while j < b.len() {
+                match b[j] {
+                    b'{' => depth += 1,
+                    b'}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        let end = (j + 1).min(b.len());
+        for c in &mut out[at..end] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+        from = end;
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Each top-level module of the crate that `code` names, with the byte offset of the naming:
+/// `crate::name…` and the names in `crate::{a…, b…}`.
+fn crate_modules(code: &str) -> Vec<(usize, String)> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut named = Vec::new();
+    let b = code.as_bytes();
+    for (at, _) in code.match_indices("crate::") {
+        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_') {
+            continue;
+        }
+        let after = at + "crate::".len();
+        if b.get(after) == Some(&b'{') {
+            // Top-level names of the group: those at depth 1.
+            let (mut depth, mut j, mut expect) = (0, after, true);
+            while j < b.len() {
+                match b[j] {
+                    b'{' => {
+                        depth += 1;
+                        expect = depth == 1;
+                    }
+                    b'}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    b',' if depth == 1 => expect = true,
+                    c if expect && depth == 1 && (c.is_ascii_alphabetic() || c == b'_') => {
+                        named.push((j, ident(&code[j..])));
+                        expect = false;
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        } else {
+            named.push((at, ident(&code[after..])));
+        }
+    }
+    named
+}
+
+fn line_of(source: &str, offset: usize) -> (usize, &str) {
+    let number = source[..offset].matches('\n').count() + 1;
+    (number, source.lines().nth(number - 1).unwrap_or("").trim())
+}
+
+fn is_test_file(relative: &Path) -> bool {
+    relative.file_name().is_some_and(|n| n == "tests.rs")
+        || relative.components().any(|c| c.as_os_str() == "tests")
+}
+
+/// Uses that go up or sideways in `layers`, as `file:line: text (why)`, for the crate in `src`.
+fn layering_violations(src: &Path, layers: &[&str]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for file in rust_files(src) {
+        let relative = file.strip_prefix(src).unwrap();
+        let first = relative.components().next().unwrap().as_os_str();
+        let module = first.to_str().unwrap().trim_end_matches(".rs");
+        if matches!(module, "lib" | "main") || is_test_file(relative) {
+            continue;
+        }
+        let Some(level) = layers.iter().position(|&l| l == module) else {
+            violations.push(format!(
+                "{}: module `{module}` has no place in the declared layers",
+                file.display()
+            ));
+            continue;
+        };
+        let source = std::fs::read_to_string(&file).unwrap();
+        let code = without_test_items(&code_only(&source));
+        for (offset, used) in crate_modules(&code) {
+            if used == module {
+                continue;
+            }
+            let why = match layers.iter().position(|&l| l == used) {
+                Some(l) if l < level => continue,
+                Some(_) => format!("`{module}` may not use `{used}`, a layer above it"),
+                None => format!("`{used}` has no place in the declared layers"),
+            };
+            let (line, text) = line_of(&source, offset);
+            violations.push(format!("{}:{line}: {text}  ({why})", file.display()));
+        }
+    }
+    violations
+}
+
+#[test]
+fn runtime_modules_are_layered() {
+    let src = root().join("runtime/src");
+    let violations = layering_violations(&src, RUNTIME_LAYERS);
+    assert!(
+        violations.is_empty(),
+        "the runtime's modules use only modules below them (RUNTIME_LAYERS in {}):\n{}",
+        file!(),
+        violations.join("\n")
+    );
+    // Every top-level module is declared, and every declared one exists.
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let declared: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("mod "))
+        })
+        .map(|l| l.trim_end_matches(';'))
+        .collect();
+    let mut sorted_layers = RUNTIME_LAYERS.to_vec();
+    sorted_layers.sort();
+    let mut sorted_declared = declared.clone();
+    sorted_declared.sort();
+    assert_eq!(
+        sorted_layers, sorted_declared,
+        "RUNTIME_LAYERS lists lib.rs's modules"
+    );
+}
+
+#[test]
+fn the_layering_check_sees_cycles() {
+    // The check itself: an upward use is reported with its line, comments and strings are not
+    // code, test modules are exempt.
+    let dir = std::env::temp_dir().join(format!("rlc-layering-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("upper")).unwrap();
+    std::fs::write(dir.join("lib.rs"), "pub mod lower;\npub mod upper;\n").unwrap();
+    std::fs::write(dir.join("upper/mod.rs"), "use crate::lower::f;\n").unwrap();
+    std::fs::write(
+        dir.join("lower.rs"),
+        "// crate::upper in a comment\nconst S: &str = \"crate::upper\";\nconst C: char = '}';\n\
+         use crate::{\n    lower::x,\n    upper::g,\n};\n#[cfg(test)]\nmod tests {\n    use crate::upper::h;\n}\n",
+    )
+    .unwrap();
+    let violations = layering_violations(&dir, &["lower", "upper"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(violations.len(), 1, "{violations:#?}");
+    assert!(
+        violations[0]
+            .ends_with("lower.rs:6: upper::g,  (`lower` may not use `upper`, a layer above it)"),
+        "{}",
+        violations[0]
+    );
+}
