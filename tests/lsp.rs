@@ -23,6 +23,8 @@ struct Client {
     pending: Vec<Value>,
     next_id: i64,
     dir: PathBuf,
+    /// The server's capabilities, from its answer to `initialize`.
+    capabilities: Value,
 }
 
 impl Client {
@@ -91,6 +93,7 @@ impl Client {
             pending: Vec::new(),
             next_id: 1,
             dir,
+            capabilities: Value::Null,
         };
         let init = client.request(
             "initialize",
@@ -99,6 +102,7 @@ impl Client {
         let caps = &init["capabilities"];
         assert_eq!(caps["hoverProvider"], json!(true), "{init}");
         assert_eq!(caps["positionEncoding"], json!("utf-16"));
+        client.capabilities = caps.clone();
         client.notify("initialized", json!({}));
         client
     }
@@ -951,4 +955,565 @@ fn a_huge_document_is_held_but_not_checked() {
         "{diags:?}"
     );
     still_serves(c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inlay hints, references, rename, highlights and semantic tokens (#29 item 4), on the real
+// example programs.
+
+/// The text of `examples/<name>`.
+fn example(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Hints as `(line, character, label)`.
+fn hint_rows(v: &Value) -> Vec<(u64, u64, String)> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|h| {
+            (
+                h["position"]["line"].as_u64().unwrap(),
+                h["position"]["character"].as_u64().unwrap(),
+                h["label"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The (line, character) just past the end of line `line` of `text` (UTF-16 units).
+fn line_end(text: &str, line: u32) -> (u64, u64) {
+    let l = text.lines().nth(line as usize).unwrap();
+    (
+        u64::from(line),
+        l.chars().map(char::len_utf16).sum::<usize>() as u64,
+    )
+}
+
+fn inlay_hints(c: &mut Client, uri: &str, from: u32, to: u32) -> Vec<(u64, u64, String)> {
+    let r = c.request(
+        "textDocument/inlayHint",
+        json!({
+            "textDocument": { "uri": uri },
+            "range": { "start": { "line": from, "character": 0 }, "end": { "line": to, "character": 0 } },
+        }),
+    );
+    hint_rows(&r)
+}
+
+#[test]
+fn inlay_hints_memory_and_ranks_of_placements_types_of_lets_and_parameter_counts() {
+    let mut c = Client::start("inlay-hints");
+    assert_eq!(c.capabilities["inlayHintProvider"], json!(true));
+    let text = example("grpo_digits.rl");
+    let uri = c.open("grpo_digits.rl", &text);
+    assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
+    let hints = inlay_hints(&mut c, &uri, 0, 10_000);
+    let at = |needle: &str| -> Vec<String> {
+        let (line, _) = pos(&text, needle, 0);
+        hints
+            .iter()
+            .filter(|h| h.0 == u64::from(line))
+            .map(|h| h.2.clone())
+            .collect()
+    };
+
+    // Each `place` line ends with the memory one device holds and the number of ranks; the
+    // memory is the checker's own estimate, the one the role's hover shows per phase.
+    let policy_hover = hover_text(&c.at("textDocument/hover", &uri, pos(&text, "model policy", 7)));
+    let reference_hover =
+        hover_text(&c.at("textDocument/hover", &uri, pos(&text, "model reference", 7)));
+    for (needle, phase, hover) in [
+        ("place policy.train", "train", &policy_hover),
+        ("place policy.generate", "generate", &policy_hover),
+        ("place reference", "logprobs", &reference_hover),
+    ] {
+        let (line, _) = pos(&text, needle, 0);
+        let row = hints
+            .iter()
+            .find(|h| h.0 == u64::from(line))
+            .unwrap_or_else(|| panic!("no hint on `{needle}`: {hints:?}"));
+        assert_eq!((row.0, row.1), line_end(&text, line), "{row:?}");
+        let memory = row
+            .2
+            .strip_suffix("/device · 2 ranks")
+            .unwrap_or_else(|| panic!("{row:?}"));
+        assert!(memory.ends_with(" MiB"), "{row:?}");
+        let table_row = format!("| {phase} | 2 | {memory} |");
+        assert!(hover.contains(&table_row), "{table_row} not in\n{hover}");
+    }
+
+    // The parameter count at the end of the arch expression, as the hover gives it.
+    let (line, _) = pos(&text, "arch  = tiny_gpt(", 0);
+    let arch_end = text.lines().nth(line as usize).unwrap().trim_end().len() as u64;
+    let row = hints.iter().find(|h| h.0 == u64::from(line)).unwrap();
+    assert_eq!((row.1, row.2.as_str()), (arch_end, "132.4K parameters"));
+    assert!(policy_hover.contains("132.4K parameters"), "{policy_hover}");
+
+    // The type of each `let`, right after its name.
+    for (needle, label) in [
+        ("let rollout ", ": Rollout"),
+        ("let old_logp ", ": f32[256, 4]"),
+        ("let reward ", ": f32[256]"),
+    ] {
+        let (line, col) = pos(&text, needle, 4);
+        let name_len = needle.trim_end().len() as u32 - 4;
+        let row = hints
+            .iter()
+            .find(|h| (h.0, h.1) == (u64::from(line), u64::from(col + name_len)))
+            .unwrap_or_else(|| panic!("no hint after `{needle}`: {hints:?}"));
+        assert_eq!(row.2, label);
+    }
+    assert_eq!(at("let adv "), [": f32[256, 4]"]);
+
+    // Only the hints in the range asked for: the three placements.
+    let (first, _) = pos(&text, "place policy.train", 0);
+    let some = inlay_hints(&mut c, &uri, first, first + 3);
+    assert_eq!(some.len(), 3, "{some:?}");
+    assert!(some.iter().all(|h| h.2.ends_with(" ranks")), "{some:?}");
+    c.shutdown();
+}
+
+/// `import "./lib.rl"` under an alias and by name, one of the names under an alias of its own.
+const LIB: &str = "/// Doubles.\npub fn twice(x: f32) -> f32 {\n  x * 2.0\n}\n\nfn again(x: f32) -> f32 {\n  twice(twice(x))\n}\n";
+const USES_LIB: &str = "import \"./lib.rl\" as lib\nimport \"./lib.rl\" { twice as t, twice }\nimport std.algo\n\npub fn f(x: f32[B, T]) -> f32 {\n  let y = lib.twice(algo.masked_sum(x, x > 0.0))\n  t(y) + twice(y) + mean(x)\n}\n";
+
+/// `(file name, line, character)` of each location, sorted.
+fn places(c: &Client, v: &Value) -> Vec<(String, u64, u64)> {
+    let mut out: Vec<(String, u64, u64)> = v
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|l| {
+            let uri = l["uri"].as_str().unwrap();
+            let (dir, name) = uri.rsplit_once('/').unwrap();
+            assert_eq!(format!("{dir}/x"), c.uri("x"));
+            let start = &l["range"]["start"];
+            (
+                name.to_string(),
+                start["line"].as_u64().unwrap(),
+                start["character"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Applies LSP text edits (on distinct ranges) to `text`.
+fn apply_edits(text: &str, edits: &[Value]) -> String {
+    let offset = |p: &Value| -> usize {
+        let (line, ch) = (
+            p["line"].as_u64().unwrap(),
+            p["character"].as_u64().unwrap(),
+        );
+        let start: usize = text
+            .split_inclusive('\n')
+            .take(line as usize)
+            .map(str::len)
+            .sum();
+        let l = &text[start..];
+        let mut units = 0;
+        for (i, c) in l.char_indices() {
+            if units == ch as usize {
+                return start + i;
+            }
+            units += c.len_utf16();
+        }
+        start + l.len()
+    };
+    let mut edits: Vec<(usize, usize, &str)> = edits
+        .iter()
+        .map(|e| {
+            (
+                offset(&e["range"]["start"]),
+                offset(&e["range"]["end"]),
+                e["newText"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    edits.sort_by_key(|e| std::cmp::Reverse(e.0));
+    let mut out = text.to_string();
+    for (start, end, new) in edits {
+        out.replace_range(start..end, new);
+    }
+    out
+}
+
+fn references(c: &mut Client, uri: &str, at: (u32, u32), declaration: bool) -> Value {
+    c.request(
+        "textDocument/references",
+        json!({
+            "textDocument": { "uri": uri },
+            "position": { "line": at.0, "character": at.1 },
+            "context": { "includeDeclaration": declaration },
+        }),
+    )
+}
+
+fn rename(c: &mut Client, uri: &str, at: (u32, u32), new_name: &str) -> Value {
+    c.request(
+        "textDocument/rename",
+        json!({
+            "textDocument": { "uri": uri },
+            "position": { "line": at.0, "character": at.1 },
+            "newName": new_name,
+        }),
+    )
+}
+
+#[test]
+fn references_and_rename_across_modules_open_or_on_disk() {
+    let mut c = Client::start("rename");
+    let caps = c.capabilities.clone();
+    assert_eq!(caps["referencesProvider"], json!(true));
+    assert_eq!(caps["renameProvider"]["prepareProvider"], json!(true));
+    std::fs::write(c.dir.join("main.rl"), USES_LIB).unwrap();
+    // Only lib.rl is open: main.rl, which imports it, is read from disk.
+    let lib = c.open("lib.rl", LIB);
+    assert_eq!(c.diagnostics(&lib, 1), Vec::<Value>::new());
+    let main_line = |needle: &str, skip: usize| {
+        let (l, ch) = pos(USES_LIB, needle, skip);
+        ("main.rl".to_string(), u64::from(l), u64::from(ch))
+    };
+    let lib_line = |needle: &str, skip: usize| {
+        let (l, ch) = pos(LIB, needle, skip);
+        ("lib.rl".to_string(), u64::from(l), u64::from(ch))
+    };
+    let r = references(&mut c, &lib, pos(LIB, "twice(x: f32)", 0), true);
+    let mut want = vec![
+        lib_line("twice(x: f32)", 0),
+        lib_line("twice(twice", 0),
+        lib_line("twice(x))", 0),
+        main_line("twice as t", 0),
+        main_line("as t,", 3),
+        main_line("twice }", 0),
+        main_line("twice(algo", 0),
+        main_line("t(y)", 0),
+        main_line("twice(y)", 0),
+    ];
+    want.sort();
+    assert_eq!(places(&c, &r), want);
+    // Without the declaration.
+    let r = references(&mut c, &lib, pos(LIB, "twice(twice", 0), false);
+    assert_eq!(places(&c, &r).len(), want.len() - 1);
+
+    // From the importing file, now open: the same references.
+    let main = c.open("main.rl", USES_LIB);
+    assert_eq!(c.diagnostics(&main, 1), Vec::<Value>::new());
+    let r = references(&mut c, &main, pos(USES_LIB, "twice(y)", 0), true);
+    assert_eq!(places(&c, &r), want);
+
+    // Rename from the declaration: every use spelled `twice`, in both files; the alias `t`
+    // stays. Applied, both files check clean.
+    let prepared = c.at(
+        "textDocument/prepareRename",
+        &lib,
+        pos(LIB, "twice(x: f32)", 2),
+    );
+    assert_eq!(prepared["placeholder"], "twice");
+    assert_eq!(
+        prepared["range"]["start"],
+        json!({ "line": 1, "character": 7 })
+    );
+    let edit = rename(&mut c, &lib, pos(LIB, "twice(x: f32)", 0), "double");
+    let changes = edit["changes"].as_object().unwrap();
+    assert_eq!(changes.len(), 2, "{edit}");
+    let new_lib = apply_edits(LIB, changes[&lib].as_array().unwrap());
+    let new_main = apply_edits(USES_LIB, changes[&main].as_array().unwrap());
+    assert_eq!(new_lib, LIB.replace("twice", "double"));
+    assert_eq!(new_main, USES_LIB.replace("twice", "double"));
+    assert!(new_main.contains("{ double as t, double }") && new_main.contains("t(y)"));
+    c.change(&lib, 2, &new_lib);
+    c.change(&main, 2, &new_main);
+    assert_eq!(c.diagnostics(&lib, 2), Vec::<Value>::new());
+    assert_eq!(c.diagnostics(&main, 2), Vec::<Value>::new());
+
+    // Renaming the alias renames it and its uses, in its module only.
+    let edit = rename(&mut c, &main, pos(&new_main, "t(y)", 0), "dbl");
+    let changes = edit["changes"].as_object().unwrap();
+    assert_eq!(changes.len(), 1, "{edit}");
+    let aliased = apply_edits(&new_main, changes[&main].as_array().unwrap());
+    assert!(
+        aliased.contains("{ double as dbl, double }") && aliased.contains("  dbl(y) + double(y)"),
+        "{aliased}"
+    );
+
+    // Builtins, std items and modules are refused, with why; so is a name that is not one.
+    for (needle, skip, why) in [
+        ("mean(x)", 0, "part of the language"),
+        ("masked_sum", 0, "standard library (`std.algo`)"),
+        ("lib.double", 0, "names the module"),
+    ] {
+        let at = pos(&new_main, needle, skip);
+        let id = c.next_id;
+        c.next_id += 1;
+        c.send(json!({ "jsonrpc": "2.0", "id": id, "method": "textDocument/prepareRename",
+            "params": { "textDocument": { "uri": main }, "position": { "line": at.0, "character": at.1 } } }));
+        let e = c.error_for(json!(id));
+        assert_eq!(e["code"], -32803, "{e}");
+        assert!(e["message"].as_str().unwrap().contains(why), "{e}");
+    }
+    let at = pos(&new_main, "let y", 4);
+    let id = c.next_id;
+    c.next_id += 1;
+    c.send(json!({ "jsonrpc": "2.0", "id": id, "method": "textDocument/rename",
+        "params": { "textDocument": { "uri": main }, "position": { "line": at.0, "character": at.1 }, "newName": "2y" } }));
+    assert!(
+        c.error_for(json!(id))["message"]
+            .as_str()
+            .unwrap()
+            .contains("is not a name")
+    );
+    c.shutdown();
+}
+
+#[test]
+fn document_highlights_and_local_rename_in_an_example() {
+    let mut c = Client::start("highlights");
+    assert_eq!(c.capabilities["documentHighlightProvider"], json!(true));
+    let text = example("grpo_digits.rl");
+    let uri = c.open("grpo_digits.rl", &text);
+    assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
+    // `old_logp`: declared once (a write), read twice.
+    let h = c.at(
+        "textDocument/documentHighlight",
+        &uri,
+        pos(&text, "old_logp, adv", 0),
+    );
+    let mut rows: Vec<(u64, u64, u64)> = h
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["range"]["start"]["line"].as_u64().unwrap(),
+                h["range"]["start"]["character"].as_u64().unwrap(),
+                h["kind"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    rows.sort();
+    let at = |needle: &str, skip: usize, kind: u64| {
+        let (l, ch) = pos(&text, needle, skip);
+        (u64::from(l), u64::from(ch), kind)
+    };
+    assert_eq!(
+        rows,
+        [
+            at("old_logp = ", 0, 3),
+            at("old_logp, adv", 0, 2),
+            at("old_logp, ref_logp), rollout", 0, 2),
+            at("- old_logp", 2, 2),
+        ]
+    );
+    // A pipeline parameter, renamed: its default, its uses; the file still checks clean.
+    let edit = rename(&mut c, &uri, pos(&text, "group = 16", 0), "samples");
+    let edits = edit["changes"][&uri].as_array().unwrap();
+    assert_eq!(edits.len(), 2, "{edit}");
+    let renamed = apply_edits(&text, edits);
+    assert!(renamed.contains("samples = 16") && renamed.contains("n: samples"));
+    // `rollout.group` is a field, not the parameter.
+    assert!(renamed.contains("rollout.group"));
+    c.change(&uri, 2, &renamed);
+    assert_eq!(c.diagnostics(&uri, 2), Vec::<Value>::new());
+    c.shutdown();
+}
+
+/// A decoded semantic token: line, UTF-16 column, the token's text, its type and modifiers.
+#[derive(Debug, PartialEq)]
+struct Token {
+    line: u32,
+    col: u32,
+    text: String,
+    kind: String,
+    modifiers: Vec<String>,
+}
+
+fn decode_tokens(text: &str, data: &Value, legend: &Value) -> Vec<Token> {
+    let data: Vec<u32> = data
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(data.len() % 5, 0);
+    let names = |key: &str| -> Vec<String> {
+        legend[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    let (types, modifiers) = (names("tokenTypes"), names("tokenModifiers"));
+    let lines: Vec<Vec<u16>> = text.lines().map(|l| l.encode_utf16().collect()).collect();
+    let (mut line, mut col) = (0u32, 0u32);
+    let mut out = Vec::new();
+    for t in data.chunks(5) {
+        if t[0] > 0 {
+            line += t[0];
+            col = t[1];
+        } else {
+            assert!(out.is_empty() || t[1] > 0, "two tokens at one place");
+            col += t[1];
+        }
+        let l = &lines[line as usize];
+        let end = (col + t[2]) as usize;
+        assert!(
+            t[2] > 0 && end <= l.len(),
+            "token past its line: {t:?} on line {line}"
+        );
+        out.push(Token {
+            line,
+            col,
+            text: String::from_utf16(&l[col as usize..end]).unwrap(),
+            kind: types[t[3] as usize].clone(),
+            modifiers: (0..modifiers.len())
+                .filter(|i| t[4] & (1 << i) != 0)
+                .map(|i| modifiers[i].clone())
+                .collect(),
+        });
+    }
+    // In order and not overlapping.
+    for w in out.windows(2) {
+        assert!(
+            (
+                w[0].line,
+                w[0].col + w[0].text.encode_utf16().count() as u32
+            ) <= (w[1].line, w[1].col),
+            "{:?} overlaps {:?}",
+            w[0],
+            w[1]
+        );
+    }
+    out
+}
+
+fn semantic_tokens(c: &mut Client, uri: &str) -> Value {
+    c.request(
+        "textDocument/semanticTokens/full",
+        json!({ "textDocument": { "uri": uri } }),
+    )
+}
+
+#[test]
+fn semantic_tokens_of_the_examples() {
+    let mut c = Client::start("semantic-tokens");
+    let provider = c.capabilities["semanticTokensProvider"].clone();
+    assert_eq!(provider["full"], json!(true), "{provider}");
+    let legend = provider["legend"].clone();
+    let text = example("grpo_digits.rl");
+    let uri = c.open("grpo_digits.rl", &text);
+    let first = semantic_tokens(&mut c, &uri);
+    // Deterministic.
+    assert_eq!(first, semantic_tokens(&mut c, &uri));
+    let tokens = decode_tokens(&text, &first["data"], &legend);
+    let find = |line_of: &str, word: &str| -> &Token {
+        let (line, col) = pos(&text, line_of, 0);
+        let l = text.lines().nth(line as usize).unwrap();
+        let word_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let at = col as usize
+            + l[col as usize..]
+                .match_indices(word)
+                .map(|(i, _)| i)
+                .find(|&i| {
+                    let i = col as usize + i;
+                    !word.starts_with(word_char)
+                        || (!l[..i].ends_with(word_char)
+                            && !l[i + word.len()..].starts_with(word_char))
+                })
+                .unwrap_or_else(|| panic!("no `{word}` in `{l}`"));
+        let at = at as u32;
+        tokens
+            .iter()
+            .find(|t| (t.line, t.col) == (line, at))
+            .unwrap_or_else(|| panic!("no token at `{word}` of `{line_of}`"))
+    };
+    let check = |line_of: &str, word: &str, kind: &str, modifiers: &[&str]| {
+        let t = find(line_of, word);
+        assert_eq!(
+            (t.text.as_str(), t.kind.as_str(), t.modifiers.clone()),
+            (
+                word,
+                kind,
+                modifiers.iter().map(|m| m.to_string()).collect::<Vec<_>>()
+            ),
+            "{line_of}"
+        );
+    };
+    check("import std.algo", "import", "keyword", &[]);
+    check("import std.algo", "algo", "namespace", &[]);
+    check(
+        "import std.algo",
+        "grpo_advantage",
+        "function",
+        &["defaultLibrary"],
+    );
+    check(
+        "dataset reverse",
+        "reverse",
+        "variable",
+        &["declaration", "readonly"],
+    );
+    check("model policy", "policy", "class", &["declaration"]);
+    check("model policy", "CausalLM", "type", &["defaultLibrary"]);
+    check("place policy.train", "train", "enumMember", &[]);
+    check("place policy.train", "dp", "keyword", &[]);
+    check("place policy.train", "2", "number", &[]);
+    check("fn exact", "resp", "parameter", &["declaration"]);
+    check("fn exact", "B", "typeParameter", &[]);
+    check("fn exact", "Tokens", "type", &["defaultLibrary"]);
+    check("mean(f32(resp", "mean", "function", &["defaultLibrary"]);
+    check("mean(f32(resp", "resp", "parameter", &[]);
+    check("mean(f32(resp", "==", "operator", &[]);
+    check("pipeline train", "steps", "parameter", &["declaration"]);
+    check("loop step in", "step", "variable", &["declaration"]);
+    check("loop step in", "..", "operator", &[]);
+    check("loop step in", "steps", "parameter", &[]);
+    check("let rollout ", "generate", "method", &[]);
+    check("let rollout ", "n", "property", &[]);
+    check("let rollout ", "1.0", "number", &[]);
+    check("let reward ", "exact", "function", &[]);
+    check("let reward ", "mask", "property", &[]);
+    check("{ logp ->", "logp", "parameter", &["declaration"]);
+    check("every 100 steps", "steps", "keyword", &[]);
+    let t = find("/// The fraction", "/// The fraction");
+    assert_eq!(
+        (t.kind.as_str(), t.modifiers.as_slice()),
+        ("comment", ["documentation".to_string()].as_slice())
+    );
+    let t = find("// Responses", "// Responses");
+    assert!(t.kind == "comment" && t.modifiers.is_empty(), "{t:?}");
+    // A line with `→`, one UTF-16 unit of three bytes: the comment's length counts units.
+    let t = find("//! four digits", "//! four");
+    let (line, _) = pos(&text, "//! four digits", 0);
+    let l = text.lines().nth(line as usize).unwrap();
+    assert!(l.contains('→'));
+    assert_eq!(t.text, l.trim_end());
+
+    // Every example decodes: tokens in order, within their lines, on UTF-16 columns.
+    for name in [
+        "colocated_grpo.rl",
+        "ppo_70b_split.rl",
+        "ppo_critic.rl",
+        "rlhf_ppo.rl",
+        "rlhf_reward.rl",
+        "rlhf_sft.rl",
+    ] {
+        let text = example(name);
+        let uri = c.open(name, &text);
+        let tokens = decode_tokens(&text, &semantic_tokens(&mut c, &uri)["data"], &legend);
+        assert!(tokens.iter().any(|t| t.kind == "function"), "{name}");
+        assert!(
+            tokens
+                .iter()
+                .any(|t| t.kind == "keyword" && t.text == "model"),
+            "{name}"
+        );
+    }
+    c.shutdown();
 }

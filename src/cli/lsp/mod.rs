@@ -25,8 +25,11 @@
 
 mod analysis;
 mod features;
+mod hints;
+mod navigation;
 mod resolve;
 mod text;
+mod tokens;
 mod transport;
 
 use analysis::{Analysis, Documents, UriMap, doc_name};
@@ -69,6 +72,21 @@ fn capabilities() -> ServerCapabilities {
         }),
         document_formatting_provider: Some(OneOf::Left(true)),
         document_symbol_provider: Some(OneOf::Left(true)),
+        inlay_hint_provider: Some(OneOf::Left(true)),
+        references_provider: Some(OneOf::Left(true)),
+        document_highlight_provider: Some(OneOf::Left(true)),
+        rename_provider: Some(OneOf::Right(lsp_types::RenameOptions {
+            prepare_provider: Some(true),
+            work_done_progress_options: Default::default(),
+        })),
+        semantic_tokens_provider: Some(
+            lsp_types::SemanticTokensOptions {
+                legend: tokens::legend(),
+                full: Some(lsp_types::SemanticTokensFullOptions::Bool(true)),
+                ..Default::default()
+            }
+            .into(),
+        ),
         ..Default::default()
     }
 }
@@ -78,7 +96,10 @@ fn capabilities() -> ServerCapabilities {
 fn initialize_request(conn: &Connection) -> Option<lsp_server::RequestId> {
     while let Ok(msg) = conn.receiver.recv() {
         match msg {
-            Message::Request(req) if req.method == "initialize" => return Some(req.id),
+            Message::Request(req) if req.method == "initialize" => {
+                navigation::set_roots(&req.params);
+                return Some(req.id);
+            }
             Message::Request(req) => {
                 let _ = conn.sender.send(
                     Response::new_err(
@@ -409,6 +430,19 @@ impl Server<'_> {
         ))
     }
 
+    /// What navigation reads: `doc`'s check and those of the other open documents.
+    fn world<'s>(&'s self, doc: &'s Doc) -> navigation::World<'s> {
+        navigation::World {
+            current: &doc.analysis,
+            open: (self.docs.values())
+                .filter(|d| !std::ptr::eq(*d, doc))
+                .map(|d| &d.analysis)
+                .collect(),
+            sources: &self.sources,
+            uris: &self.uris,
+        }
+    }
+
     fn answer(&self, req: Request) -> Result<Value, (ErrorCode, String)> {
         macro_rules! params {
             ($ty:ty) => {
@@ -480,6 +514,50 @@ impl Server<'_> {
                 json(serde_json::to_value(DocumentSymbolResponse::Nested(
                     features::document_symbols(module, &doc.text),
                 )))
+            }
+            "textDocument/inlayHint" => {
+                let p = params!(lsp_types::InlayHintParams);
+                let doc = checked!(&p.text_document.uri);
+                let hints = hints::inlay_hints(&doc.analysis, p.range);
+                json(serde_json::to_value(hints))
+            }
+            "textDocument/semanticTokens/full" => {
+                let p = params!(lsp_types::SemanticTokensParams);
+                let doc = checked!(&p.text_document.uri);
+                json(serde_json::to_value(tokens::semantic_tokens(&doc.analysis)))
+            }
+            "textDocument/references" => {
+                let p = params!(lsp_types::ReferenceParams);
+                let pos = p.text_document_position;
+                let doc = checked!(&pos.text_document.uri);
+                let offset = LineIndex::new(&doc.text).offset(pos.position) as u32;
+                let world = self.world(doc);
+                let include = p.context.include_declaration;
+                let refs = navigation::references(&world, offset, include);
+                json(serde_json::to_value(refs))
+            }
+            "textDocument/documentHighlight" => {
+                let p = params!(lsp_types::DocumentHighlightParams);
+                let pos = p.text_document_position_params;
+                let doc = checked!(&pos.text_document.uri);
+                let offset = LineIndex::new(&doc.text).offset(pos.position) as u32;
+                let highlights = navigation::highlights(&self.world(doc), offset);
+                json(serde_json::to_value(highlights))
+            }
+            "textDocument/prepareRename" => {
+                let p = params!(lsp_types::TextDocumentPositionParams);
+                let doc = checked!(&p.text_document.uri);
+                let offset = LineIndex::new(&doc.text).offset(p.position) as u32;
+                let range = navigation::prepare_rename(&self.world(doc), offset)?;
+                json(serde_json::to_value(range))
+            }
+            "textDocument/rename" => {
+                let p = params!(lsp_types::RenameParams);
+                let pos = p.text_document_position;
+                let doc = checked!(&pos.text_document.uri);
+                let offset = LineIndex::new(&doc.text).offset(pos.position) as u32;
+                let edit = navigation::rename(&self.world(doc), offset, &p.new_name)?;
+                json(serde_json::to_value(edit))
             }
             other => Err((
                 ErrorCode::MethodNotFound,

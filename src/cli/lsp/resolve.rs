@@ -42,6 +42,42 @@ pub struct Found {
     pub target: Option<Target>,
 }
 
+/// What a name is where the walk meets it, for tools that read every name of a module
+/// ([`occurrences`]: references, rename, highlights, semantic tokens).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Declares an item, a key of a definition block or a field of a struct.
+    Item,
+    /// Declares a parameter of a `fn` or `pipeline`, or of a closure.
+    Param,
+    /// Declares a `let`, a loop variable, a carry or a scan index.
+    Let,
+    /// A name read where it is looked up in scope.
+    Use,
+    /// A name assigned to (`x = e`).
+    Assign,
+    /// A type's name (`f32`, `Tokens`, a struct) or a model's kind (`CausalLM`).
+    Type,
+    /// A named dimension (`T` in `f32[B, T]`, the axis of a scan).
+    Dim,
+    /// `.name` after an expression: an item of a module, a field, a role operation.
+    Member,
+    /// A named argument or a record field.
+    Label,
+    /// The phase of a `place` (`train` in `place policy.train`).
+    Phase,
+    /// A segment of an import path, or a name (or alias) in an import list.
+    Import,
+}
+
+/// One name of a module, what it stands for (as [`Found::target`]) and its role.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Occurrence {
+    pub span: Span,
+    pub target: Option<Target>,
+    pub role: Role,
+}
+
 /// A local in scope, with the span of the expression that gives its value (for its type).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Local {
@@ -57,6 +93,8 @@ pub struct Walk<'a> {
     pub found: Option<Found>,
     /// Locals in scope at the offset (innermost last), once a block containing it was seen.
     pub visible: Option<Vec<Local>>,
+    /// In [`occurrences`]: every name of the module, in the order the walk meets them.
+    all: Option<Vec<Occurrence>>,
 }
 
 /// Resolves the position `offset` of module `module`.
@@ -68,14 +106,38 @@ pub fn at<'a>(modules: &'a Modules, module: usize, offset: u32) -> Walk<'a> {
         scopes: Vec::new(),
         found: None,
         visible: None,
+        all: None,
     };
-    let m = modules.get(module);
-    for (index, item) in m.ast.items.iter().enumerate() {
-        if w.contains(item.span) {
-            w.item(index, item);
+    w.items();
+    w
+}
+
+/// Every name of module `module` with what it stands for, in the order of the walk (each
+/// declaration before the uses it is in scope for).
+pub fn occurrences(modules: &Modules, module: usize) -> Vec<Occurrence> {
+    let mut w = Walk {
+        modules,
+        module,
+        offset: u32::MAX,
+        scopes: Vec::new(),
+        found: None,
+        visible: None,
+        all: Some(Vec::new()),
+    };
+    w.items();
+    w.all.unwrap_or_default()
+}
+
+impl Walk<'_> {
+    fn items(&mut self) {
+        let modules = self.modules;
+        let m = modules.get(self.module);
+        for (index, item) in m.ast.items.iter().enumerate() {
+            if self.contains(item.span) {
+                self.item(index, item);
+            }
         }
     }
-    w
 }
 
 /// The module a std path or a relative file path names, among those loaded.
@@ -86,12 +148,20 @@ pub fn module_named(modules: &Modules, name: &str) -> Option<usize> {
 pub use rlc_check::modules::join_relative;
 
 impl Walk<'_> {
+    /// Whether the walk goes into `span`: the one holding the offset, or every one when
+    /// collecting [`occurrences`].
     fn contains(&self, span: Span) -> bool {
-        span.start <= self.offset && self.offset <= span.end
+        self.all.is_some() || (span.start <= self.offset && self.offset <= span.end)
     }
 
-    fn find(&mut self, ident: &Ident, target: Option<Target>) {
-        if self.contains(ident.span) {
+    fn find(&mut self, ident: &Ident, target: Option<Target>, role: Role) {
+        if let Some(all) = &mut self.all {
+            all.push(Occurrence {
+                span: ident.span,
+                target,
+                role,
+            });
+        } else if self.contains(ident.span) {
             self.found = Some(Found {
                 span: ident.span,
                 target,
@@ -110,19 +180,19 @@ impl Walk<'_> {
             .map(Target::from)
     }
 
-    fn use_name(&mut self, ident: &Ident) {
+    fn use_name(&mut self, ident: &Ident, role: Role) {
         if self.contains(ident.span) {
             let target = self.lookup(&ident.name);
-            self.find(ident, target);
+            self.find(ident, target, role);
         }
     }
 
-    fn declare(&mut self, ident: &Ident, value: Option<Span>) {
+    fn declare(&mut self, ident: &Ident, value: Option<Span>, role: Role) {
         let local = Local {
             ident: ident.clone(),
             value,
         };
-        self.find(ident, Some(Target::Local(local.clone())));
+        self.find(ident, Some(Target::Local(local.clone())), role);
         self.scopes.push(local);
     }
 
@@ -132,19 +202,19 @@ impl Walk<'_> {
             index,
         };
         if let Some(name) = item.name() {
-            self.find(name, Some(this));
+            self.find(name, Some(this), Role::Item);
         }
         match &item.kind {
             ItemKind::Import(import) => self.import(import),
             ItemKind::Cluster(c) => self.definition(&c.def),
             ItemKind::Dataset(d) => self.definition(&d.def),
             ItemKind::Model(m) => {
-                self.find(&m.kind, None);
+                self.find(&m.kind, None, Role::Type);
                 self.definition(&m.def);
             }
             ItemKind::Struct(s) => {
                 for f in &s.fields {
-                    self.find(&f.name, None);
+                    self.find(&f.name, None, Role::Item);
                     self.type_expr(&f.ty);
                 }
             }
@@ -163,9 +233,9 @@ impl Walk<'_> {
             }
             ItemKind::Place(p) => {
                 if let PlaceTarget::Role { role, phase } = &p.target {
-                    self.use_name(role);
+                    self.use_name(role, Role::Use);
                     if let Some(phase) = phase {
-                        self.find(phase, None);
+                        self.find(phase, None, Role::Phase);
                     }
                 }
                 if let Some(d) = &p.devices {
@@ -193,7 +263,7 @@ impl Walk<'_> {
             if let Some(d) = &p.default {
                 self.expr(d);
             }
-            self.declare(&p.name, p.default.as_ref().map(|d| d.span));
+            self.declare(&p.name, p.default.as_ref().map(|d| d.span), Role::Param);
         }
     }
 
@@ -208,6 +278,7 @@ impl Walk<'_> {
                             module: self.module,
                             key: f.key.clone(),
                         }),
+                        Role::Item,
                     );
                     self.expr(&f.value);
                 }
@@ -222,7 +293,14 @@ impl Walk<'_> {
                 .get(self.module)
                 .lookup(self.module, &t.name.name)
                 .map(Target::from);
-            self.find(&t.name, target);
+            self.find(&t.name, target, Role::Type);
+        }
+        if self.all.is_some() {
+            for d in t.dims.iter().flatten() {
+                if let Dim::Named(n) = d {
+                    self.find(n, None, Role::Dim);
+                }
+            }
         }
     }
 
@@ -253,13 +331,13 @@ impl Walk<'_> {
                             Some(Target::Item { module: m, index })
                         })
                         .or(imported.map(Target::Module));
-                    self.find(seg, target);
+                    self.find(seg, target, Role::Import);
                 }
                 imported
             }
             ImportSource::File(s) => {
                 let m = module_named(self.modules, &join_relative(&me.name, &s.value));
-                if self.contains(s.span) {
+                if self.all.is_none() && self.contains(s.span) {
                     self.found = Some(Found {
                         span: s.span,
                         target: m.map(Target::Module),
@@ -278,7 +356,7 @@ impl Walk<'_> {
             let t = bound(alias.span)
                 .map(Target::from)
                 .or(target.map(Target::Module));
-            self.find(alias, t);
+            self.find(alias, t, Role::Import);
         }
         for n in import.names.iter().flatten() {
             let t = bound(n.binding().span).map(Target::from).or_else(|| {
@@ -286,9 +364,9 @@ impl Walk<'_> {
                 let index = *self.modules.get(m).items.get(&n.name.name)?;
                 Some(Target::Item { module: m, index })
             });
-            self.find(&n.name, t.clone());
+            self.find(&n.name, t.clone(), Role::Import);
             if let Some(alias) = &n.alias {
-                self.find(alias, t);
+                self.find(alias, t, Role::Import);
             }
         }
     }
@@ -316,11 +394,11 @@ impl Walk<'_> {
                 self.expr(value);
                 // A `let` is not in scope in its own value.
                 if !(value.span.start <= self.offset && self.offset <= value.span.end) {
-                    self.declare(name, Some(value.span));
+                    self.declare(name, Some(value.span), Role::Let);
                 }
             }
             StmtKind::Assign { name, value } => {
-                self.use_name(name);
+                self.use_name(name, Role::Assign);
                 self.expr(value);
             }
             StmtKind::Loop {
@@ -334,9 +412,9 @@ impl Walk<'_> {
                     self.expr(&c.init);
                 }
                 let depth = self.scopes.len();
-                self.declare(var, None);
+                self.declare(var, None, Role::Let);
                 for c in carries {
-                    self.declare(&c.name, Some(c.init.span));
+                    self.declare(&c.name, Some(c.init.span), Role::Let);
                 }
                 self.block(body);
                 self.scopes.truncate(depth);
@@ -348,7 +426,7 @@ impl Walk<'_> {
             }
             StmtKind::Checkpoint { roles } => {
                 for r in roles {
-                    self.use_name(r);
+                    self.use_name(r, Role::Use);
                 }
             }
             StmtKind::Emit { value } | StmtKind::Expr(value) => self.expr(value),
@@ -357,7 +435,7 @@ impl Walk<'_> {
 
     fn record(&mut self, r: &Record) {
         for f in &r.fields {
-            self.find(&f.name, None);
+            self.find(&f.name, None, Role::Label);
             self.expr(&f.value);
         }
     }
@@ -368,12 +446,12 @@ impl Walk<'_> {
         }
         match &e.kind {
             ExprKind::Number(_) | ExprKind::Str(_) | ExprKind::Bool(_) => {}
-            ExprKind::Name(ident) => self.use_name(ident),
+            ExprKind::Name(ident) => self.use_name(ident, Role::Use),
             ExprKind::Member { base, name } => {
                 self.expr(base);
                 if self.contains(name.span) {
                     let target = self.member(base, &name.name);
-                    self.find(name, target);
+                    self.find(name, target, Role::Member);
                 }
             }
             ExprKind::Call {
@@ -384,14 +462,14 @@ impl Walk<'_> {
                 self.expr(callee);
                 for a in args {
                     if let Some(n) = &a.name {
-                        self.find(n, None);
+                        self.find(n, None, Role::Label);
                     }
                     self.expr(&a.value);
                 }
                 if let Some(c) = closure {
                     let depth = self.scopes.len();
                     for p in &c.params {
-                        self.declare(p, None);
+                        self.declare(p, None, Role::Param);
                     }
                     self.block(&c.body);
                     self.scopes.truncate(depth);
@@ -411,15 +489,15 @@ impl Walk<'_> {
             ExprKind::Paren(inner) => self.expr(inner),
             ExprKind::Record(r) => self.record(r),
             ExprKind::Scan(scan) => {
-                self.find(&scan.axis, None);
+                self.find(&scan.axis, None, Role::Dim);
                 for c in &scan.carries {
                     self.expr(&c.init);
                 }
                 let depth = self.scopes.len();
                 for c in &scan.carries {
-                    self.declare(&c.name, Some(c.init.span));
+                    self.declare(&c.name, Some(c.init.span), Role::Let);
                 }
-                self.declare(&scan.index, None);
+                self.declare(&scan.index, None, Role::Let);
                 self.block(&scan.body);
                 self.scopes.truncate(depth);
             }
