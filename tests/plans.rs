@@ -622,6 +622,44 @@ pipeline split(steps = 2) {
 }
 "#;
 
+/// A short kernel whose result another rank waits for runs before the sender's long update,
+/// although the update's own path to the end of the step is the longer one: placing the update
+/// first would delay the receiver by all of it (the longest-path rule alone chose the update).
+#[test]
+fn a_short_op_feeding_another_rank_goes_before_a_longer_path() {
+    let text = SPLIT_SEND_FIRST
+        .replace(
+            "    big.update(",
+            "    let bonus = hint * 2.0\n    big.update(",
+        )
+        .replace("s + hint,", "s + bonus,");
+    let plan = plan_of_text("split_kernel_first.rl", &text);
+    let kernel = op_labelled(&plan, "kernel mul");
+    let long = op_labelled(&plan, "big.update");
+    let needs = op_labelled(&plan, "small.update");
+    assert!(plan.ops[kernel as usize].ranks.contains(0));
+    assert!(!plan.ops[kernel as usize].ranks.contains(1));
+    assert!(!plan.ops[long as usize].deps.contains(&kernel));
+    assert!(
+        position_in(&plan, 0, kernel) < position_in(&plan, 0, long),
+        "rank 0 runs `bonus` only after its own update: {:?}",
+        plan.programs
+    );
+    let costs = rlc_plan::cost::PlanCosts::new(&plan, &rlc_plan::cost::CostParams::cpu()).unwrap();
+    let timeline = rlc_plan::simulate::simulate_step(&plan, &costs, &|_| true).unwrap();
+    let bar = |label: &str| {
+        timeline
+            .lanes
+            .iter()
+            .flat_map(|l| &l.bars)
+            .find(|b| b.label == label)
+            .unwrap_or_else(|| panic!("no bar `{label}`"))
+            .clone()
+    };
+    let (long, needs) = (bar("big.update"), bar("small.update"));
+    assert!(needs.start < long.end, "{needs:?} waits for {long:?}");
+}
+
 /// The op of `plan` with this label.
 fn op_labelled(plan: &Plan, label: &str) -> u32 {
     plan.ops

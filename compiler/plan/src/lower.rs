@@ -1719,9 +1719,14 @@ impl<'a> Lowerer<'a> {
     /// again and again, the op that can start first (its dependencies done, its ranks free) is
     /// placed, ties going to (1) an op that keeps the instances a shared device holds, (2) one
     /// that spans several timelines (a transfer or weight sync that feeds other ranks: it costs
-    /// its sender little and lets the receiver start), (3) the longest remaining path to the end
-    /// of the step (the op's own time included), (4) the lower op id. So a rank sends what
-    /// another waits for before its own long, unrelated work. Deterministic: no clock, no hash.
+    /// its sender little and lets the receiver start), (3) the smallest bound on the step it
+    /// leaves, (4) the lower op id. The bound of placing `i` before the other ready ops of its
+    /// timelines is `max(tail(i), time(i) + max tail(j))`, where `tail` is the longest remaining
+    /// path to the end of the step (the op's own time included): the exchange argument for two
+    /// ops, which puts a short op whose path continues on other ranks (a kernel whose result is
+    /// sent) before a long one that ends here, even when the long one's path is longer. So a rank
+    /// sends what another waits for before its own long, unrelated work. Deterministic: no clock,
+    /// no hash.
     fn schedule(&self, seconds: &[f64], world: u32) -> Vec<usize> {
         let n = self.ops.len();
         let mut timelines: BTreeMap<Vec<usize>, u32> = BTreeMap::new();
@@ -1772,25 +1777,57 @@ impl<'a> Lowerer<'a> {
         let mut finish: Vec<Option<f64>> = vec![None; n];
         let mut order = Vec::with_capacity(n);
         while order.len() < n {
-            let mut best: Option<(f64, u8, bool, f64, usize)> = None;
+            // The ready ops and when each could start.
+            let mut ready: Vec<(usize, f64)> = Vec::new();
             for i in 0..n {
                 if finish[i].is_some() {
                     continue;
                 }
                 let mut start = 0.0f64;
-                let mut ready = true;
+                let mut deps_done = true;
                 for &d in &self.ops[i].deps {
                     match finish.get(d as usize).copied().flatten() {
                         Some(t) => start = start.max(t),
-                        None => ready = false,
+                        None => deps_done = false,
                     }
                 }
-                if !ready {
+                if deps_done {
+                    for &t in &lines_of[i] {
+                        start = start.max(free[t]);
+                    }
+                    ready.push((i, start));
+                }
+            }
+            // Only ops that could start first compete; per timeline, the two longest tails
+            // among them (the longest other than `i` is one of the two).
+            let first = ready.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+            let mut longest: Vec<[Option<usize>; 2]> = vec![[None, None]; timelines.len()];
+            for &(i, start) in &ready {
+                if start > first {
                     continue;
                 }
+                for &t in &lines_of[i] {
+                    let top = &mut longest[t];
+                    if top[0].is_none_or(|a| tail[i] > tail[a]) {
+                        top[1] = top[0];
+                        top[0] = Some(i);
+                    } else if top[1].is_none_or(|b| tail[i] > tail[b]) {
+                        top[1] = Some(i);
+                    }
+                }
+            }
+            let bound = |i: usize| -> f64 {
+                let others = lines_of[i]
+                    .iter()
+                    .filter_map(|&t| longest[t].into_iter().flatten().find(|&j| j != i))
+                    .map(|j| tail[j])
+                    .fold(0.0, f64::max);
+                tail[i].max(duration(i) + others)
+            };
+            let mut best: Option<(f64, u8, bool, f64, usize)> = None;
+            for &(i, start) in &ready {
                 let mut switch = 0u8;
                 for &t in &lines_of[i] {
-                    start = start.max(free[t]);
                     let need: Vec<&str> = self.ops[i]
                         .uses
                         .iter()
@@ -1801,7 +1838,7 @@ impl<'a> Lowerer<'a> {
                         switch = 1;
                     }
                 }
-                let key = (start, switch, lines_of[i].len() <= 1, -tail[i], i);
+                let key = (start, switch, lines_of[i].len() <= 1, bound(i), i);
                 let better = best.is_none_or(|b| {
                     key.0
                         .total_cmp(&b.0)
