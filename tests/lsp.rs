@@ -31,6 +31,12 @@ impl Client {
     /// Starts the server in a fresh directory (also its cache directory, where it writes std)
     /// and completes the initialize handshake.
     fn start(name: &str) -> Client {
+        Client::start_in(name, None)
+    }
+
+    /// As [`Client::start`], naming the folder `workspace` of that directory as the workspace
+    /// folder at `initialize`.
+    fn start_in(name: &str, workspace: Option<&str>) -> Client {
         let dir = std::env::temp_dir().join(format!("rlc-lsp-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -95,9 +101,10 @@ impl Client {
             dir,
             capabilities: Value::Null,
         };
+        let folders = workspace.map(|w| json!([{ "uri": client.uri(w), "name": w }]));
         let init = client.request(
             "initialize",
-            json!({ "processId": null, "rootUri": null, "capabilities": {} }),
+            json!({ "processId": null, "rootUri": null, "workspaceFolders": folders, "capabilities": {} }),
         );
         let caps = &init["capabilities"];
         assert_eq!(caps["hoverProvider"], json!(true), "{init}");
@@ -1257,17 +1264,35 @@ fn references_and_rename_across_modules_open_or_on_disk() {
         assert_eq!(e["code"], -32803, "{e}");
         assert!(e["message"].as_str().unwrap().contains(why), "{e}");
     }
-    let at = pos(&new_main, "let y", 4);
-    let id = c.next_id;
-    c.next_id += 1;
-    c.send(json!({ "jsonrpc": "2.0", "id": id, "method": "textDocument/rename",
-        "params": { "textDocument": { "uri": main }, "position": { "line": at.0, "character": at.1 }, "newName": "2y" } }));
-    assert!(
-        c.error_for(json!(id))["message"]
-            .as_str()
-            .unwrap()
-            .contains("is not a name")
-    );
+    // A name that is not one, or one that would change what another name refers to: the
+    // parameter `x` where `y` is used, the item `again` beside `double`.
+    for (uri, text, needle, skip, new_name, why) in [
+        (&main, new_main.as_str(), "let y", 4, "2y", "is not a name"),
+        (
+            &main,
+            new_main.as_str(),
+            "let y",
+            4,
+            "x",
+            "`x` is already in scope at ",
+        ),
+        (
+            &lib,
+            new_lib.as_str(),
+            "double(x: f32)",
+            0,
+            "again",
+            "`again` is already in scope",
+        ),
+    ] {
+        let at = pos(text, needle, skip);
+        let id = c.next_id;
+        c.next_id += 1;
+        c.send(json!({ "jsonrpc": "2.0", "id": id, "method": "textDocument/rename",
+            "params": { "textDocument": { "uri": uri }, "position": { "line": at.0, "character": at.1 }, "newName": new_name } }));
+        let e = c.error_for(json!(id));
+        assert!(e["message"].as_str().unwrap().contains(why), "{e}");
+    }
     c.shutdown();
 }
 
@@ -1515,5 +1540,33 @@ fn semantic_tokens_of_the_examples() {
             "{name}"
         );
     }
+    c.shutdown();
+}
+
+/// The importers on disk of a renamed item are looked for under the workspace folders the
+/// client names, not only beside the declaring file.
+#[test]
+fn references_in_files_on_disk_under_the_workspace_folder() {
+    let mut c = Client::start_in("workspace", Some("ws"));
+    for d in ["ws/lib", "ws/jobs", "ws/.hidden"] {
+        std::fs::create_dir_all(c.dir.join(d)).unwrap();
+    }
+    let main = USES_LIB.replace("./lib.rl", "../lib/lib.rl");
+    std::fs::write(c.dir.join("ws/jobs/main.rl"), &main).unwrap();
+    // Under a hidden folder: not read.
+    std::fs::write(c.dir.join("ws/.hidden/main.rl"), &main).unwrap();
+    let lib = c.open("ws/lib/lib.rl", LIB);
+    assert_eq!(c.diagnostics(&lib, 1), Vec::<Value>::new());
+    let r = references(&mut c, &lib, pos(LIB, "twice(x: f32)", 0), false);
+    let mut files: Vec<&str> = r
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["uri"].as_str().unwrap())
+        .collect();
+    files.dedup();
+    // In order of path.
+    assert_eq!(files, [c.uri("ws/jobs/main.rl"), c.uri("ws/lib/lib.rl")]);
+    assert_eq!(r.as_array().unwrap().len(), 2 + 6, "{r}");
     c.shutdown();
 }

@@ -364,7 +364,7 @@ pub fn prepare_rename(w: &World, offset: u32) -> Result<PrepareRenameResponse, F
 // counts as interior mutability; the keys are never changed.
 #[allow(clippy::mutable_key_type)]
 pub fn rename(w: &World, offset: u32, new_name: &str) -> Result<WorkspaceEdit, Failure> {
-    let (cursor, target) = renamable(w, offset)?;
+    let (cursor, _) = renamable(w, offset)?;
     let valid = new_name
         .chars()
         .next()
@@ -387,25 +387,26 @@ pub fn rename(w: &World, offset: u32, new_name: &str) -> Result<WorkspaceEdit, F
     let Some((_, decl, refs)) = all_refs(w, offset) else {
         return Err((ErrorCode::RequestFailed, "nothing to rename here".into()));
     };
-    // An item's new name must not be one its module already declares.
-    if let Target::Item { module, .. } = &target {
-        let m = w.current.checked.modules.get(*module);
-        if cursor.text == decl_name(w, &decl) && m.items.contains_key(new_name) {
-            return Err((
-                ErrorCode::RequestFailed,
-                format!("`{}` already declares `{new_name}`", m.name),
-            ));
-        }
-    }
     // Through an alias: the alias and its uses, in this module only.
     let root = w.current.checked.modules.get(0).name.clone();
     let alias = cursor.text != decl_name(w, &decl);
+    let edited = |r: &&Ref| r.text == cursor.text && (!alias || r.file == root);
+    if let Some(r) = refs.iter().filter(edited).find(|r| clashes(w, r, new_name)) {
+        let line = text_of(w, &r.file).map_or(0, |t| {
+            LineIndex::new(&t).position(r.span.start as usize).line + 1
+        });
+        return Err((
+            ErrorCode::RequestFailed,
+            format!(
+                "`{new_name}` is already in scope at {}:{line}: renaming `{}` would change what \
+                 that name refers to",
+                r.file, cursor.text
+            ),
+        ));
+    }
     let mut texts = HashMap::new();
     let mut changes: HashMap<Uri, Vec<TextEdit>> = HashMap::new();
-    for r in &refs {
-        if r.text != cursor.text || (alias && r.file != root) {
-            continue;
-        }
+    for r in refs.iter().filter(edited) {
         if let Some(loc) = location(w, r, &mut texts) {
             changes
                 .entry(loc.uri)
@@ -417,6 +418,20 @@ pub fn rename(w: &World, offset: u32, new_name: &str) -> Result<WorkspaceEdit, F
         changes: Some(changes),
         ..Default::default()
     })
+}
+
+/// Whether `name` already means something where `r` is (a local in scope there, an item or
+/// an import of its module), in a module of the current check.
+fn clashes(w: &World, r: &Ref, name: &str) -> bool {
+    let modules = &w.current.checked.modules;
+    let Some(m) = resolve::module_named(modules, &r.file) else {
+        return false;
+    };
+    if modules.get(m).lookup(m, name).is_some() {
+        return true;
+    }
+    let walk = resolve::at(modules, m, r.span.start);
+    walk.visible.iter().flatten().any(|l| l.ident.name == name)
 }
 
 /// The name a declaration declares, as written.
