@@ -7,7 +7,7 @@
 //! - at the end of a model's `arch = …`: the role's parameter count.
 
 use super::analysis::Analysis;
-use super::text::LineIndex;
+use super::text::{LineIndex, positions_in_order};
 use lsp_types::{
     InlayHint, InlayHintKind, InlayHintLabel, InlayHintTooltip, MarkupContent, MarkupKind, Range,
 };
@@ -23,6 +23,7 @@ pub fn inlay_hints(a: &Analysis, range: Range) -> Vec<InlayHint> {
     let text = &a.files.get(root).text;
     let index = LineIndex::new(text);
     let (from, to) = (index.offset(range.start), index.offset(range.end));
+    // Positions are filled in at the end, all in one pass.
     let mut hints: Vec<(usize, InlayHint)> = Vec::new();
     let mut push =
         |at: usize, label: String, kind: Option<InlayHintKind>, tooltip: Option<String>| {
@@ -32,7 +33,7 @@ pub fn inlay_hints(a: &Analysis, range: Range) -> Vec<InlayHint> {
             hints.push((
                 at,
                 InlayHint {
-                    position: index.position(at),
+                    position: Default::default(),
                     label: InlayHintLabel::String(label),
                     kind,
                     text_edits: None,
@@ -142,7 +143,12 @@ pub fn inlay_hints(a: &Analysis, range: Range) -> Vec<InlayHint> {
         }
     }
     hints.sort_by_key(|(at, _)| *at);
-    hints.into_iter().map(|(_, h)| h).collect()
+    let positions = positions_in_order(text, hints.iter().map(|(at, _)| *at));
+    hints
+        .into_iter()
+        .zip(positions)
+        .map(|((_, h), position)| InlayHint { position, ..h })
+        .collect()
 }
 
 /// Per placement (index into `program.placements`), the breakdown of each of its phases on one

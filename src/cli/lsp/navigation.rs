@@ -17,11 +17,11 @@
 
 use super::analysis::{Analysis, Documents, UriMap};
 use super::resolve::{self, Role, Target};
-use super::text::{LineIndex, uri_to_path};
+use super::text::{LineIndex, positions_in_order, uri_to_path};
 use lsp_server::ErrorCode;
 use lsp_types::{
-    DocumentHighlight, DocumentHighlightKind, Location, PrepareRenameResponse, TextEdit, Uri,
-    WorkspaceEdit,
+    DocumentHighlight, DocumentHighlightKind, Location, PrepareRenameResponse, Range, TextEdit,
+    Uri, WorkspaceEdit,
 };
 use rlc_check::SourceLoader;
 use rlc_diagnostics::Span;
@@ -257,12 +257,22 @@ fn rl_files(roots: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
-fn location(w: &World, r: &Ref, lines: &mut HashMap<String, String>) -> Option<Location> {
-    let uri = w.uris.uri(&r.file)?;
-    let text = lines
-        .entry(r.file.clone())
-        .or_insert_with(|| text_of(w, &r.file).unwrap_or_default());
-    Some(Location::new(uri, LineIndex::new(text).range(r.span)))
+/// The locations of references given in order of file and position (as [`all_refs`] gives
+/// them), with each reference: each file's text is read and walked once.
+fn locations<'r>(w: &World, refs: &[&'r Ref]) -> Vec<(Location, &'r Ref)> {
+    let mut out = Vec::new();
+    for group in refs.chunk_by(|a, b| a.file == b.file) {
+        let file = &group[0].file;
+        let (Some(uri), Some(text)) = (w.uris.uri(file), text_of(w, file)) else {
+            continue;
+        };
+        let spans = group.iter().flat_map(|r| [r.span.start, r.span.end]);
+        let positions = positions_in_order(&text, spans.map(|o| o as usize));
+        for (r, p) in group.iter().zip(positions.chunks(2)) {
+            out.push((Location::new(uri.clone(), Range::new(p[0], p[1])), *r));
+        }
+    }
+    out
 }
 
 /// The text of a user file as the checks at hand read it.
@@ -278,13 +288,11 @@ fn text_of(w: &World, file: &str) -> Option<String> {
 /// `textDocument/references`.
 pub fn references(w: &World, offset: u32, include_declaration: bool) -> Option<Vec<Location>> {
     let (_, decl, refs) = all_refs(w, offset)?;
-    let mut texts = HashMap::new();
-    Some(
-        refs.iter()
-            .filter(|r| include_declaration || !(r.file == decl.file && r.span == decl.span))
-            .filter_map(|r| location(w, r, &mut texts))
-            .collect(),
-    )
+    let refs: Vec<&Ref> = refs
+        .iter()
+        .filter(|r| include_declaration || !(r.file == decl.file && r.span == decl.span))
+        .collect();
+    Some(locations(w, &refs).into_iter().map(|(l, _)| l).collect())
 }
 
 /// `textDocument/documentHighlight`: the references in the document itself; declarations and
@@ -301,12 +309,12 @@ pub fn highlights(w: &World, offset: u32) -> Option<Vec<DocumentHighlight>> {
         &mut out,
     );
     let root = &w.current.checked.modules.get(0).name;
-    let index = LineIndex::new(&w.current.files.get(w.current.root_file()).text);
+    let refs: Vec<&Ref> = out.values().filter(|r| r.file == *root).collect();
     Some(
-        out.into_values()
-            .filter(|r| r.file == *root)
-            .map(|r| DocumentHighlight {
-                range: index.range(r.span),
+        locations(w, &refs)
+            .into_iter()
+            .map(|(l, r)| DocumentHighlight {
+                range: l.range,
                 kind: Some(match r.role {
                     Role::Item | Role::Param | Role::Let | Role::Assign => {
                         DocumentHighlightKind::WRITE
@@ -404,15 +412,13 @@ pub fn rename(w: &World, offset: u32, new_name: &str) -> Result<WorkspaceEdit, F
             ),
         ));
     }
-    let mut texts = HashMap::new();
     let mut changes: HashMap<Uri, Vec<TextEdit>> = HashMap::new();
-    for r in refs.iter().filter(edited) {
-        if let Some(loc) = location(w, r, &mut texts) {
-            changes
-                .entry(loc.uri)
-                .or_default()
-                .push(TextEdit::new(loc.range, new_name.to_string()));
-        }
+    let refs: Vec<&Ref> = refs.iter().filter(edited).collect();
+    for (loc, _) in locations(w, &refs) {
+        changes
+            .entry(loc.uri)
+            .or_default()
+            .push(TextEdit::new(loc.range, new_name.to_string()));
     }
     Ok(WorkspaceEdit {
         changes: Some(changes),

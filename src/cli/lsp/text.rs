@@ -89,6 +89,36 @@ impl<'a> LineIndex<'a> {
     }
 }
 
+/// The positions of byte offsets given in increasing order (each clamped to the text and
+/// snapped back to a char boundary, as [`LineIndex::position`]), in one pass over the text:
+/// one [`LineIndex::position`] at a time walks its line, which for many offsets on one long
+/// line (a minified or adversarial document) adds up to the square of the line's length. An
+/// offset before the previous one starts the walk again from the top.
+pub fn positions_in_order(text: &str, offsets: impl IntoIterator<Item = usize>) -> Vec<Position> {
+    let (mut at, mut line, mut character) = (0usize, 0u32, 0u32);
+    let mut out = Vec::new();
+    for offset in offsets {
+        let mut offset = offset.min(text.len());
+        while !text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        if offset < at {
+            (at, line, character) = (0, 0, 0);
+        }
+        for c in text[at..offset].chars() {
+            if c == '\n' {
+                line += 1;
+                character = 0;
+            } else {
+                character += c.len_utf16() as u32;
+            }
+        }
+        at = offset;
+        out.push(Position::new(line, character));
+    }
+    out
+}
+
 /// The file-system path a `file:` URI names (percent-decoded), or `None` for another scheme.
 pub fn uri_to_path(uri: &str) -> Option<PathBuf> {
     let rest = uri.strip_prefix("file://")?;
@@ -219,6 +249,15 @@ mod tests {
         // Past the end of a line: its end; past the last line: the end of the text.
         assert_eq!(index.offset(Position::new(0, 40)), 2);
         assert_eq!(index.offset(Position::new(9, 0)), text.len());
+    }
+
+    #[test]
+    fn positions_in_order_agree_with_one_at_a_time() {
+        let text = "ab\nμ𝔵 = 1\r\nlast";
+        let index = LineIndex::new(text);
+        let offsets: Vec<usize> = (0..=text.len() + 2).chain([3, 0, 9]).collect();
+        let want: Vec<Position> = offsets.iter().map(|&o| index.position(o)).collect();
+        assert_eq!(positions_in_order(text, offsets), want);
     }
 
     #[test]

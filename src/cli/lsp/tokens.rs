@@ -10,7 +10,7 @@
 
 use super::analysis::Analysis;
 use super::resolve::{self, Role, Target};
-use super::text::LineIndex;
+use super::text::positions_in_order;
 use lsp_types::{
     SemanticToken, SemanticTokenModifier, SemanticTokenType, SemanticTokens, SemanticTokensLegend,
 };
@@ -281,12 +281,12 @@ fn scan(text: &str, names: &HashMap<usize, (Kind, u32)>) -> Vec<Raw> {
 /// The protocol's encoding: per token, its line and start relative to the previous token's
 /// (the start relative only on the same line), its length, type and modifiers; UTF-16 units.
 fn encode(text: &str, raw: &[Raw]) -> Vec<SemanticToken> {
-    let index = LineIndex::new(text);
+    // Tokens are in order and do not overlap: starts and ends together are in order.
+    let positions = positions_in_order(text, raw.iter().flat_map(|t| [t.start, t.end]));
     let mut out = Vec::with_capacity(raw.len());
     let (mut line, mut col) = (0u32, 0u32);
-    for t in raw {
-        let start = index.position(t.start);
-        let end = index.position(t.end);
+    for (t, pair) in raw.iter().zip(positions.chunks(2)) {
+        let (start, end) = (pair[0], pair[1]);
         if end.line != start.line || end.character <= start.character {
             continue;
         }
