@@ -1548,30 +1548,6 @@ fn semantic_tokens_of_the_examples() {
             "{name}"
         );
     }
-    // Every construct of the grammar once (it need not check): keywords, struct names, named
-    // dimensions, role operations, phases and strings each get their kind of token.
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("editors/test/constructs.rl");
-    let text = std::fs::read_to_string(path).unwrap();
-    let uri = c.open("constructs.rl", &text);
-    let tokens = decode_tokens(&text, &semantic_tokens(&mut c, &uri)["data"], &legend);
-    for kw in [
-        "import",
-        "pub",
-        "struct",
-        "scan",
-        "emit",
-        "every",
-        "checkpoint",
-        "auto",
-    ] {
-        assert!(
-            tokens.iter().any(|t| t.kind == "keyword" && t.text == kw),
-            "`{kw}` is not a keyword token"
-        );
-    }
-    for kind in ["struct", "typeParameter", "method", "enumMember", "string"] {
-        assert!(tokens.iter().any(|t| t.kind == kind), "no {kind} token");
-    }
     c.shutdown();
 }
 
@@ -1601,4 +1577,76 @@ fn references_in_files_on_disk_under_the_workspace_folder() {
     assert_eq!(files, [c.uri("ws/jobs/main.rl"), c.uri("ws/lib/lib.rl")]);
     assert_eq!(r.as_array().unwrap().len(), 2 + 6, "{r}");
     c.shutdown();
+}
+
+/// A document that takes the checker a while: `fns` one-line fns (about 43 bytes each).
+fn slow_document(fns: usize) -> String {
+    (0..fns)
+        .map(|i| format!("pub fn f{i}(x: f32) -> f32 {{ x * 2.0 + {i}.0 }}\n"))
+        .collect()
+}
+
+/// Whether a `publishDiagnostics` for `uri` has been received (and set aside) already.
+fn published(c: &Client, uri: &str) -> bool {
+    c.pending
+        .iter()
+        .any(|m| m["method"] == "textDocument/publishDiagnostics" && m["params"]["uri"] == uri)
+}
+
+#[test]
+fn checking_a_large_document_never_holds_the_server() {
+    let mut c = Client::start("responsive");
+    let small = "pub fn twice(x: f32) -> f32 {\n  x * 2.0\n}\n";
+    let small_uri = c.open("small.rl", small);
+    c.diagnostics(&small_uri, 1);
+    // ~60 KB: about a second for a debug build's checker, thousands of times a hover's work.
+    let large = slow_document(1400);
+    let start = Instant::now();
+    let uri = c.open("large.rl", &large);
+    // A hover on another document is answered while the large one is checked.
+    let h = c.at("textDocument/hover", &small_uri, pos(small, "x * 2", 0));
+    let hover = start.elapsed();
+    assert!(hover_text(&h).contains("f32"), "{h}");
+    assert!(
+        !published(&c, &uri),
+        "the hover waited for the large document's check"
+    );
+    // A request on the document being checked waits for its check: its answer is of the text
+    // sent last.
+    let h = c.at("textDocument/hover", &uri, pos(&large, "f7(", 0));
+    assert!(hover_text(&h).contains("fn f7("), "{h}");
+    assert!(published(&c, &uri), "answered before the check was done");
+    assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
+    let check = start.elapsed();
+    assert!(
+        hover * 2 < check,
+        "hover {hover:?} is not well within the check's {check:?}"
+    );
+
+    // A burst of changes: the versions queued behind the check under way are never checked,
+    // only the newest.
+    let versions = 2..=11;
+    for v in versions.clone() {
+        c.change(&uri, v, &format!("{large}// {v}\n"));
+    }
+    let last = *versions.end();
+    let mut checked = Vec::new();
+    while checked.last() != Some(&last) {
+        let m = c.wait_for(|m| {
+            m["method"] == "textDocument/publishDiagnostics" && m["params"]["uri"] == uri
+        });
+        checked.push(m["params"]["version"].as_i64().unwrap());
+    }
+    assert!(checked.len() <= 3, "versions checked: {checked:?}");
+
+    // `shutdown` while a check runs: answered at once, and `exit` ends the process (the check
+    // is abandoned).
+    let start = Instant::now();
+    c.change(&uri, last + 1, &large);
+    c.shutdown();
+    let shutdown = start.elapsed();
+    assert!(
+        shutdown * 2 < check,
+        "shutdown and exit took {shutdown:?}, the check {check:?}"
+    );
 }

@@ -7,18 +7,20 @@ use rlc_diagnostics::{Diagnostic, FileId, Files, Severity};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// Open documents, by the name the checker knows them under (the file path for `file:` URIs,
 /// else the URI itself).
-#[derive(Default)]
+/// Shared texts (`Arc`), so that the snapshot each check takes (see `checking`) copies none.
+#[derive(Default, Clone)]
 pub struct Documents {
-    pub by_name: HashMap<String, String>,
+    pub by_name: HashMap<String, Arc<str>>,
 }
 
 impl rlc_check::SourceLoader for Documents {
     fn read(&self, path: &str) -> Result<String, String> {
         if let Some(text) = self.by_name.get(path) {
-            return Ok(text.clone());
+            return Ok(text.to_string());
         }
         super::super::sources::FileLoader.read(path)
     }

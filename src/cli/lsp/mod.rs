@@ -19,11 +19,18 @@
 //! The wire is read by [`transport`]: a malformed message is answered with a JSON-RPC error or
 //! skipped with a line on standard error, and the server goes on serving.
 //!
+//! Checking runs off the message loop, on one thread of its own ([`checking`]): the loop goes
+//! on answering while a document is checked, and of a burst of changes only the newest
+//! version is checked. A request on a document whose check is under way waits for that check
+//! (so that its answer matches the text the client sent last); requests on other documents,
+//! `shutdown` and `exit` are answered at once. `$/cancelRequest` cancels a waiting request.
+//!
 //! Std sources are embedded in the compiler; for go-to-definition the server writes them once,
 //! read-only, under the user's cache directory (see [`text::std_dir`]) and answers with
 //! ordinary `file:` URIs, which every editor can open without an extension.
 
 mod analysis;
+mod checking;
 mod features;
 mod hints;
 mod navigation;
@@ -46,6 +53,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::str::FromStr;
+use std::sync::Arc;
 use text::LineIndex;
 
 /// Serves one client until `shutdown` and `exit` (exit status 0), or until `exit` without
@@ -164,32 +172,53 @@ fn serve(conn: &Connection) -> Result<ExitCode, String> {
             None
         }
     };
+    let (finished, mut done) = crossbeam_channel::unbounded();
     let mut server = Server {
         conn,
         docs: HashMap::new(),
         sources: Documents::default(),
         uris: UriMap { std_dir },
         extra: HashMap::new(),
+        checks: checking::spawn(finished),
+        generation: 0,
+        seq: 0,
+        changed: HashMap::new(),
+        waiting: Vec::new(),
     };
-    while let Ok(msg) = conn.receiver.recv() {
-        match msg {
-            Message::Request(req) if req.method == "shutdown" => {
-                server.send(Response::new_ok(req.id, ()));
-                return Ok(shut_down(conn));
-            }
-            Message::Request(req) => server.request(req),
-            Message::Notification(n) if n.method == "exit" => return Ok(ExitCode::from(1)),
-            Message::Notification(n) => server.notification(n),
-            Message::Response(_) => {}
+    loop {
+        crossbeam_channel::select! {
+            recv(conn.receiver) -> msg => match msg {
+                Ok(Message::Request(req)) if req.method == "shutdown" => {
+                    server.cancel_waiting(|_| true, "the server is shutting down");
+                    server.send(Response::new_ok(req.id, ()));
+                    return Ok(shut_down(conn));
+                }
+                Ok(Message::Request(req)) => server.request_when_checked(req),
+                Ok(Message::Notification(n)) if n.method == "exit" => {
+                    return Ok(ExitCode::from(1));
+                }
+                Ok(Message::Notification(n)) => server.notification(n),
+                Ok(Message::Response(_)) => {}
+                Err(_) => return Ok(ExitCode::from(1)),
+            },
+            recv(done) -> check => match check {
+                Ok(check) => server.finished(check),
+                Err(_) => {
+                    // The checker thread is gone (it catches the checker's panics, so this is
+                    // not expected): go on serving what was checked.
+                    eprintln!("rlc lsp: the checker thread stopped; documents are no longer checked");
+                    done = crossbeam_channel::never();
+                }
+            },
         }
     }
-    Ok(ExitCode::from(1))
 }
 
 /// The largest document checked: 1 MiB, fifty times the largest std module. The server checks
-/// on every keystroke and answers nothing meanwhile; a document this large already takes
-/// seconds, and a larger one (a 50 MB paste) would hold the server for minutes. A larger
-/// document is held but not checked: one warning says so, and requests on it answer `null`.
+/// on every keystroke (off the message loop, newest version only); a document this large
+/// already takes a second or more, and a larger one (a 50 MB paste) would keep the checker
+/// thread, and requests on the document, waiting for minutes. A larger document is held but
+/// not checked: one warning says so, and requests on it answer `null`.
 const MAX_CHECKED: usize = 1 << 20;
 
 /// Checks `text` as document `name`. A document over [`MAX_CHECKED`], or one the checker
@@ -215,9 +244,25 @@ struct Doc {
     name: String,
     version: i32,
     text: String,
+    /// The latest check's (a stand-in until the first one is done).
     analysis: Analysis,
     /// The latest analysis without syntax errors, while the current one has some.
     good: Option<Analysis>,
+    /// The generation of the newest check asked for, and of the one in `analysis`.
+    generation: u64,
+    checked: u64,
+}
+
+impl Doc {
+    /// Whether a check newer than `analysis` is queued or under way.
+    fn pending(&self) -> bool {
+        self.generation != self.checked
+    }
+}
+
+/// The document a request concerns (`textDocument.uri` of its parameters), if any.
+fn request_uri(req: &Request) -> Option<&str> {
+    req.params.pointer("/textDocument/uri")?.as_str()
 }
 
 struct Server<'c> {
@@ -229,6 +274,16 @@ struct Server<'c> {
     uris: UriMap,
     /// Per open document, the other files it last published diagnostics for.
     extra: HashMap<String, Vec<Uri>>,
+    /// The checker thread's queue.
+    checks: crossbeam_channel::Sender<checking::Job>,
+    /// The last check generation handed out (see [`Doc::generation`]).
+    generation: u64,
+    /// Edits so far (opens, changes and closes), and per document name the edit that last
+    /// changed it: a check that read a file edited after its job was made is stale.
+    seq: u64,
+    changed: HashMap<String, u64>,
+    /// Requests waiting for their document's check, in the order they came.
+    waiting: Vec<Request>,
 }
 
 impl Server<'_> {
@@ -273,45 +328,148 @@ impl Server<'_> {
                     let uri = p.text_document.uri.as_str().to_string();
                     if let Some(doc) = self.docs.remove(&uri) {
                         self.sources.by_name.remove(&doc.name);
+                        self.edited(&doc.name);
                         self.publish(&p.text_document.uri, Vec::new(), None);
                         for other in self.extra.remove(&uri).unwrap_or_default() {
                             self.publish(&other, Vec::new(), None);
                         }
+                        // Requests that waited for its check: "not open" now.
+                        self.answer_waiting(&uri);
                         self.reanalyze_dependents(&doc.name, &uri);
                     }
                 }
+            }
+            "$/cancelRequest" => {
+                let id = n.params.get("id").cloned().unwrap_or(Value::Null);
+                self.cancel_waiting(
+                    |r| serde_json::to_value(&r.id).is_ok_and(|v| v == id),
+                    "cancelled",
+                );
             }
             _ => {}
         }
     }
 
+    /// Answers the waiting requests that satisfy `which` with `RequestCanceled`.
+    fn cancel_waiting(&mut self, which: impl Fn(&Request) -> bool, why: &str) {
+        let (cancelled, waiting) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition::<Vec<_>, _>(|r| which(r));
+        self.waiting = waiting;
+        for req in cancelled {
+            let code = ErrorCode::RequestCanceled as i32;
+            self.send(Response::new_err(req.id, code, why.into()));
+        }
+    }
+
+    /// Answers `req` now, or once the check under way of the document it concerns is done.
+    fn request_when_checked(&mut self, req: Request) {
+        let pending = request_uri(&req)
+            .and_then(|uri| self.docs.get(uri))
+            .is_some_and(Doc::pending);
+        if pending {
+            self.waiting.push(req);
+        } else {
+            self.request(req);
+        }
+    }
+
+    /// Answers the requests that waited for document `uri`'s check.
+    fn answer_waiting(&mut self, uri: &str) {
+        let (ready, waiting) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition::<Vec<_>, _>(|r| request_uri(r) == Some(uri));
+        self.waiting = waiting;
+        for req in ready {
+            self.request(req);
+        }
+    }
+
+    /// Records an edit of document `name` (see [`Server::seq`]).
+    fn edited(&mut self, name: &str) {
+        self.seq += 1;
+        self.changed.insert(name.to_string(), self.seq);
+    }
+
+    /// Queues a check of open document `uri` at its current text.
+    fn check(&mut self, uri: &str) {
+        let Some(doc) = self.docs.get_mut(uri) else {
+            return;
+        };
+        self.generation += 1;
+        doc.generation = self.generation;
+        let job = checking::Job {
+            uri: uri.to_string(),
+            name: doc.name.clone(),
+            text: Arc::from(doc.text.as_str()),
+            sources: self.sources.clone(),
+            generation: self.generation,
+            seq: self.seq,
+        };
+        // Fails only once the checker thread is gone (logged by the loop).
+        let _ = self.checks.send(job);
+    }
+
+    /// Takes in a finished check: the document's analysis and diagnostics if it is still the
+    /// newest check of the document, and the requests that waited for it.
+    fn finished(&mut self, check: checking::Done) {
+        let Some(doc) = self.docs.get_mut(&check.uri) else {
+            return;
+        };
+        if doc.generation != check.generation {
+            return;
+        }
+        let stale = check.analysis.user_files().any(|(_, name)| {
+            name != doc.name && self.changed.get(name).is_some_and(|&at| at > check.seq)
+        });
+        if stale {
+            // It read an imported document that has changed since: check it again.
+            self.check(&check.uri);
+            return;
+        }
+        let previous = std::mem::replace(&mut doc.analysis, check.analysis);
+        doc.good = if !doc.analysis.has_syntax_errors() {
+            None
+        } else if previous.has_syntax_errors() {
+            doc.good.take()
+        } else {
+            Some(previous)
+        };
+        doc.checked = check.generation;
+        self.publish_for(&check.uri);
+        self.answer_waiting(&check.uri);
+    }
+
+    /// A new text for document `uri` (opened or changed): queues its check, and those of the
+    /// open documents that import it.
     fn set_text(&mut self, uri: &str, version: i32, text: String) {
         let name = doc_name(uri);
-        self.sources.by_name.insert(name.clone(), text.clone());
-        let previous = self.docs.remove(uri);
-        let analysis = analyze(&self.sources, &name, &text);
-        let good = if analysis.has_syntax_errors() {
-            previous.and_then(|p| {
-                if p.analysis.has_syntax_errors() {
-                    p.good
-                } else {
-                    Some(p.analysis)
-                }
-            })
-        } else {
-            None
-        };
-        self.docs.insert(
-            uri.to_string(),
-            Doc {
-                name: name.clone(),
-                version,
-                text,
-                analysis,
-                good,
-            },
-        );
-        self.publish_for(uri);
+        self.sources
+            .by_name
+            .insert(name.clone(), Arc::from(text.as_str()));
+        self.edited(&name);
+        match self.docs.get_mut(uri) {
+            Some(doc) => {
+                doc.version = version;
+                doc.text = text;
+            }
+            None => {
+                // Never read: requests wait for the first check.
+                let why = "not checked yet".to_string();
+                let analysis = Analysis::unchecked(&Documents::default(), &name, why);
+                let doc = Doc {
+                    name: name.clone(),
+                    version,
+                    text,
+                    analysis,
+                    good: None,
+                    generation: 0,
+                    checked: 0,
+                };
+                self.docs.insert(uri.to_string(), doc);
+            }
+        }
+        self.check(uri);
         self.reanalyze_dependents(&name, uri);
     }
 
@@ -326,21 +484,7 @@ impl Server<'_> {
             .map(|(uri, _)| uri.clone())
             .collect();
         for uri in dependents {
-            let Some(doc) = self.docs.get_mut(&uri) else {
-                continue;
-            };
-            let analysis = analyze(&self.sources, &doc.name, &doc.text);
-            if analysis.has_syntax_errors() {
-                if !doc.analysis.has_syntax_errors() {
-                    doc.good = Some(std::mem::replace(&mut doc.analysis, analysis));
-                } else {
-                    doc.analysis = analysis;
-                }
-            } else {
-                doc.analysis = analysis;
-                doc.good = None;
-            }
-            self.publish_for(&uri);
+            self.check(&uri);
         }
     }
 
