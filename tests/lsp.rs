@@ -1548,6 +1548,30 @@ fn semantic_tokens_of_the_examples() {
             "{name}"
         );
     }
+    // Every construct of the grammar once (it need not check): keywords, struct names, named
+    // dimensions, role operations, phases and strings each get their kind of token.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("editors/test/constructs.rl");
+    let text = std::fs::read_to_string(path).unwrap();
+    let uri = c.open("constructs.rl", &text);
+    let tokens = decode_tokens(&text, &semantic_tokens(&mut c, &uri)["data"], &legend);
+    for kw in [
+        "import",
+        "pub",
+        "struct",
+        "scan",
+        "emit",
+        "every",
+        "checkpoint",
+        "auto",
+    ] {
+        assert!(
+            tokens.iter().any(|t| t.kind == "keyword" && t.text == kw),
+            "`{kw}` is not a keyword token"
+        );
+    }
+    for kind in ["struct", "typeParameter", "method", "enumMember", "string"] {
+        assert!(tokens.iter().any(|t| t.kind == kind), "no {kind} token");
+    }
     c.shutdown();
 }
 
