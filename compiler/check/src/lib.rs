@@ -9,6 +9,7 @@ pub mod checks;
 mod eval;
 mod hf_config;
 mod hints;
+mod imports;
 mod limits;
 pub mod modules;
 mod pipeline;
@@ -97,6 +98,7 @@ pub fn check(
     if evaluated_cleanly {
         checks::run_with(&program, missing, &mut diagnostics);
     }
+    number_fixes_on_literals(&mut diagnostics, files);
     diagnostics.sort_by_key(Diagnostic::sort_key);
     diagnostics.dedup();
     Checked {
@@ -104,5 +106,22 @@ pub fn check(
         modules,
         program,
         types,
+    }
+}
+
+/// The checks see values, not text: a fix that writes a number where a value came from (a
+/// batch's `n`, a `minibatch`) applies only where that value is written as a number literal,
+/// not a name or an expression that computes it. Other fixes are left as they are.
+fn number_fixes_on_literals(diagnostics: &mut [Diagnostic], files: &Files) {
+    let literal = |e: &rlc_diagnostics::Edit| {
+        if e.text.parse::<i64>().is_err() {
+            return true;
+        }
+        let text = &files.get(e.file).text;
+        text.get(e.span.start as usize..e.span.end as usize)
+            .is_some_and(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit() || b == b'_'))
+    };
+    for d in diagnostics {
+        d.fixes.retain(|f| f.edits.iter().all(literal));
     }
 }

@@ -301,7 +301,7 @@ fn resolve_std(
     )
     .primary_label("unknown module");
     d = match rlc_syntax::closest(&full, known.iter().copied(), 3) {
-        Some(near) => d.help(format!("did you mean `{near}`?")),
+        Some(near) => crate::hints::did_you_mean(d, near),
         None if full.starts_with("std") => d.help(format!("the std modules are {}", known.join(", "))),
         None => d.help("import a file with `import \"./path.rl\" as name`, or a std module with `import std.…`"),
     };
@@ -380,7 +380,7 @@ fn bind_import(
                 )
                 .primary_label("not found");
                 if let Some(near) = rlc_syntax::closest(&name.name, names.iter().copied(), 2) {
-                    d = d.help(format!("did you mean `{near}`?"));
+                    d = crate::hints::did_you_mean(d, near);
                 }
                 diags.push(d);
             }

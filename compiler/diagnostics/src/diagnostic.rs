@@ -91,6 +91,14 @@ impl Diagnostic {
         self
     }
 
+    /// Adds a fix when there is one (`(message, edits)`).
+    pub fn fix_opt(self, fix: Option<(String, Vec<Edit>)>) -> Self {
+        match fix {
+            Some((message, edits)) => self.fix(message, edits),
+            None => self,
+        }
+    }
+
     /// Sets the primary label's text.
     pub fn primary_label(mut self, message: impl Into<String>) -> Self {
         self.labels[0].message = message.into();

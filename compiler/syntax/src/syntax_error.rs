@@ -341,6 +341,16 @@ fn edit_distance_within(a: &str, b: &str, max: usize) -> Option<usize> {
     Some(row[b.len()]).filter(|&d| d <= max)
 }
 
+/// The fix that writes `near` in place of the misspelt word at `span`.
+fn rename(d: Diagnostic, file: FileId, span: Span, near: &str) -> Diagnostic {
+    let edit = rlc_diagnostics::Edit {
+        file,
+        span,
+        text: near.to_string(),
+    };
+    d.fix(format!("rename to `{near}`"), vec![edit])
+}
+
 /// The closest name within `max` edits, for "did you mean" hints.
 pub fn closest<'a>(
     word: &str,
@@ -538,7 +548,7 @@ pub(crate) fn diagnose(
             )
             .primary_label("unknown layout");
             diag = match closest(w, names, 2) {
-                Some(s) => diag.help(format!(
+                Some(s) => rename(diag, file, found.span, s).help(format!(
                     "did you mean `{s}`? The layouts are dp, tp, pp, fsdp, sp and micro"
                 )),
                 None => diag.help("the layouts are dp, tp, pp, fsdp, sp and micro"),
@@ -692,7 +702,7 @@ pub(crate) fn diagnose(
         if found.kind == TokenKind::Word
             && let Some(s) = closest(found.text, ITEM_KEYWORDS.iter().copied(), 2)
         {
-            diag = diag.help(format!("did you mean `{s}`?"));
+            diag = rename(diag, file, found.span, s).help(format!("did you mean `{s}`?"));
         } else {
             diag = diag.help("a file is a list of items: `import`, `cluster`, `model`, `dataset`, `struct`, `fn`, `let`, `place`, `pipeline`");
         }

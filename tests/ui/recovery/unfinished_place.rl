@@ -15,7 +15,7 @@ model policy: CausalLM {
 }
 
 place policy.train    on local[0..3] with
-place policy.generate on local[0..3] with tp(3)  //~ E0119 E0503 E0504 E0506
+place policy.generate on local[0..3] with tp(3)  //~ E0119 E0503
 
 fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
   mean(where(mask, f32(resp == target), 0.0), over: T)

@@ -3,7 +3,7 @@
 
 use super::divisors;
 use crate::program::*;
-use rlc_diagnostics::{Code, Diagnostic};
+use rlc_diagnostics::{Code, Diagnostic, Edit};
 
 pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
     let Some(pipeline) = &program.pipeline else {
@@ -80,7 +80,15 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                     batch.origin.span,
                     format!("{} sequences per step", batch.value),
                 )
-                .help(format!("use a minibatch between 1 and {}", batch.value)),
+                .help(format!("use a minibatch between 1 and {}", batch.value))
+                .fix_opt(number_fix(
+                    minibatch.origin,
+                    // The largest that splits over the ranks, or the whole batch.
+                    Some(batch.value / ranks as i64 * ranks as i64)
+                        .filter(|&m| m >= 1)
+                        .unwrap_or(batch.value),
+                    "minibatch",
+                )),
             );
             continue;
         }
@@ -102,7 +110,12 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                     p.origin.span,
                     format!("{ranks} data-parallel ranks"),
                 )
-                .help(format!("use a multiple of {ranks}")),
+                .help(format!("use a multiple of {ranks}"))
+                .fix_opt(number_fix(
+                    minibatch.origin,
+                    nearest_multiple(minibatch.value, ranks as i64, batch.value),
+                    "minibatch",
+                )),
             );
             continue;
         }
@@ -118,7 +131,8 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                     )
                     .primary_label(format!("micro({})", micro.value))
                     .label(minibatch.origin.file, minibatch.origin.span, format!("minibatch {} over {ranks} ranks = {per_rank} each", minibatch.value))
-                    .help(format!("use micro({per_rank}) or smaller")),
+                    .help(format!("use micro({per_rank}) or smaller"))
+                    .fix(format!("use micro({per_rank})"), vec![Edit { file: micro.origin.file, span: micro.origin.span, text: format!("micro({per_rank})") }]),
                 );
             } else if !per_rank.is_multiple_of(micro.value) {
                 diags.push(
@@ -133,7 +147,10 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                     .help(format!(
                         "choose a micro-batch that divides each rank's share of {per_rank}: {}",
                         micro_sizes(per_rank)
-                    )),
+                    ))
+                    .fix_opt(nearest_divisor(per_rank, micro.value).map(|k| {
+                        (format!("use micro({k})"), vec![Edit { file: micro.origin.file, span: micro.origin.span, text: format!("micro({k})") }])
+                    })),
                 );
             }
         }
@@ -141,6 +158,41 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
     for (batch, all) in &splits {
         diags.push(split_error(program, &pipeline.calls, *batch, all));
     }
+}
+
+/// A fix that writes `value` in place of the number at `origin` (kept only where the source
+/// has a number literal there: see `rlc_check::check`).
+fn number_fix(origin: Origin, value: i64, what: &str) -> Option<(String, Vec<Edit>)> {
+    (value >= 1 && origin != Origin::default()).then(|| {
+        (
+            format!("use {what} {value}"),
+            vec![Edit {
+                file: origin.file,
+                span: origin.span,
+                text: value.to_string(),
+            }],
+        )
+    })
+}
+
+/// The multiple of `step` nearest to `n` between `step` and `max` (the larger on a tie).
+fn nearest_multiple(n: i64, step: i64, max: i64) -> i64 {
+    let down = n / step * step;
+    let up = down.saturating_add(step);
+    let fits = |m: i64| m >= step && m <= max;
+    match (fits(down), fits(up)) {
+        (true, true) if n - down < up - n => down,
+        (_, true) => up,
+        (true, false) => down,
+        (false, false) => 0,
+    }
+}
+
+/// The divisor of `n` nearest to `k` (the larger on a tie), in √n steps.
+fn nearest_divisor(n: u64, k: u64) -> Option<u64> {
+    super::divisors_of(n)
+        .into_iter()
+        .min_by_key(|&d| (d.abs_diff(k), std::cmp::Reverse(d)))
 }
 
 /// The micro-batch sizes that divide a rank's share `n`: all of them up to 64, then `n`.
@@ -251,9 +303,43 @@ fn split_error(
         "the layouts"
     };
     match lcm {
-        Some(lcm) => d.help(format!(
-            "make prompts × n a multiple of {lcm}, or change {layouts}"
-        )),
+        Some(lcm) => d
+            .help(format!(
+                "make prompts × n a multiple of {lcm}, or change {layouts}"
+            ))
+            .fix_opt(batch_fix(calls, batch, lcm)),
         None => d.help(format!("change {layouts}")),
     }
+}
+
+/// For a generated batch that does not split: the factor written where the batch size comes
+/// from (`n`, or the prompts' count when `n` is left out) changed to the nearest value that
+/// makes prompts × n a multiple of `lcm`.
+fn batch_fix(calls: &[RoleCall], batch: Sourced<i64>, lcm: u64) -> Option<(String, Vec<Edit>)> {
+    let n = calls
+        .iter()
+        .filter(|c| c.batch.is_some_and(|b| b.origin == batch.origin))
+        .find_map(|c| c.sampling.as_ref())?
+        .n;
+    let lcm = i64::try_from(lcm).ok()?;
+    if n.value < 1 || batch.value % n.value != 0 {
+        return None;
+    }
+    let (written, other, what) = if n.origin == batch.origin {
+        (n.value, batch.value / n.value, "n")
+    } else {
+        (batch.value / n.value, n.value, "the prompt count")
+    };
+    // written × other is a multiple of lcm when written is a multiple of this step.
+    let step = lcm / super::gcd(lcm as u64, other as u64) as i64;
+    let value = nearest_multiple(written, step, i64::MAX / other.max(1));
+    let (message, edits) = number_fix(batch.origin, value, what)?;
+    let _ = message;
+    Some((
+        format!(
+            "use {what} {value}: {} sequences split over every phase's ranks",
+            value * other
+        ),
+        edits,
+    ))
 }

@@ -77,6 +77,9 @@ pub fn arithmetic(program: &Program, diags: &mut Vec<Diagnostic>) {
             products.push(((Code::LayoutProduct, product(l), l.devices(), devices), i));
         }
         let Some(arch) = &model.arch else { continue };
+        // A tp degree that does not divide the heads is the one mistake: what else it does not
+        // fit (key/value heads, vocabulary) are notes of that error (`tp_also`).
+        let tp_heads = l.tp.is_some_and(|tp| !arch.heads.is_multiple_of(tp.value));
         for (code, n) in [
             (Code::HeadsTp, arch.heads),
             (Code::LayersPp, arch.layers),
@@ -85,11 +88,13 @@ pub fn arithmetic(program: &Program, diags: &mut Vec<Diagnostic>) {
         ] {
             if let Some(f) = degree(l, code)
                 && !n.is_multiple_of(f.value)
+                && !(code == Code::VocabTp && tp_heads)
             {
                 degrees.push(((code, String::new(), f.value, n), i));
             }
         }
         if let Some(tp) = l.tp
+            && !tp_heads
             && arch.kv_heads % tp.value != 0
             && tp.value % arch.kv_heads != 0
         {
@@ -232,6 +237,10 @@ fn product_error(program: &Program, f: &Finding) -> Diagnostic {
             format!("the same layout on {devices} devices"),
         );
     }
+    let places: Vec<&Placement> = f.places.iter().map(|&i| &program.placements[i]).collect();
+    if let Some((message, edits)) = product_fix(program, &places, *devices) {
+        d = d.fix(message, edits);
+    }
     d.help(if names.len() == 1 {
         "make dp·fsdp·tp·pp equal the number of devices (sp and micro do not take devices)"
             .to_string()
@@ -313,6 +322,11 @@ fn degree_error(program: &Program, f: &Finding) -> Diagnostic {
             );
         }
     }
+    if code == Code::HeadsTp {
+        for note in tp_also(&models, value) {
+            d = d.note(note);
+        }
+    }
     if places.len() > 1 {
         d = d.note(format!(
             "the same degree is written on {} `place` lines; each needs the fix",
@@ -327,6 +341,36 @@ fn degree_error(program: &Program, f: &Finding) -> Diagnostic {
     d.help(help)
 }
 
+/// What else a tp degree that does not divide the heads does not fit, one note each (E0504 and
+/// E0506 are not reported beside E0503 for the same degree).
+fn tp_also(models: &[&Model], tp: u64) -> Vec<String> {
+    // The models of each (key/value heads, vocabulary), in order.
+    let mut groups: Vec<((u64, u64), Vec<String>)> = Vec::new();
+    for m in models {
+        let Some(arch) = &m.arch else { continue };
+        let key = (arch.kv_heads, arch.vocab);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, names)) => names.push(format!("`{}`", m.name)),
+            None => groups.push((key, vec![format!("`{}`", m.name)])),
+        }
+    }
+    let mut notes = Vec::new();
+    for ((kv_heads, vocab), names) in groups {
+        let names = and_list(&names);
+        if !kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(kv_heads) {
+            notes.push(format!(
+                "tp({tp}) and the {kv_heads} key/value heads of {names} do not fit either (E0504)"
+            ));
+        }
+        if !vocab.is_multiple_of(tp) {
+            notes.push(format!(
+                "tp({tp}) does not divide the {vocab} vocabulary entries of {names} either (E0506)"
+            ));
+        }
+    }
+    notes
+}
+
 /// For tp degrees that do not divide the heads: the largest tp that divides the degree and
 /// fits the heads, key/value heads and vocabulary, with data parallelism taking up the
 /// devices it frees (`tp(8)` on 8 devices of a 28-head model: `dp(2), tp(4)`).
@@ -338,20 +382,7 @@ fn tp_fix(program: &Program, places: &[&Placement]) -> Option<(String, Vec<Edit>
         let tp = l.tp?;
         let arch = program.models[p.model].arch.as_ref()?;
         let t = tp.value;
-        let fits = |d: u64| {
-            t.is_multiple_of(d)
-                && arch.heads.is_multiple_of(d)
-                && (arch.kv_heads.is_multiple_of(d) || d.is_multiple_of(arch.kv_heads))
-                && arch.vocab.is_multiple_of(d)
-                && l.sp
-                    .is_none_or(|sp| arch.heads.is_multiple_of(d * sp.value))
-        };
-        // A fitting degree divides both `tp` and `heads`: the divisors of their gcd, found in
-        // √gcd steps (a degree near 2³¹ must not be searched one by one).
-        let d = super::divisors_of(super::gcd(t, arch.heads))
-            .into_iter()
-            .filter(|&d| d < t && fits(d))
-            .max()?;
+        let d = largest_tp(arch, l, t).filter(|&d| d < t)?;
         let k = t / d;
         let mut edit = |span: Origin, text: String| {
             if !edits
@@ -387,6 +418,134 @@ fn tp_fix(program: &Program, places: &[&Placement]) -> Option<(String, Vec<Edit>
         .windows(2)
         .any(|w| w[0].file == w[1].file && w[1].span.start < w[0].span.end);
     (!edits.is_empty() && !overlap).then_some((message, edits))
+}
+
+/// The largest tp degree that divides `t` and fits the heads, key/value heads, vocabulary and
+/// the layout's sp. A fitting degree divides both `t` and the heads: the divisors of their
+/// gcd, found in √gcd steps (a degree near 2³¹ must not be searched one by one).
+fn largest_tp(arch: &Arch, l: &Layout, t: u64) -> Option<u64> {
+    let fits = |d: u64| {
+        t.is_multiple_of(d)
+            && arch.heads.is_multiple_of(d)
+            && (arch.kv_heads.is_multiple_of(d) || d.is_multiple_of(arch.kv_heads))
+            && arch.vocab.is_multiple_of(d)
+            && l.sp.is_none_or(|sp| {
+                d.checked_mul(sp.value)
+                    .is_some_and(|ds| arch.heads.is_multiple_of(ds))
+            })
+    };
+    super::divisors_of(super::gcd(t, arch.heads))
+        .into_iter()
+        .filter(|&d| fits(d))
+        .max()
+}
+
+/// For a layout whose product is not the device count: the same layout with the data-parallel
+/// degree (or, without one, fsdp) taking up what the other factors leave of `devices`; when
+/// they do not divide it, tp shrinks to the largest degree that does and still fits the model
+/// (`dp(3)` on 2 devices: `dp(2)`; `tp(16)` on 8 devices of a 4-head model: `dp(2), tp(4)`).
+/// The edits rewrite the layout's device factors, in place.
+fn product_fix(
+    program: &Program,
+    places: &[&Placement],
+    devices: u64,
+) -> Option<(String, Vec<Edit>)> {
+    let mut edits: Vec<Edit> = Vec::new();
+    let mut message = String::new();
+    for p in places {
+        let l = &p.layout;
+        // A layout without factors has nowhere to write one.
+        if [l.dp, l.fsdp, l.tp, l.pp].iter().all(Option::is_none) {
+            return None;
+        }
+        let (pp, fsdp) = (l.pp(), l.fsdp());
+        let mut tp = l.tp();
+        // What dp (or fsdp, in place of a missing dp) must be.
+        let rest = |tp: u64, with_fsdp: bool| {
+            let others = pp
+                .checked_mul(tp)?
+                .checked_mul(if with_fsdp { fsdp } else { 1 })?;
+            devices.is_multiple_of(others).then(|| devices / others)
+        };
+        let scale_fsdp = l.dp.is_none() && l.fsdp.is_some();
+        let mut k = rest(tp, !scale_fsdp);
+        if k.is_none()
+            && l.tp.is_some()
+            && let Some(arch) = program.models[p.model].arch.as_ref()
+        {
+            let room = rest(1, !scale_fsdp)?;
+            tp = largest_tp(arch, l, super::gcd(tp, room))?;
+            k = rest(tp, !scale_fsdp);
+        }
+        let k = k?;
+        let mut written: Vec<String> = Vec::new();
+        if let Some(t) = l.tp
+            && tp != t.value
+        {
+            push_edit(&mut edits, t.origin, format!("tp({tp})"));
+            written.push(format!("tp({tp})"));
+        }
+        match (l.dp, l.fsdp) {
+            (Some(dp), _) => {
+                push_edit(&mut edits, dp.origin, format!("dp({k})"));
+                written.insert(0, format!("dp({k})"));
+            }
+            (None, Some(f)) => {
+                push_edit(&mut edits, f.origin, format!("fsdp({k})"));
+                written.insert(0, format!("fsdp({k})"));
+            }
+            (None, None) => {
+                // Before the first factor as written.
+                let first = [l.tp, l.pp]
+                    .iter()
+                    .flatten()
+                    .map(|f| f.origin)
+                    .min_by_key(|o| o.span.start)?;
+                written.insert(0, format!("dp({k})"));
+                // Written with the first factor's own edit (the shrunk tp), or inserted.
+                match edits
+                    .iter_mut()
+                    .find(|e| e.file == first.file && e.span == first.span)
+                {
+                    Some(e) => e.text = format!("dp({k}), {}", e.text),
+                    None => {
+                        let at = first.span.start as usize;
+                        push_edit(
+                            &mut edits,
+                            Origin {
+                                file: first.file,
+                                span: rlc_diagnostics::Span::new(at, at),
+                            },
+                            format!("dp({k}), "),
+                        );
+                    }
+                }
+            }
+        }
+        if message.is_empty() {
+            message = format!("use {} to fill the {devices} devices", and_list(&written));
+        }
+    }
+    edits.sort_by_key(|e| (e.file, e.span.start));
+    // Two edits of one span, or overlapping ones, would not apply: no fix then.
+    let overlap = edits
+        .windows(2)
+        .any(|w| w[0].file == w[1].file && w[1].span.start < w[0].span.end);
+    (!edits.is_empty() && !overlap).then_some((message, edits))
+}
+
+/// Adds an edit unless one of the same span is there (several places may share one layout).
+fn push_edit(edits: &mut Vec<Edit>, origin: Origin, text: String) {
+    if !edits
+        .iter()
+        .any(|e| e.file == origin.file && e.span == origin.span)
+    {
+        edits.push(Edit {
+            file: origin.file,
+            span: origin.span,
+            text,
+        });
+    }
 }
 
 /// Every operation the pipeline runs has somewhere to run.

@@ -112,17 +112,13 @@ impl Evaluator<'_> {
                     ident.span,
                 )
                 .primary_label("not found");
-                if let Some(near) =
+                // The name of an item the module does not import: the import is the fix.
+                if let Some(fix) = crate::imports::import_fix(self.modules, module, &ident.name) {
+                    d = d.help(fix.help).fix(fix.message, fix.edits);
+                } else if let Some(near) =
                     rlc_syntax::closest(&ident.name, names.iter().map(String::as_str), 2)
                 {
-                    let edit = rlc_diagnostics::Edit {
-                        file: frame.file,
-                        span: ident.span,
-                        text: near.to_string(),
-                    };
-                    d = d
-                        .help(format!("did you mean `{near}`?"))
-                        .fix(format!("rename to `{near}`"), vec![edit]);
+                    d = crate::hints::did_you_mean(d, near);
                 } else if ["True", "False"].contains(&ident.name.as_str()) {
                     d = d.help(format!("booleans are `{}`", ident.name.to_lowercase()));
                 }
@@ -167,7 +163,7 @@ impl Evaluator<'_> {
                         let mut d = Diagnostic::new(Code::NoSuchItem, format!("`{}` has no item `{}`", module.name, name.name), frame.file, name.span)
                             .primary_label("not found");
                         if let Some(near) = rlc_syntax::closest(&name.name, names, 2) {
-                            d = d.help(format!("did you mean `{near}`?"));
+                            d = crate::hints::did_you_mean(d, near);
                         }
                         self.err(d)
                     }

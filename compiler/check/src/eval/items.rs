@@ -390,7 +390,7 @@ impl Evaluator<'_> {
             )
             .primary_label("unknown kind");
             d = match rlc_syntax::closest(&md.kind.name, ["CausalLM", "ValueModel", "RewardModel"], 3) {
-                Some(near) => d.help(format!("did you mean `{near}`? The kinds are CausalLM, ValueModel and RewardModel")),
+                Some(near) => crate::hints::rename(d, near).help(format!("did you mean `{near}`? The kinds are CausalLM, ValueModel and RewardModel")),
                 None => d.help("the kinds are CausalLM (generates, log-probs), ValueModel (per-token values) and RewardModel (a score per sequence)"),
             };
             return self.err(d);
@@ -766,15 +766,25 @@ impl Evaluator<'_> {
             return Val::Tensor(TensorTy { dtype, dims });
         }
         if ty.dims.is_some() {
-            return self.err(
-                Diagnostic::new(
-                    Code::UnknownType,
-                    format!("`{name}` is not an element type: it cannot have dimensions"),
+            let mut d = Diagnostic::new(
+                Code::UnknownType,
+                format!("`{name}` is not an element type: it cannot have dimensions"),
+                file,
+                ty.span,
+            )
+            .primary_label("not a tensor type");
+            let elements = ["f32", "bf16", "f16", "i32", "i64", "bool", "Tokens", "Mask"];
+            if let Some(near) = rlc_syntax::closest(name, elements, 2) {
+                let edit = rlc_diagnostics::Edit {
                     file,
-                    ty.span,
-                )
-                .primary_label("not a tensor type"),
-            );
+                    span: ty.name.span,
+                    text: near.to_string(),
+                };
+                d = d
+                    .help(format!("did you mean `{near}`?"))
+                    .fix(format!("rename to `{near}`"), vec![edit]);
+            }
+            return self.err(d);
         }
         match name {
             "Rollout" => Val::Record(Rc::new(rollout_record(
@@ -813,7 +823,7 @@ impl Evaluator<'_> {
                 )
                 .primary_label("not a type");
                 if let Some(near) = rlc_syntax::closest(name, known, 2) {
-                    d = d.help(format!("did you mean `{near}`?"));
+                    d = crate::hints::did_you_mean(d, near);
                 }
                 self.err(d)
             }

@@ -36,7 +36,7 @@ impl Evaluator<'_> {
                     ["generate", "logprobs", "values", "score", "update"],
                     2,
                 ) {
-                    Some(near) => d.help(format!("did you mean `{near}`?")),
+                    Some(near) => crate::hints::did_you_mean(d, near),
                     None => {
                         d.help("the operations are generate, logprobs, values, score and update")
                     }
