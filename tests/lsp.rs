@@ -1256,12 +1256,26 @@ fn references_and_rename_across_modules_open_or_on_disk() {
         aliased.contains("{ double as dbl, double }") && aliased.contains("  dbl(y) + double(y)"),
         "{aliased}"
     );
+    // So does renaming a module's `as` alias; the import's path stays.
+    let edit = rename(&mut c, &main, pos(&new_main, "lib.double", 0), "helpers");
+    let renamed = apply_edits(&new_main, edit["changes"][&main].as_array().unwrap());
+    assert_eq!(
+        renamed,
+        new_main
+            .replace("as lib\n", "as helpers\n")
+            .replace("lib.double(", "helpers.double(")
+    );
 
     // Builtins, std items and modules are refused, with why; so is a name that is not one.
     for (needle, skip, why) in [
-        ("mean(x)", 0, "part of the language"),
+        (
+            "mean(x)",
+            0,
+            "`mean` cannot be renamed: it is a builtin of the language",
+        ),
         ("masked_sum", 0, "standard library (`std.algo`)"),
-        ("lib.double", 0, "names the module"),
+        ("algo.masked_sum", 0, "names the module `std.algo`"),
+        ("f32[B, T]", 4, "it is a named dimension"),
     ] {
         let at = pos(&new_main, needle, skip);
         let id = c.next_id;

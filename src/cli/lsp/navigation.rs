@@ -336,14 +336,31 @@ fn renamable(w: &World, offset: u32) -> Result<(AtCursor, Target), Failure> {
     let name = cursor.text.clone();
     let modules = &w.current.checked.modules;
     match &cursor.target {
-        None => refused(format!(
-            "`{name}` cannot be renamed: it is part of the language (a builtin, a role \
-             operation, a field of a built-in record or a named argument), not a declaration \
-             of this program"
-        )),
+        None => {
+            let role = resolve::occurrences(modules, 0)
+                .into_iter()
+                .find(|o| o.span == cursor.span)
+                .map(|o| o.role);
+            let what = match role {
+                Some(Role::Member) => "a role operation or a field of a record",
+                Some(Role::Label) => "a named argument or a field of a record",
+                Some(Role::Item) => "a field of a struct (renaming fields is not supported)",
+                Some(Role::Type) => "a type or role kind of the language",
+                Some(Role::Dim) => "a named dimension, which has no declaration",
+                Some(Role::Phase) => "a phase of a role",
+                _ => "a builtin of the language (or a name not found)",
+            };
+            refused(format!(
+                "`{name}` cannot be renamed: it is {what}, not a declaration of this program"
+            ))
+        }
+        // An `as` alias of a module: the alias and its uses, in this module.
+        Some(t @ Target::Module(_)) if module_alias(w.current, &name) => {
+            Ok((cursor.clone(), t.clone()))
+        }
         Some(Target::Module(m)) => refused(format!(
-            "`{name}` names the module `{}`: rename its file (or the import's `as` alias) instead",
-            modules.get(*m).name
+            "`{name}` names the module `{}`: rename its file, or give the import an `as` alias",
+            modules.get(*m).name.trim_start_matches("<std>/")
         )),
         Some(Target::Item { module, .. } | Target::Field { module, .. })
             if modules.get(*module).is_std =>
@@ -355,6 +372,14 @@ fn renamable(w: &World, offset: u32) -> Result<(AtCursor, Target), Failure> {
         }
         Some(t) => Ok((cursor.clone(), t.clone())),
     }
+}
+
+/// Whether `name` is the `as` alias of a module import of the document.
+fn module_alias(a: &Analysis, name: &str) -> bool {
+    a.checked.modules.get(0).ast.items.iter().any(|item| {
+        matches!(&item.kind, ItemKind::Import(i)
+            if i.alias.as_ref().is_some_and(|alias| alias.name == name))
+    })
 }
 
 /// `textDocument/prepareRename`: the name's range and text, or why it cannot be renamed.

@@ -295,11 +295,9 @@ impl Walk<'_> {
                 .map(Target::from);
             self.find(&t.name, target, Role::Type);
         }
-        if self.all.is_some() {
-            for d in t.dims.iter().flatten() {
-                if let Dim::Named(n) = d {
-                    self.find(n, None, Role::Dim);
-                }
+        for d in t.dims.iter().flatten() {
+            if let Dim::Named(n) = d {
+                self.find(n, None, Role::Dim);
             }
         }
     }
