@@ -13,7 +13,7 @@
 # What `run` does, printing figures (RLC_REQUIRE_GPU is set: no usable GPU is a failure, not a
 # skipped test):
 #   1. kernels: every std.algo fn (and the scalar ones' derivatives) as CUDA C through NVRTC on
-#      the driver, against the CPU JIT (compiler/kernel/tests/cuda_gpu.rs: largest difference,
+#      the driver, against the CPU JIT (runtime/kernel-exec/tests/cuda_gpu.rs: largest difference,
 #      NVRTC time, both back ends' times at B=1024, T=512), then on libtorch's CUDA tensors
 #      inside the runtime (runtime/tests/kernels_fused.rs, cuda_tensors_match_the_cpu_jit);
 #   2. training on the GPU: `rlc run examples/grpo_digits.rl --device cuda` for a few steps
@@ -55,7 +55,7 @@ build() {
   # alone as `rlc`, it runs the jobs itself.
   cp target/release/rlc-run "$dir/rlc"
   echo "== test and bench binaries (release)" >&2
-  out="$(cargo test -p rlc-kernel --release --locked --test cuda_gpu --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
+  out="$(cargo test -p rlc-kernel-exec --release --locked --test cuda_gpu --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
   cp "$(echo "$out" | executable tests/cuda_gpu.rs)" "$dir/cuda_gpu"
   out="$(cargo test -p rlc-runtime --release --locked --test kernels_fused --test exec --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
   cp "$(echo "$out" | executable tests/kernels_fused.rs)" "$dir/kernels_fused"

@@ -5,6 +5,14 @@
 //!   in [`RUNTIME_LAYERS`]; a module's non-test code names (`crate::…`) only modules below it,
 //!   so there is no import cycle between them. Test code (`tests.rs`, `#[cfg(test)]` modules)
 //!   may use any module: it exercises layers together.
+//! - `compiler_crates_do_no_io_threads_or_device_work`: the non-test sources of the compiler
+//!   crates (`compiler/*/src`) name no `std::fs`, `std::thread`, `std::process`, `std::net`,
+//!   `std::env`, standard streams or printing macros: files reach the checker through its
+//!   `SourceLoader`, which the CLI implements, and what a compiler crate produces is returned,
+//!   never written.
+//! - `compiler_crates_depend_on_no_executor`: by `cargo metadata`, no compiler crate depends
+//!   (directly or not, outside dev-dependencies) on the runtime, the kernel executors
+//!   (`rlc-kernel-exec`: the Cranelift JIT, CUDA), libtorch, CUDA, MPI or a JIT back end.
 
 use std::path::{Path, PathBuf};
 
@@ -323,4 +331,216 @@ fn the_layering_check_sees_cycles() {
         "{}",
         violations[0]
     );
+}
+
+/// What a compiler crate's non-test code may not name: IO, threads, processes, the
+/// environment, standard streams.
+const COMPILER_FORBIDDEN: &[&str] = &[
+    "std::fs",
+    "std::thread",
+    "std::process",
+    "std::net",
+    "std::env",
+    "std::io::stdin",
+    "std::io::stdout",
+    "std::io::stderr",
+    "print!",
+    "println!",
+    "eprint!",
+    "eprintln!",
+    "dbg!",
+];
+
+/// Uses of [`COMPILER_FORBIDDEN`] in the non-test code of the crate whose sources are `src`,
+/// as `file:line: text (what)`. Grouped imports (`use std::{fs, io}`) count.
+fn compiler_violations(src: &Path) -> Vec<String> {
+    let mut violations = Vec::new();
+    for file in rust_files(src) {
+        if is_test_file(file.strip_prefix(src).unwrap()) {
+            continue;
+        }
+        let source = std::fs::read_to_string(&file).unwrap();
+        // `std :: fs` and `use std::{fs, …}` read as `std::fs`.
+        let code: String = without_test_items(&code_only(&source));
+        let mut found: Vec<(usize, &str)> = Vec::new();
+        for &forbidden in COMPILER_FORBIDDEN {
+            for (at, _) in code.match_indices(forbidden) {
+                let b = code.as_bytes();
+                let before_ok =
+                    at == 0 || !(b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_');
+                let end = at + forbidden.len();
+                let after_ok = forbidden.ends_with('!')
+                    || b.get(end)
+                        .is_none_or(|c| !(c.is_ascii_alphanumeric() || *c == b'_'));
+                if before_ok && after_ok {
+                    found.push((at, forbidden));
+                }
+            }
+        }
+        for (at, _) in code.match_indices("std::{") {
+            let close = code[at..].find('}').map_or(code.len(), |n| at + n);
+            for name in ["fs", "thread", "process", "net", "env"] {
+                let group = &code[at + "std::{".len()..close];
+                let named = group
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .any(|word| word == name);
+                if named {
+                    found.push((at, name));
+                }
+            }
+        }
+        found.sort();
+        for (at, what) in found {
+            let (line, text) = line_of(&source, at);
+            violations.push(format!("{}:{line}: {text}  ({what})", file.display()));
+        }
+    }
+    violations
+}
+
+fn compiler_crates() -> Vec<PathBuf> {
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root().join("compiler"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .collect();
+    crates.sort();
+    crates
+}
+
+#[test]
+fn compiler_crates_do_no_io_threads_or_device_work() {
+    let crates = compiler_crates();
+    assert!(crates.len() >= 6, "the compiler crates: {crates:?}");
+    let violations: Vec<String> = crates
+        .iter()
+        .flat_map(|c| compiler_violations(&c.join("src")))
+        .collect();
+    assert!(
+        violations.is_empty(),
+        "the compiler crates do no IO, threads or process work (the CLI and the runtime do):\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn the_compiler_check_sees_io() {
+    let dir = std::env::temp_dir().join(format!("rlc-compiler-io-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("lib.rs"),
+        "// std::fs in a comment\nconst S: &str = \"std::thread\";\nuse std::{collections::HashMap, fs};\n\
+         fn f() { std::thread::spawn(|| ()); let _ = std::env::var(\"X\"); }\n\
+         fn g() { println!(\"hi\"); }\n#[cfg(test)]\nmod tests {\n    use std::fs;\n}\n",
+    )
+    .unwrap();
+    let violations = compiler_violations(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let whats: Vec<&str> = violations
+        .iter()
+        .map(|v| v.rsplit_once("  (").unwrap().1.trim_end_matches(')'))
+        .collect();
+    assert_eq!(
+        whats,
+        ["fs", "std::thread", "std::env", "println!"],
+        "{violations:#?}"
+    );
+    assert!(violations[0].contains("lib.rs:3: use std::{collections::HashMap, fs};"));
+}
+
+/// Crates a compiler crate may not depend on: they run or reach devices.
+const EXECUTOR_CRATES: &[&str] = &[
+    "rlc-runtime",
+    "rlc-kernel-exec",
+    "tch",
+    "torch-sys",
+    "cudarc",
+    "mpi-sys",
+    "cranelift-jit",
+    "cranelift-native",
+    "cranelift-codegen",
+];
+
+#[test]
+fn compiler_crates_depend_on_no_executor() {
+    // This machine's platform only: the packages of others (Windows') may not be downloaded.
+    let rustc = std::process::Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV runs");
+    let rustc = String::from_utf8(rustc.stdout).unwrap();
+    let host = rustc
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names the host");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+        .args(["--filter-platform", host])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let packages = metadata["packages"].as_array().unwrap();
+    let name_of = |id: &str| -> String {
+        let package = packages.iter().find(|p| p["id"] == id).unwrap();
+        package["name"].as_str().unwrap().to_string()
+    };
+    let nodes = metadata["resolve"]["nodes"].as_array().unwrap();
+    // Normal (and build) dependencies of a package id: what its library links.
+    let normal_deps = |id: &str| -> Vec<String> {
+        let node = nodes.iter().find(|n| n["id"] == id).unwrap();
+        node["deps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| {
+                d["dep_kinds"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|k| k["kind"] != "dev")
+            })
+            .map(|d| d["pkg"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let compiler = root().join("compiler");
+    let mut checked = 0;
+    for package in packages {
+        let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap());
+        if !manifest.starts_with(&compiler) {
+            continue;
+        }
+        checked += 1;
+        let name = package["name"].as_str().unwrap();
+        // Depth-first over the dependency graph, keeping the path for the message.
+        let mut stack = vec![vec![package["id"].as_str().unwrap().to_string()]];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(path) = stack.pop() {
+            let id = path.last().unwrap().clone();
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            let dep_name = name_of(&id);
+            let chain: Vec<String> = path.iter().map(|i| name_of(i)).collect();
+            assert!(
+                !EXECUTOR_CRATES.contains(&dep_name.as_str()),
+                "the compiler crate {name} depends on {dep_name}, which runs kernels or reaches \
+                 devices: {}",
+                chain.join(" -> ")
+            );
+            for dep in normal_deps(&id) {
+                let mut next = path.clone();
+                next.push(dep);
+                stack.push(next);
+            }
+        }
+    }
+    assert!(checked >= 6, "cargo metadata lists the compiler crates");
 }

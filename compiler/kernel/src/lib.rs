@@ -8,16 +8,16 @@
 //!   model's backward pass.
 //! - [`schedule`] cuts the graph into passes over rows at the only places rows meet (a
 //!   reduction to a scalar, a group reduction); everything else is fused into the row loop.
-//! - [`jit`] compiles the passes with Cranelift and runs them over row ranges on threads.
-//! - [`cuda`] writes the same passes as CUDA C for NVRTC.
+//! - [`cuda`] writes the passes as CUDA C for NVRTC.
+//!
+//! Nothing here runs a kernel: the executors (the Cranelift JIT on threads, CUDA through NVRTC
+//! and the driver) are `rlc-kernel-exec`, with the runtime.
 
 pub mod builtins;
 pub mod cuda;
 pub mod error;
 pub mod grad;
-pub mod host;
 pub mod ir;
-pub mod jit;
 pub mod lower;
 pub mod schedule;
 

@@ -11,8 +11,8 @@ use super::reference::{Arg, Bound};
 use rlc_check::modules::Modules;
 use rlc_kernel::KernelError;
 use rlc_kernel::ir::{Elem, Kernel};
-use rlc_kernel::jit::{Jit, Slice, SliceMut};
 use rlc_kernel::lower::Scoped;
+use rlc_kernel_exec::jit::{Jit, Slice, SliceMut};
 use rlc_syntax::ast::Block;
 use tch::{Device, Kind, Tensor};
 

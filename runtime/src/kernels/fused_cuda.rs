@@ -8,7 +8,7 @@
 use super::fused::{FusedError, fn_kernel, kernel_inputs, kind_of};
 use super::reference::Arg;
 use rlc_check::modules::Modules;
-use rlc_kernel::cuda::{Gpu, GpuKernel};
+use rlc_kernel_exec::cuda::{Gpu, GpuKernel};
 use tch::{Device, Tensor};
 
 /// A fused kernel compiled for one CUDA device.

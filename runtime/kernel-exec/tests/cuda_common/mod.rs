@@ -8,8 +8,8 @@ use rlc_check::{Checked, SourceLoader};
 use rlc_diagnostics::Files;
 use rlc_kernel::grad::differentiate;
 use rlc_kernel::ir::{Elem, Kernel};
-use rlc_kernel::jit::{Jit, Slice, SliceMut};
 use rlc_kernel::lower::lower_fn;
+use rlc_kernel_exec::jit::{Jit, Slice, SliceMut};
 use rlc_syntax::ast::ItemKind;
 
 struct NoFiles;

@@ -2,7 +2,7 @@
 //! (one value per row, so this is O(B) work next to the passes' O(B·T)). Sums are taken in
 //! `f64`.
 
-use crate::ir::{GroupOp, Red};
+use rlc_kernel::ir::{GroupOp, Red};
 
 /// A reduction over rows of `x`, where `mask` is true (nonzero); an empty selection gives 0.
 pub fn reduce_rows(op: Red, x: &[f32], mask: Option<&[u8]>) -> f32 {

@@ -8,13 +8,13 @@
 
 use super::vector::lane_op_ok;
 use super::{At, PassGen, little, readonly, unaligned};
-use crate::ir::{Elem, NodeId, Op, Red, Scan};
-use crate::schedule::{Loop, LoopKind, Pass};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     ConstantData, InstBuilder, MemFlags, StackSlotData, StackSlotKind, Value, types,
 };
 use cranelift_frontend::Variable;
+use rlc_kernel::ir::{Elem, NodeId, Op, Red, Scan};
+use rlc_kernel::schedule::{Loop, LoopKind, Pass};
 use std::collections::{HashMap, HashSet};
 
 /// Rows per block of a scan with the rows in lanes (the lanes of an `f32x4`).
@@ -31,7 +31,7 @@ pub(super) struct Gather {
 
 impl Gather {
     /// The offsets of the rows of an `f32` buffer.
-    fn rows_of(&self, buffer: &crate::schedule::Buffer) -> [Value; 4] {
+    fn rows_of(&self, buffer: &rlc_kernel::schedule::Buffer) -> [Value; 4] {
         if buffer.padded() {
             self.padded
         } else {
@@ -86,7 +86,7 @@ impl PassGen<'_, '_> {
         let reductions = l.reductions.iter().all(|&r| match k.node(r).op {
             Op::Reduce { x, .. } => {
                 k.node(x).elem == Elem::F32
-                    && self.lanes_ok(crate::ir::operands(&k.node(r).op), Some(n))
+                    && self.lanes_ok(rlc_kernel::ir::operands(&k.node(r).op), Some(n))
             }
             _ => false,
         });
@@ -156,11 +156,16 @@ impl PassGen<'_, '_> {
             let v = match &bn.op {
                 Op::Carry(_) | Op::Column(_) => None,
                 Op::Outer(o) => Some(vmemo[o]),
-                op if crate::ir::operands(op).iter().all(|&o| fixed[o].is_some()) => Some(
-                    self.vcompute(op, bn.elem, &|id| fixed[id].expect("fixed"), &|id| {
-                        s.body[id].elem
-                    }),
-                ),
+                op if rlc_kernel::ir::operands(op)
+                    .iter()
+                    .all(|&o| fixed[o].is_some()) =>
+                {
+                    Some(
+                        self.vcompute(op, bn.elem, &|id| fixed[id].expect("fixed"), &|id| {
+                            s.body[id].elem
+                        }),
+                    )
+                }
                 _ => None,
             };
             fixed.push(v);
@@ -401,7 +406,7 @@ impl PassGen<'_, '_> {
                 continue;
             }
             if !matches!(k.node(n).op, Op::Scan(_)) {
-                roots.extend(crate::ir::operands(&k.node(n).op));
+                roots.extend(rlc_kernel::ir::operands(&k.node(n).op));
             }
         }
         leaves.sort_unstable();

@@ -9,9 +9,10 @@ mod cuda_common;
 
 use cuda_common::{Data, Rng, compare, inputs, kernels_with_derivatives, outputs, poison, run_jit};
 use rlc_kernel::KernelError;
-use rlc_kernel::cuda::{Gpu, GpuKernel, emit};
-use rlc_kernel::jit::{Jit, Slice, SliceMut};
+use rlc_kernel::cuda::emit;
 use rlc_kernel::schedule::schedule;
+use rlc_kernel_exec::cuda::{Gpu, GpuKernel};
+use rlc_kernel_exec::jit::{Jit, Slice, SliceMut};
 use std::time::Instant;
 
 fn gpu_or_skip(test: &str) -> Option<Gpu> {
@@ -48,7 +49,7 @@ fn no_cuda_is_a_clear_error() {
 fn nvrtc_compiles_every_kernel() {
     let kernels = kernels_with_derivatives();
     for (i, k) in kernels.iter().enumerate() {
-        let ptx = match rlc_kernel::cuda::ptx(k, "compute_90") {
+        let ptx = match rlc_kernel_exec::cuda::ptx(k, "compute_90") {
             Ok(p) => p,
             Err(KernelError::Cuda(e))
                 if i == 0

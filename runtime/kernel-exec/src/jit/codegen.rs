@@ -17,13 +17,13 @@ mod vector;
 pub use lanes::ROW_LANES;
 
 use super::math;
-use crate::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un};
-use crate::schedule::{LoopKind, Pass, Schedule, Store, identity};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     Block, Endianness, FuncRef, InstBuilder, MemFlags, StackSlot, Type, Value, types,
 };
 use cranelift_frontend::{FunctionBuilder, Variable};
+use rlc_kernel::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un};
+use rlc_kernel::schedule::{LoopKind, Pass, Schedule, Store, identity};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Functions the generated code calls (libm), declared in the function being built.
@@ -155,7 +155,9 @@ impl<'a, 'b> PassGen<'a, 'b> {
         } else {
             g.b.ins().iconst(types::I64, 1)
         };
-        g.padded_cols = g.b.ins().iadd_imm(g.cols, crate::schedule::ROW_PAD as i64);
+        g.padded_cols =
+            g.b.ins()
+                .iadd_imm(g.cols, rlc_kernel::schedule::ROW_PAD as i64);
         g
     }
 
@@ -168,9 +170,9 @@ impl<'a, 'b> PassGen<'a, 'b> {
             row: None,
             pos: None,
         };
-        self.scratch_scans = crate::schedule::scans_read_later(self.k, self.s, pass);
+        self.scratch_scans = rlc_kernel::schedule::scans_read_later(self.k, self.s, pass);
         // Level-0 values first: they dominate everything after.
-        let level0 = crate::schedule::pass_scalars(self.k, self.s, pass);
+        let level0 = rlc_kernel::schedule::pass_scalars(self.k, self.s, pass);
         for n in level0 {
             self.value(n, top);
         }
@@ -319,7 +321,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
         self.b.ins().iadd(self.scratch, off)
     }
 
-    fn row_loop(&mut self, l: &crate::schedule::Loop, row: Value) {
+    fn row_loop(&mut self, l: &rlc_kernel::schedule::Loop, row: Value) {
         let k = self.k;
         let at_row = At {
             row: Some(row),
@@ -332,7 +334,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
         }
         for &r in &l.reductions {
             level1.extend(
-                crate::ir::operands(&k.node(r).op)
+                rlc_kernel::ir::operands(&k.node(r).op)
                     .into_iter()
                     .flat_map(|o| self.needed_at_level(o, 1)),
             );
@@ -529,7 +531,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
     /// Nodes of exactly `level` that `n` depends on without passing a node computed in a loop
     /// or read from memory.
     fn needed_at_level(&self, n: NodeId, level: usize) -> Vec<NodeId> {
-        crate::schedule::needed_at_level(self.k, self.s, n, level)
+        rlc_kernel::schedule::needed_at_level(self.k, self.s, n, level)
     }
 
     /// The address of element (row, pos) of a buffer of `level`.
@@ -617,7 +619,7 @@ impl<'a, 'b> PassGen<'a, 'b> {
                     math::exp_in_range(&mut self.b, x, 1)
                 }
                 op => {
-                    let ops = crate::ir::operands(op);
+                    let ops = rlc_kernel::ir::operands(op);
                     let mut vals = HashMap::new();
                     for o in ops {
                         let v = self.value(o, at);
@@ -785,6 +787,6 @@ impl<'a, 'b> PassGen<'a, 'b> {
 
 /// Whether `x`'s values (but NaN) are known to lie where `exp` needs no clamp.
 fn exp_in_range(k: &Kernel, x: NodeId) -> bool {
-    let (lo, hi) = crate::ir::value_range(k, x, 4);
+    let (lo, hi) = rlc_kernel::ir::value_range(k, x, 4);
     lo >= math::EXP_RANGE.0 && hi <= math::EXP_RANGE.1
 }

@@ -5,8 +5,8 @@
 use rlc_check::SourceLoader;
 use rlc_diagnostics::Files;
 use rlc_kernel::KernelError;
-use rlc_kernel::jit::Jit;
 use rlc_kernel::lower::lower_fn;
+use rlc_kernel_exec::jit::Jit;
 use rlc_syntax::ast::ItemKind;
 
 struct NoFiles;

@@ -16,9 +16,9 @@ use cuda_common::{
     AxesSizes, Data, Rng, compare, inputs, kernels_with_derivatives, poison, run_jit,
 };
 use rlc_kernel::cuda::{emit, pass_name};
-use rlc_kernel::host;
 use rlc_kernel::ir::{Elem, Kernel, Op};
 use rlc_kernel::schedule::{Role, Schedule, schedule};
+use rlc_kernel_exec::host;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -11,15 +11,15 @@ mod codegen;
 mod math;
 mod pool;
 
-use crate::error::{KernelError, Result};
 use crate::host;
-use crate::ir::{Elem, Kernel, Op};
-use crate::schedule::{Role, Schedule, schedule};
 use cranelift_codegen::ir::{AbiParam, UserFuncName, types};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module, default_libcall_names};
+use rlc_kernel::error::{KernelError, Result};
+use rlc_kernel::ir::{Elem, Kernel, Op};
+use rlc_kernel::schedule::{Role, Schedule, schedule};
 use std::collections::HashSet;
 
 /// Input data of a kernel (row-major, `[B]` or `[B, T]` as the parameter's level says).
@@ -241,7 +241,7 @@ impl Jit {
         spare.reverse();
         for buf in &self.schedule.buffers {
             let n = if buf.padded() {
-                count(1) * (sizes[1] + crate::schedule::ROW_PAD)
+                count(1) * (sizes[1] + rlc_kernel::schedule::ROW_PAD)
             } else {
                 count(buf.level)
             };
@@ -306,7 +306,7 @@ impl Jit {
         // A row per scan and lane of a block of rows scanned together (codegen's ROW_LANES),
         // padded as stored rows are.
         let scratch_len = self.schedule.scans.len()
-            * (cols + crate::schedule::ROW_PAD)
+            * (cols + rlc_kernel::schedule::ROW_PAD)
             * codegen::ROW_LANES as usize;
         let chunk = (rows + threads as i64 - 1) / threads as i64;
         let shared = Shared {

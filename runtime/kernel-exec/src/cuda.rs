@@ -1,4 +1,4 @@
-//! The GPU back end: the passes of a [`Schedule`] as CUDA C ([`emit`]), compiled by NVRTC and
+//! The GPU back end: the passes of a [`Schedule`] as CUDA C ([`emit`], from `rlc-kernel`), compiled by NVRTC and
 //! run through the CUDA driver ([`Gpu`]). The libraries are loaded at run time, so this
 //! builds (and [`Gpu::new`] reports a clear error) on machines without CUDA.
 //!
@@ -11,18 +11,15 @@
 //! One thread per row, as the CPU's row loop; between passes the host finishes the barriers
 //! (`crate::host`) from the small level-1 buffers the pass stored, copied back and forth.
 
-mod emit;
-
-pub use emit::{c_type, emit, pass_name};
-
-use crate::error::{KernelError, Result};
 use crate::host;
-use crate::ir::{Elem, Kernel, Op};
 use crate::jit::{Slice, SliceMut};
-use crate::schedule::{Role, Schedule, schedule};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
+use rlc_kernel::cuda::{emit, pass_name};
+use rlc_kernel::error::{KernelError, Result};
+use rlc_kernel::ir::{Elem, Kernel, Op};
+use rlc_kernel::schedule::{Role, Schedule, schedule};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 

@@ -3,12 +3,12 @@
 //! and a memory copy is `cargo bench -p rlc-runtime --bench kernels`; this one builds in
 //! seconds, for working on the code generator.
 //!
-//! `cargo bench -p rlc-kernel --bench jit`
+//! `cargo bench -p rlc-kernel-exec --bench jit`
 
 use rlc_check::SourceLoader;
 use rlc_diagnostics::Files;
-use rlc_kernel::jit::{Jit, Slice, SliceMut};
 use rlc_kernel::lower::lower_fn;
+use rlc_kernel_exec::jit::{Jit, Slice, SliceMut};
 use std::time::Instant;
 
 const B: usize = 512;

@@ -6,13 +6,13 @@
 //! partial accumulators, folded into the scalar ones after the loops.
 
 use super::{At, PassGen, little, unaligned};
-use crate::ir::{Bin, Elem, NodeId, Op, Red, Un};
-use crate::schedule::{Loop, Store};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     InstBuilder, InstructionData, MemFlags, Opcode, Value, ValueDef, types,
 };
 use cranelift_frontend::Variable;
+use rlc_kernel::ir::{Bin, Elem, NodeId, Op, Red, Un};
+use rlc_kernel::schedule::{Loop, Store};
 use std::collections::{HashMap, HashSet};
 
 impl PassGen<'_, '_> {
@@ -21,7 +21,7 @@ impl PassGen<'_, '_> {
     pub(super) fn loop_roots(&self, l: &Loop) -> Vec<NodeId> {
         let mut roots: Vec<NodeId> = l.stores.iter().map(|st| st.node).collect();
         for &r in &l.reductions {
-            roots.extend(crate::ir::operands(&self.k.node(r).op));
+            roots.extend(rlc_kernel::ir::operands(&self.k.node(r).op));
         }
         roots
     }
@@ -67,7 +67,7 @@ impl PassGen<'_, '_> {
                 return false;
             }
             if !matches!(node.op, Op::Scan(_)) {
-                roots.extend(crate::ir::operands(&node.op));
+                roots.extend(rlc_kernel::ir::operands(&node.op));
             }
         }
         true
@@ -216,7 +216,7 @@ impl PassGen<'_, '_> {
     /// selected something (none yet).
     pub(super) fn vaccumulator(&mut self, op: Red) -> (Variable, Variable) {
         let acc = self.b.declare_var(types::F32X4);
-        let init = self.b.ins().f32const(crate::schedule::identity(op));
+        let init = self.b.ins().f32const(rlc_kernel::schedule::identity(op));
         let init = self.b.ins().splat(types::F32X4, init);
         self.b.def_var(acc, init);
         let any = self.b.declare_var(types::I32X4);
@@ -518,7 +518,7 @@ impl PassGen<'_, '_> {
                 }
                 op => {
                     let mut vals = HashMap::new();
-                    for o in crate::ir::operands(op) {
+                    for o in rlc_kernel::ir::operands(op) {
                         let v = self.vvalue(o, at, vmemo);
                         vals.insert(o, v);
                     }
