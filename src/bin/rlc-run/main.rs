@@ -7,6 +7,7 @@
 #[path = "../../cli/mod.rs"]
 mod cli;
 mod kernel;
+mod memory;
 mod run;
 
 use clap::Parser;
@@ -19,6 +20,7 @@ const IN_PROCESS: cli::Runtime = cli::Runtime {
 };
 
 fn main() -> ExitCode {
+    memory::keep_freed_memory();
     let args = cli::Cli::parse();
     match cli::run(args, &IN_PROCESS) {
         Ok(code) => code,
