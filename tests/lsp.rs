@@ -1688,3 +1688,109 @@ fn checking_a_large_document_never_holds_the_server() {
         "shutdown and exit took {shutdown:?}, the check {check:?}"
     );
 }
+
+/// The quick fixes (`textDocument/codeAction`) of the diagnostic with `code` on the current
+/// version of `uri`, whose diagnostics are `diags`.
+fn quick_fixes(c: &mut Client, uri: &str, diags: &[Value], code: &str) -> Vec<Value> {
+    let d = diags
+        .iter()
+        .find(|d| d["code"] == code)
+        .unwrap_or_else(|| panic!("no {code} in {diags:#?}"));
+    let actions = c.request(
+        "textDocument/codeAction",
+        json!({
+            "textDocument": { "uri": uri },
+            "range": d["range"],
+            "context": { "diagnostics": [d] },
+        }),
+    );
+    actions
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["diagnostics"][0]["code"] == code)
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn code_actions_apply_each_kind_of_fix_and_the_document_checks_clean() {
+    let mut c = Client::start("actions");
+    let kinds = &c.capabilities["codeActionProvider"]["codeActionKinds"];
+    assert_eq!(kinds, &json!(["quickfix"]), "{}", c.capabilities);
+    let uri = c.open("main.rl", PROGRAM);
+    assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
+    // (what is changed, into what, the code reported, the text the fix writes back)
+    let cases = [
+        // dp·tp·pp ≠ devices: the layout that fills them.
+        (
+            "place reference       on local[0..2] with dp(2)",
+            "place reference       on local[0..2] with dp(4)",
+            "E0502",
+            "with dp(2)",
+        ),
+        // A minibatch that does not split over the ranks: the nearest multiple.
+        ("minibatch: 64", "minibatch: 63", "E0601", "minibatch: 64"),
+        // A micro-batch that does not divide a rank's share (32): the nearest divisor.
+        (
+            "place policy.train    on local[0..2] with dp(2)",
+            "place policy.train    on local[0..2] with dp(2), micro(5)",
+            "E0603",
+            "dp(2), micro(4)",
+        ),
+        // A std function used without its import (used twice: either use's fix imports it).
+        (
+            "{ grpo_advantage, ppo_clip, kl_k3, token_mean }",
+            "{ grpo_advantage, ppo_clip, token_mean }",
+            "E0201",
+            "{ grpo_advantage, ppo_clip, token_mean, kl_k3 }",
+        ),
+        // A misspelt name: the rename to the suggested one.
+        (
+            "= exact(rollout.response",
+            "= exactt(rollout.response",
+            "E0201",
+            "= exact(rollout.response",
+        ),
+    ];
+    let mut version = 1;
+    for (right, wrong, code, restored) in cases {
+        version += 1;
+        let broken = PROGRAM.replace(right, wrong);
+        assert_ne!(broken, PROGRAM, "{right:?}");
+        c.change(&uri, version, &broken);
+        let diags = c.diagnostics(&uri, version);
+        let fixes = quick_fixes(&mut c, &uri, &diags, code);
+        assert_eq!(fixes.len(), 1, "{code}: {fixes:#?}");
+        let fix = &fixes[0];
+        assert_eq!(fix["kind"], "quickfix", "{fix}");
+        assert_eq!(fix["isPreferred"], true, "{fix}");
+        let changes = fix["edit"]["changes"].as_object().unwrap();
+        assert_eq!(changes.len(), 1, "{fix}");
+        let fixed = apply_edits(&broken, changes[&uri].as_array().unwrap());
+        assert!(fixed.contains(restored), "{code}: {fixed}");
+        version += 1;
+        c.change(&uri, version, &fixed);
+        assert_eq!(
+            c.diagnostics(&uri, version),
+            Vec::<Value>::new(),
+            "{code}, after `{}`:\n{fixed}",
+            fix["title"]
+        );
+    }
+    // A range away from every diagnostic has no actions.
+    version += 1;
+    let broken = PROGRAM.replace("minibatch: 64", "minibatch: 63");
+    c.change(&uri, version, &broken);
+    c.diagnostics(&uri, version);
+    let none = c.request(
+        "textDocument/codeAction",
+        json!({
+            "textDocument": { "uri": uri },
+            "range": { "start": { "line": 0, "character": 0 }, "end": { "line": 0, "character": 3 } },
+            "context": { "diagnostics": [] },
+        }),
+    );
+    assert_eq!(none, json!([]));
+    c.shutdown();
+}

@@ -29,6 +29,7 @@
 //! read-only, under the user's cache directory (see [`text::std_dir`]) and answers with
 //! ordinary `file:` URIs, which every editor can open without an extension.
 
+mod actions;
 mod analysis;
 mod checking;
 mod features;
@@ -81,6 +82,12 @@ fn capabilities() -> ServerCapabilities {
         document_formatting_provider: Some(OneOf::Left(true)),
         document_symbol_provider: Some(OneOf::Left(true)),
         inlay_hint_provider: Some(OneOf::Left(true)),
+        code_action_provider: Some(lsp_types::CodeActionProviderCapability::Options(
+            lsp_types::CodeActionOptions {
+                code_action_kinds: Some(vec![lsp_types::CodeActionKind::QUICKFIX]),
+                ..Default::default()
+            },
+        )),
         references_provider: Some(OneOf::Left(true)),
         document_highlight_provider: Some(OneOf::Left(true)),
         rename_provider: Some(OneOf::Right(lsp_types::RenameOptions {
@@ -658,6 +665,13 @@ impl Server<'_> {
                 json(serde_json::to_value(DocumentSymbolResponse::Nested(
                     features::document_symbols(module, &doc.text),
                 )))
+            }
+            "textDocument/codeAction" => {
+                let p = params!(lsp_types::CodeActionParams);
+                let doc = checked!(&p.text_document.uri);
+                let actions =
+                    actions::code_actions(&doc.analysis, &self.uris, &p.text_document.uri, p.range);
+                json(serde_json::to_value(actions))
             }
             "textDocument/inlayHint" => {
                 let p = params!(lsp_types::InlayHintParams);
