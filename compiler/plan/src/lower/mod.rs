@@ -1,0 +1,417 @@
+//! Lowering: a checked program → a [`Plan`].
+//!
+//! The checker's [`Program`] gives hardware, roles, placements and the role calls; the pipeline's
+//! data flow (which value feeds which call, the kernels, `log`, `checkpoint`, `every`) is read from
+//! the root module's `pipeline` item, with the checker's type table for dtypes and shapes.
+//!
+//! Placement rules (documented in `docs/plan.md`):
+//! - a role operation runs on the instance [`Program::placement_for`] gives it;
+//! - kernels and `log` run on the *driver*: the training instance of the pipeline's first
+//!   `update` (else the instance of its first role call);
+//! - `sample` runs on the instance of its first consumer;
+//! - a value read with another layout than it was produced with goes through a transfer op.
+//!
+//! The passes, each a module with one job:
+//! - [`instances`]: clusters, the instances the calls run on, the driver;
+//! - [`dataflow`]: the pipeline's statements in order → values, ops and edges (calls, kernels,
+//!   `log`, `checkpoint`, `every`, carried values);
+//! - [`transfers`]: where the dataflow reads a value on another instance or layout, the transfer
+//!   op that brings it (created as the walk meets the read, so ids follow the text);
+//! - [`syncs`]: after the walk, the weight syncs from each training instance to the role's other
+//!   instances, checkpoints after their updates, the ops renumbered dependencies first, levels;
+//! - [`schedule`]: the finished graph → each rank's program (the order of its ops, its memory).
+
+mod dataflow;
+mod instances;
+mod schedule;
+mod syncs;
+mod transfers;
+
+use crate::model::*;
+use crate::reshard::{block, lcm};
+use rlc_check::Checked;
+use rlc_check::checks::memory;
+use rlc_check::modules::{Binding, Modules};
+use rlc_check::program::{self as prog, Phase, Program};
+use rlc_diagnostics::FileId;
+use rlc_syntax::ast::{self, ExprKind, ItemKind, StmtKind};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Why a checked program could not be lowered.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LowerError {
+    pub message: String,
+}
+
+impl std::fmt::Display for LowerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn lower_err(message: impl Into<String>) -> LowerError {
+    LowerError {
+        message: message.into(),
+    }
+}
+
+/// Lowers a program the checker accepted (call it only when `checked.has_errors()` is false).
+pub fn lower(checked: &Checked) -> Result<Plan, Vec<LowerError>> {
+    lower_program(checked, &checked.program)
+}
+
+/// Lowers `checked` with another [`Program`] in place of its own: the planner's, where `place …
+/// auto` placements have been given layouts (same pipeline, modules and types).
+pub fn lower_program(checked: &Checked, program: &Program) -> Result<Plan, Vec<LowerError>> {
+    Lowerer::new(checked, program)?.run()
+}
+
+/// What an expression of the pipeline stands for.
+#[derive(Clone, Debug)]
+enum Lowered {
+    Value { id: u32, field: Option<String> },
+    Const(String),
+    Model(usize),
+    Name(String),
+    Unknown,
+}
+
+struct Lowerer<'a> {
+    program: &'a Program,
+    modules: &'a Modules,
+    types: &'a rlc_check::TypeTable,
+    root_file: FileId,
+    clusters: Vec<Cluster>,
+    instances: Vec<Instance>,
+    /// Placement index → instance index.
+    by_placement: BTreeMap<usize, usize>,
+    driver: usize,
+    values: Vec<Value>,
+    ops: Vec<Op>,
+    edges: Vec<Edge>,
+    env: BTreeMap<String, u32>,
+    /// `(model, op)` → how many of its calls were lowered.
+    seen_calls: BTreeMap<(usize, prog::Op), usize>,
+    /// `(value, instance)` → the transfer that brings it there.
+    transfers: BTreeMap<(u32, usize), Option<u32>>,
+    /// Ops whose instance is decided by their first consumer (`sample`).
+    floating: BTreeSet<u32>,
+    every: Option<u64>,
+    /// Kernel facts of functions, memoised: (batch reduction, grouped).
+    fn_facts: BTreeMap<(usize, String), (bool, bool)>,
+    updates: BTreeMap<usize, u32>,
+    /// Values the loop carries from one step to the next.
+    carried: Vec<Carried>,
+    errors: Vec<LowerError>,
+}
+
+fn phase_name(p: Phase) -> &'static str {
+    p.as_str()
+}
+
+fn count(v: Option<prog::Sourced<i64>>) -> Option<u64> {
+    v.map(|s| s.value.max(0) as u64)
+}
+
+fn value_bytes(ty: &ValueType) -> Option<u64> {
+    ty.bytes()
+}
+
+/// Splits `text` at top-level `sep` (outside brackets and braces).
+fn split_top(text: &str, sep: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'[' | b'{' | b'(' => depth += 1,
+            b']' | b'}' | b')' => depth -= 1,
+            _ => {}
+        }
+        if depth == 0 && text[i..].starts_with(sep) {
+            out.push(text[start..i].to_string());
+            i += sep.len();
+            start = i;
+            continue;
+        }
+        i += 1;
+    }
+    out.push(text[start..].to_string());
+    out
+}
+
+fn parse_tensor(text: &str) -> Option<TensorType> {
+    let text = text.split(" = ").next()?.trim();
+    let t = TensorType::parse(text).ok()?;
+    t.bytes()
+        .or_else(|| (t.shape.iter().any(|d| matches!(d, Dim::Sym(_)))).then_some(0))?;
+    Some(t)
+}
+
+/// Reads the checker's display of a type (`f32[16, 8]`, `Rollout { mask: bool[16, 8], … }`).
+fn parse_type(text: &str) -> ValueType {
+    if let Some(t) = parse_tensor(text) {
+        return ValueType::Tensor(t);
+    }
+    if let Some((name, rest)) = text.split_once(" { ")
+        && let Some(body) = rest.strip_suffix(" }")
+        && !name.contains(' ')
+    {
+        let mut fields = BTreeMap::new();
+        for part in split_top(body, ", ") {
+            let Some((fname, fty)) = part.split_once(": ") else {
+                return ValueType::Opaque {
+                    opaque: text.to_string(),
+                };
+            };
+            match parse_tensor(fty) {
+                Some(ty) => {
+                    fields.insert(fname.to_string(), ty);
+                }
+                None => {
+                    return ValueType::Opaque {
+                        opaque: text.to_string(),
+                    };
+                }
+            }
+        }
+        return ValueType::Record {
+            record: name.to_string(),
+            fields,
+        };
+    }
+    ValueType::Opaque {
+        opaque: text.to_string(),
+    }
+}
+
+fn rows_of(ty: &ValueType) -> Option<u64> {
+    let first = match ty {
+        ValueType::Tensor(t) => t.shape.first(),
+        ValueType::Record { fields, .. } => fields.values().next().and_then(|f| f.shape.first()),
+        ValueType::Opaque { .. } => None,
+    };
+    match first {
+        Some(Dim::Size(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+fn is_scalar(ty: &ValueType) -> bool {
+    matches!(ty, ValueType::Tensor(t) if t.shape.is_empty())
+}
+
+fn field_type(ty: &ValueType, field: Option<&str>) -> ValueType {
+    match (ty, field) {
+        (ValueType::Record { fields, .. }, Some(f)) => fields.get(f).map_or_else(
+            || ValueType::Opaque {
+                opaque: format!("field {f}"),
+            },
+            |x| ValueType::Tensor(x.clone()),
+        ),
+        _ => ty.clone(),
+    }
+}
+
+fn phase_memory(b: &memory::Breakdown) -> PhaseMemory {
+    let r = |x: f64| x.max(0.0).round() as u64;
+    let pm = PhaseMemory {
+        weights: r(b.weights),
+        gradients: r(b.gradients),
+        optimizer_state: r(b.optimizer_state),
+        master_weights: r(b.master_weights),
+        activations: r(b.activations),
+        kv_cache: r(b.kv_cache),
+        total: 0,
+        lower_bound: b.is_lower_bound(),
+    };
+    PhaseMemory {
+        total: pm.state() + pm.transient(),
+        ..pm
+    }
+}
+
+impl<'a> Lowerer<'a> {
+    fn new(checked: &'a Checked, program: &'a Program) -> Result<Self, Vec<LowerError>> {
+        let instances::Placed {
+            clusters,
+            instances,
+            by_placement,
+            driver,
+        } = instances::place(program)?;
+        Ok(Lowerer {
+            program,
+            modules: &checked.modules,
+            types: &checked.types,
+            root_file: checked.modules.get(0).file,
+            clusters,
+            instances,
+            by_placement,
+            driver,
+            values: Vec::new(),
+            ops: Vec::new(),
+            edges: Vec::new(),
+            env: BTreeMap::new(),
+            seen_calls: BTreeMap::new(),
+            transfers: BTreeMap::new(),
+            floating: BTreeSet::new(),
+            every: None,
+            fn_facts: BTreeMap::new(),
+            updates: BTreeMap::new(),
+            carried: Vec::new(),
+            errors: Vec::new(),
+        })
+    }
+
+    fn run(mut self) -> Result<Plan, Vec<LowerError>> {
+        let root = self.modules.get(0);
+        let pipeline = root.ast.items.iter().find_map(|i| match &i.kind {
+            ItemKind::Pipeline(p) => Some(p),
+            _ => None,
+        });
+        let Some(pipeline) = pipeline else {
+            return Err(vec![lower_err("the root module has no `pipeline` item")]);
+        };
+        self.block(&pipeline.body);
+        self.carried_ranks();
+        self.weight_syncs();
+        self.checkpoint_deps();
+        if !self.errors.is_empty() {
+            self.errors.sort();
+            self.errors.dedup();
+            return Err(self.errors);
+        }
+        self.levels();
+        let world_size = self.clusters.last().map_or(0, |c| c.ranks.end());
+        let program = self.program;
+        let facts = program.pipeline.as_ref().expect("checked in new");
+        let roles = program
+            .models
+            .iter()
+            .map(|m| Role {
+                name: m.name.clone(),
+                kind: match m.kind {
+                    prog::RoleKind::CausalLM => RoleKind::CausalLM,
+                    prog::RoleKind::ValueModel => RoleKind::ValueModel,
+                    prog::RoleKind::RewardModel => RoleKind::RewardModel,
+                },
+                arch: m.arch.as_ref().map(|a| Arch {
+                    preset: a.preset.clone(),
+                    layers: a.layers,
+                    hidden: a.hidden,
+                    heads: a.heads,
+                    kv_heads: a.kv_heads,
+                    ffn: a.ffn,
+                    vocab: a.vocab,
+                    max_len: a.max_len,
+                    tie_embeddings: a.tie_embeddings,
+                    rope_theta: a.rope_theta(),
+                    norm_eps: a.norm_eps(),
+                }),
+                parameters: m.arch.as_ref().map(|a| memory::role_parameters(m.kind, a)),
+                precision: match m.precision {
+                    prog::Precision::F32 => Precision::F32,
+                    prog::Precision::Bf16 => Precision::Bf16,
+                    prog::Precision::F16 => Precision::F16,
+                },
+                frozen: m.frozen,
+                recompute: m.recompute,
+                init: match &m.init {
+                    Some(prog::Init::Random { seed }) => Init::Random { seed: *seed },
+                    Some(prog::Init::HuggingFace { path }) => {
+                        Init::HuggingFace { path: path.clone() }
+                    }
+                    Some(prog::Init::Checkpoint { path }) => {
+                        Init::Checkpoint { path: path.clone() }
+                    }
+                    Some(prog::Init::CopyOf { model }) => Init::CopyOf {
+                        role: program
+                            .models
+                            .get(*model)
+                            .map_or_else(String::new, |m| m.name.clone()),
+                    },
+                    None => Init::Unknown,
+                },
+                optimizer: m.optimizer.as_ref().filter(|_| !m.frozen).map(optimizer),
+            })
+            .collect();
+        let datasets = datasets(program, &self.ops);
+        let mut plan = Plan {
+            version: PLAN_VERSION,
+            pipeline: facts.name.clone(),
+            steps: facts.steps.map(|s| s.max(0) as u64),
+            world_size,
+            clusters: self.clusters.clone(),
+            roles,
+            datasets,
+            instances: self.instances.clone(),
+            values: self.values.clone(),
+            ops: self.ops.clone(),
+            edges: self.edges.clone(),
+            programs: Vec::new(),
+            carried: self.carried.clone(),
+            sources: None,
+        };
+        // The ranks' order weighs ops by the cost model's durations (one second each when a
+        // cluster carries no device speed).
+        let all_cpu = plan.clusters.iter().all(|c| c.is_cpu);
+        let seconds =
+            crate::cost::PlanCosts::new(&plan, &crate::cost::CostParams::defaults(all_cpu))
+                .map_or_else(|_| vec![1.0; plan.ops.len()], |c| c.op_seconds);
+        plan.programs = schedule::programs(&plan, &seconds);
+        Ok(plan)
+    }
+}
+
+/// The datasets `ops` sample, by name, as the checker evaluated them.
+fn datasets(program: &Program, ops: &[Op]) -> Vec<Dataset> {
+    let sampled: BTreeSet<&str> = ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Sample { dataset, .. } => Some(dataset.as_str()),
+            _ => None,
+        })
+        .collect();
+    sampled
+        .into_iter()
+        .filter_map(|name| {
+            let spec = program.datasets.get(name)?;
+            let source = match (spec.kind.as_str(), &spec.path, &spec.field) {
+                ("jsonl", Some(path), Some(field)) => DatasetSource::Jsonl {
+                    path: path.clone(),
+                    field: field.clone(),
+                    tokenizer: spec.tokenizer.clone(),
+                },
+                (kind, _, _) => DatasetSource::Task {
+                    task: TaskKind::from_name(kind)?,
+                    digits: u64::try_from(spec.digits?).ok()?,
+                },
+            };
+            Some(Dataset {
+                name: name.to_string(),
+                source,
+            })
+        })
+        .collect()
+}
+
+fn optimizer(o: &prog::Optimizer) -> Optimizer {
+    Optimizer {
+        name: o.name.clone(),
+        lr: o.lr,
+        warmup: o.warmup,
+        weight_decay: o.weight_decay,
+        clip: o.clip,
+        beta1: o.beta1,
+        beta2: o.beta2,
+        eps: o.eps,
+        schedule: match o.schedule {
+            prog::LrSchedule::Cosine => LrSchedule::Cosine,
+            prog::LrSchedule::Linear => LrSchedule::Linear,
+            prog::LrSchedule::Constant => LrSchedule::Constant,
+        },
+        min_lr_ratio: o.min_lr_ratio,
+    }
+}
