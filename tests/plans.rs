@@ -636,7 +636,6 @@ fn a_short_op_feeding_another_rank_goes_before_a_longer_path() {
     let plan = plan_of_text("split_kernel_first.rl", &text);
     let kernel = op_labelled(&plan, "kernel mul");
     let long = op_labelled(&plan, "big.update");
-    let needs = op_labelled(&plan, "small.update");
     assert!(plan.ops[kernel as usize].ranks.contains(0));
     assert!(!plan.ops[kernel as usize].ranks.contains(1));
     assert!(!plan.ops[long as usize].deps.contains(&kernel));

@@ -996,3 +996,115 @@ fn a_stage_started_from_a_checkpoint_verifies_it() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two roles on their own devices: `big` (rank 0) computes a value `small` (rank 1) needs, then
+/// trains for a long time on its own. The plan orders rank 0's work by the critical path, so
+/// the kernel and the send come before `big.update`.
+#[cfg(feature = "runtime")]
+const SEND_FIRST: &str = r#"
+import std.algo { bradley_terry }
+import std.models { tiny_gpt }
+import std.task.digits { reverse_task }
+
+dataset reverse = reverse_task(digits: 4)
+cluster local = cpu(devices: 2)
+
+model big: RewardModel {
+  arch  = tiny_gpt(layers: 4, hidden: 128, heads: 4, vocab: reverse.vocab, max_len: 16)
+  init  = random(seed: 0)
+  optim = adamw(lr: 1e-4)
+}
+model small: RewardModel {
+  arch  = tiny_gpt(layers: 1, hidden: 16, heads: 2, vocab: reverse.vocab, max_len: 16)
+  init  = random(seed: 1)
+  optim = adamw(lr: 1e-4)
+}
+
+place big   on local[0..1] with dp(1)
+place small on local[1..2] with dp(1)
+
+pipeline split(steps = 2) {
+  loop step in 0..steps {
+    let pairs = reverse.preferences(32)
+    let hint  = big.score(pairs)
+    let bonus = hint * 2.0
+    big.update(pairs, epochs: 8) { s -> bradley_terry(s, pairs.group, pairs.chosen) }
+    small.update(pairs, epochs: 1) { s -> bradley_terry(s + bonus, pairs.group, pairs.chosen) }
+    log { hint: mean(hint) }
+  }
+}
+"#;
+
+/// `rlc run --trace` records every op each rank ran, in the plan's order for that rank; and the
+/// receiving rank starts its update while the sender still runs its own long one (before the
+/// critical-path order, rank 0 sent `bonus` only after `big.update`, so rank 1 waited for all
+/// of it — causally, whatever the machine's speed).
+#[cfg(feature = "runtime")]
+#[test]
+fn a_receiving_rank_does_not_wait_for_the_senders_unrelated_work() {
+    let dir = scratch("send-first");
+    let source = dir.join("job.rl");
+    std::fs::write(&source, SEND_FIRST).unwrap();
+    let plan_path = dir.join("plan.json");
+    build(&source, &plan_path);
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan_path).unwrap()).unwrap();
+    let run = dir.join("run");
+    let out = run_into(&source, &run, &["--trace", "--threads", "2"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("trace.json")).unwrap()).unwrap();
+    // (rank, step) → the (label, start, end) of its ops in the order they ran.
+    type Ran = Vec<(String, u64, u64)>;
+    let mut ran: std::collections::BTreeMap<(u64, u64), Ran> = Default::default();
+    for e in trace["traceEvents"].as_array().unwrap() {
+        let (ts, dur) = (e["ts"].as_u64().unwrap(), e["dur"].as_u64().unwrap());
+        ran.entry((
+            e["tid"].as_u64().unwrap(),
+            e["args"]["step"].as_u64().unwrap(),
+        ))
+        .or_default()
+        .push((e["name"].as_str().unwrap().to_string(), ts, ts + dur));
+    }
+    let labels: Vec<&str> = plan["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["label"].as_str().unwrap())
+        .collect();
+    for rank in 0..2u64 {
+        let program = plan["programs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["ranks"].as_str() == Some(rank.to_string().as_str()))
+            .unwrap_or_else(|| panic!("no program for rank {rank}: {}", plan["programs"]));
+        let order: Vec<&str> = program["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["op"].as_u64())
+            .map(|op| labels[op as usize])
+            .collect();
+        for step in 0..2 {
+            let ran: Vec<&str> = ran[&(rank, step)].iter().map(|r| r.0.as_str()).collect();
+            assert_eq!(ran, order, "rank {rank}, step {step}");
+        }
+    }
+    for step in 0..2 {
+        let find = |rank: u64, label: &str| {
+            ran[&(rank, step)]
+                .iter()
+                .find(|r| r.0 == label)
+                .unwrap_or_else(|| panic!("rank {rank} ran no `{label}` in step {step}"))
+                .clone()
+        };
+        let (long, needs) = (find(0, "big.update"), find(1, "small.update"));
+        assert!(
+            needs.1 < long.2,
+            "step {step}: small.update started at {} µs, after big.update ended at {} µs",
+            needs.1,
+            long.2
+        );
+    }
+}

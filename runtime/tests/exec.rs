@@ -83,6 +83,7 @@ fn run_on(
         stop_after,
         threads: Some(2),
         device,
+        trace: false,
     };
     exec::run(&plan, &checked.modules, &options).map(|_| ())
 }

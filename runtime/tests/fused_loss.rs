@@ -299,6 +299,7 @@ fn train(loss: &str, name: &str) -> [Vec<(String, Tensor)>; 2] {
         stop_after: None,
         threads: Some(1),
         device: rlc_runtime::device::DeviceRequest::Cpu,
+        trace: false,
     };
     exec::run(&plan, &checked.modules, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
     let weights = |step| {

@@ -33,6 +33,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "DEVICE", default_value = "auto",
           value_parser = ["auto", "cpu", "cuda"])]
     pub device: String,
+    /// Also write `trace.json` into the run folder: each op every rank ran, with its start and
+    /// duration on one clock (open it in https://ui.perfetto.dev or chrome://tracing); under
+    /// `mpirun`/`srun` one `trace.rank-N.json` per process.
+    #[arg(long)]
+    pub trace: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }

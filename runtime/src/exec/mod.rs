@@ -46,6 +46,7 @@ use rlc_plan::model::{OpKind, Precision};
 use crate::collectives::{ProcessWorld, split};
 use crate::device::{DeviceRequest, rank_device, wants_cuda};
 use crate::panics::panic_message;
+use crate::report::trace::{self, Span};
 use crate::report::{Report, ReportOptions, StepRecord};
 use error::Result;
 use job::Job;
@@ -69,6 +70,8 @@ pub struct RunOptions {
     pub threads: Option<usize>,
     /// Where the ranks' models and tensors live.
     pub device: DeviceRequest,
+    /// Write `trace.json`: every op each rank ran, with its start and end.
+    pub trace: bool,
 }
 
 #[derive(Debug)]
@@ -143,7 +146,8 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
     // Rank 0 writes each step's metrics line before that step's checkpoints: a checkpoint of
     // step S implies the lines of every step before S, which a resumed run keeps.
     let mut report_slot = report.as_mut();
-    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+    let origin = Instant::now();
+    let results: Vec<Result<Vec<Span>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = local_ranks
             .iter()
             .map(|&rank| {
@@ -152,7 +156,7 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
                 let job = &job;
                 let resume = &resume;
                 let device = devices[rank as usize];
-                scope.spawn(move || -> Result<()> {
+                scope.spawn(move || -> Result<Vec<Span>> {
                     // The rank's communicators outlive its models, which borrow them.
                     let comms = comms;
                     let mut r = Rank::new(
@@ -164,6 +168,7 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
                         &options.source_dir,
                         &options.run_dir,
                     )?;
+                    r.trace = options.trace.then(|| (origin, Vec::new()));
                     if let Some((step, dirs)) = resume {
                         for (role, dir) in dirs {
                             if r.roles.contains_key(role) && r.restore(role, dir)? != *step {
@@ -197,7 +202,7 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
                         }
                         r.write_checkpoints(step)?;
                     }
-                    Ok(())
+                    Ok(r.trace.take().map(|(_, spans)| spans).unwrap_or_default())
                 })
             })
             .collect();
@@ -215,13 +220,27 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
             .collect()
     });
     // A failing rank breaks the collectives of the others: report the cause, not the echo.
-    let mut errors: Vec<RunError> = results.into_iter().filter_map(|r| r.err()).collect();
+    let mut errors = Vec::new();
+    let mut spans = Vec::new();
+    for result in results {
+        match result {
+            Ok(rank_spans) => spans.extend(rank_spans),
+            Err(e) => errors.push(e),
+        }
+    }
     if !errors.is_empty() {
         let cause = errors
             .iter()
             .position(|e| !matches!(e, RunError::Collective(_)))
             .unwrap_or(0);
         return Err(errors.swap_remove(cause));
+    }
+    if options.trace {
+        let path = options.run_dir.join(trace::file_name(&local_ranks, world));
+        trace::write(&path, &spans).map_err(|source| RunError::Io {
+            what: format!("cannot write {}", path.display()),
+            source,
+        })?;
     }
     let summary = match report {
         Some(mut report) => report.finish().map_err(|source| RunError::Io {

@@ -17,6 +17,7 @@ use crate::collectives::{Communicator, ReduceOp};
 use crate::data::Sampler;
 use crate::parallel::reshard::{ReshardError, reshard};
 use crate::parallel::{RankGroups, Tape};
+use crate::report::trace::Span;
 
 /// What a rank reports to the run after a step (rank 0's counts for the whole job).
 #[derive(Debug, Default, Clone)]
@@ -76,6 +77,8 @@ pub struct Rank<'j> {
     pub(super) fused_cuda: std::cell::RefCell<
         HashMap<String, Option<std::rc::Rc<crate::kernels::fused_cuda::FusedCuda>>>,
     >,
+    /// With `--trace`: the run's clock origin and the ops this rank has run so far.
+    pub(super) trace: Option<(Instant, Vec<Span>)>,
 }
 
 impl<'j> Rank<'j> {
@@ -169,6 +172,7 @@ impl<'j> Rank<'j> {
             pending: Vec::new(),
             fused: Default::default(),
             fused_cuda: Default::default(),
+            trace: None,
         })
     }
 
@@ -197,8 +201,20 @@ impl<'j> Rank<'j> {
             }
             let started = self.settled_now();
             self.run_op(op, step, &mut out)?;
+            let ended = self.settled_now();
             *op_seconds.entry(BarKind::of(&op.kind)).or_default() +=
-                self.settled_now().duration_since(started).as_secs_f64();
+                ended.duration_since(started).as_secs_f64();
+            if let Some((origin, spans)) = &mut self.trace {
+                let micros = |t: Instant| t.duration_since(*origin).as_micros() as u64;
+                spans.push(Span {
+                    rank: self.rank,
+                    step,
+                    op: op.id,
+                    label: op.label.clone(),
+                    start_us: micros(started),
+                    duration_us: micros(ended) - micros(started),
+                });
+            }
         }
         self.carry_over(step)?;
         out.metrics.extend(

@@ -6,7 +6,8 @@
 //!   each metric's start, end and range, and the mean time per step in each kind of op,
 //!   `summary.rs`);
 //! - `events.out.tfevents.0.rlc`: the lines of `metrics.jsonl` as TensorBoard event files
-//!   (`tensorboard.rs`), so that `tensorboard --logdir runs/` shows every run's metrics.
+//!   (`tensorboard.rs`), so that `tensorboard --logdir runs/` shows every run's metrics;
+//! - with `--trace`, `trace.json`: every op each rank ran, on one clock (`trace.rs`).
 //!
 //! A resumed run continues the same `metrics.jsonl`, so the curve and summary cover the whole
 //! run, and the file equals an uninterrupted run's apart from the timing fields.
@@ -17,6 +18,7 @@ mod plot;
 mod progress;
 mod summary;
 mod tensorboard;
+pub mod trace;
 
 // The rasteriser lives in `rlc-raster` (shared with `rlc plan`'s timeline).
 use rlc_raster::{canvas, font};

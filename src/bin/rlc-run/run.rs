@@ -60,6 +60,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         stop_after: args.stop_after,
         threads: args.threads,
         device: args.device.parse()?,
+        trace: args.trace,
     };
     if leader {
         eprintln!(
@@ -156,6 +157,17 @@ fn clear_previous_run(dir: &Path) -> Result<(), String> {
         if file.exists() {
             std::fs::remove_file(&file)
                 .map_err(|e| format!("cannot replace `{}`: {e}", file.display()))?;
+        }
+    }
+    // The traces of a previous run (`trace.json`, or `trace.rank-N.json` per process).
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("trace.") && name.ends_with(".json") {
+                std::fs::remove_file(entry.path())
+                    .map_err(|e| format!("cannot replace `{}`: {e}", entry.path().display()))?;
+            }
         }
     }
     let checkpoints = dir.join("checkpoints");
