@@ -21,7 +21,8 @@ pub mod value;
 pub use eval::TypeTable;
 pub use program::Program;
 
-use rlc_diagnostics::{Diagnostic, Files};
+use modules::Modules;
+use rlc_diagnostics::{Diagnostic, FileId, Files};
 
 /// The embedded standard library.
 pub mod std_lib {
@@ -98,7 +99,7 @@ pub fn check(
     if evaluated_cleanly {
         checks::run_with(&program, missing, &mut diagnostics);
     }
-    number_fixes_on_literals(&mut diagnostics, files);
+    number_fixes_on_literals(&mut diagnostics, files, &modules);
     diagnostics.sort_by_key(Diagnostic::sort_key);
     diagnostics.dedup();
     Checked {
@@ -110,18 +111,66 @@ pub fn check(
 }
 
 /// The checks see values, not text: a fix that writes a number where a value came from (a
-/// batch's `n`, a `minibatch`) applies only where that value is written as a number literal,
-/// not a name or an expression that computes it. Other fixes are left as they are.
-fn number_fixes_on_literals(diagnostics: &mut [Diagnostic], files: &Files) {
-    let literal = |e: &rlc_diagnostics::Edit| {
-        if e.text.parse::<i64>().is_err() {
-            return true;
+/// batch's `n`, a `minibatch`) applies where that value is written as a number literal, or
+/// where it is the name of a parameter of the root's pipeline whose default is one (`n: group`
+/// with `pipeline train(group = 8)`: the default is rewritten), not a name bound otherwise or
+/// an expression that computes it: such fixes are dropped. Other fixes are left as they are.
+fn number_fixes_on_literals(diagnostics: &mut [Diagnostic], files: &Files, modules: &Modules) {
+    let text_at = |file: FileId, span: rlc_diagnostics::Span| {
+        files
+            .get(file)
+            .text
+            .get(span.start as usize..span.end as usize)
+            .unwrap_or_default()
+    };
+    let is_literal = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit() || b == b'_');
+    let root = modules.get(0);
+    let pipeline = root.ast.items.iter().find_map(|i| match &i.kind {
+        rlc_syntax::ast::ItemKind::Pipeline(p) => Some(p),
+        _ => None,
+    });
+    // Where the default of pipeline parameter `name` is written, for a use of it at `span`
+    // inside the pipeline that no `let` of the pipeline shadows.
+    let default_of = |span: rlc_diagnostics::Span, name: &str| {
+        let p = pipeline?;
+        let body = p.body.span;
+        if span.start < body.start || span.end > body.end {
+            return None;
         }
-        let text = &files.get(e.file).text;
-        text.get(e.span.start as usize..e.span.end as usize)
-            .is_some_and(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit() || b == b'_'))
+        let shadowed = text_at(root.file, body).split("let ").skip(1).any(|rest| {
+            rest.trim_start()
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
+                .next()
+                == Some(name)
+        });
+        if shadowed {
+            return None;
+        }
+        let param = p.params.iter().find(|q| q.name.name == name)?;
+        let default = param.default.as_ref()?.span;
+        is_literal(text_at(root.file, default)).then_some(default)
     };
     for d in diagnostics {
-        d.fixes.retain(|f| f.edits.iter().all(literal));
+        d.fixes.retain_mut(|f| {
+            f.edits.iter_mut().all(|e| {
+                if e.text.parse::<i64>().is_err() {
+                    return true;
+                }
+                let written = text_at(e.file, e.span);
+                if is_literal(written) {
+                    return true;
+                }
+                match (e.file == root.file)
+                    .then(|| default_of(e.span, written))
+                    .flatten()
+                {
+                    Some(default) => {
+                        e.span = default;
+                        true
+                    }
+                    None => false,
+                }
+            })
+        });
     }
 }

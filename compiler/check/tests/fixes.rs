@@ -247,11 +247,23 @@ fn a_batch_that_does_not_split_gets_the_nearest_n_that_does() {
 }
 
 #[test]
-fn a_batch_size_from_a_name_gets_no_fix() {
-    // `n: group` is a name: the fix would have to change the pipeline's parameter.
+fn a_batch_size_from_a_pipeline_parameter_is_fixed_at_its_default() {
+    // `n: group` with `group = 8`: the default becomes 9 (16 × 9 = 144 over dp(3)).
     let src = with(&valid(), "with dp(16)", "with dp(3)");
     let src = with(&src, "local[0..16] with dp(3)", "local[0..3] with dp(3)");
-    let diags = check(&src);
+    let src = with(&src, "minibatch: 64", "minibatch: 48");
+    let fixed = fixes_clean(&src, Code::BatchNotDivisible);
+    assert!(
+        fixed.contains("pipeline train(steps = 100, prompts_per_step = 16, group = 9)"),
+        "{fixed}"
+    );
+    // A name a `let` binds (here one that shadows the parameter) is not rewritten: no fix.
+    let shadowed = with(
+        &src,
+        "    let prompts  = reverse.sample",
+        "    let group = 8\n    let prompts  = reverse.sample",
+    );
+    let diags = check(&shadowed);
     let e = diags
         .iter()
         .find(|d| d.code == Code::BatchNotDivisible)
