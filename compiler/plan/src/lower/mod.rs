@@ -276,14 +276,28 @@ impl<'a> Lowerer<'a> {
         };
         self.block(&pipeline.body);
         self.carried_ranks();
-        self.weight_syncs();
-        self.checkpoint_deps();
+        // The passes after the dataflow work on its graph alone.
+        let train: BTreeMap<usize, usize> = self
+            .updates
+            .keys()
+            .filter_map(|&model| Some((model, self.instance_for(model, Phase::Train)?)))
+            .collect();
+        let mut flow = syncs::Flow {
+            values: std::mem::take(&mut self.values),
+            ops: std::mem::take(&mut self.ops),
+            edges: std::mem::take(&mut self.edges),
+            updates: std::mem::take(&mut self.updates),
+        };
+        flow.weight_syncs(self.program, &self.instances, &train);
+        if let Err(error) = flow.checkpoint_deps(self.program) {
+            self.errors.push(error);
+        }
         if !self.errors.is_empty() {
             self.errors.sort();
             self.errors.dedup();
             return Err(self.errors);
         }
-        self.levels();
+        flow.levels();
         let world_size = self.clusters.last().map_or(0, |c| c.ranks.end());
         let program = self.program;
         let facts = program.pipeline.as_ref().expect("checked in new");
@@ -337,7 +351,7 @@ impl<'a> Lowerer<'a> {
                 optimizer: m.optimizer.as_ref().filter(|_| !m.frozen).map(optimizer),
             })
             .collect();
-        let datasets = datasets(program, &self.ops);
+        let datasets = datasets(program, &flow.ops);
         let mut plan = Plan {
             version: PLAN_VERSION,
             pipeline: facts.name.clone(),
@@ -347,9 +361,9 @@ impl<'a> Lowerer<'a> {
             roles,
             datasets,
             instances: self.instances.clone(),
-            values: self.values.clone(),
-            ops: self.ops.clone(),
-            edges: self.edges.clone(),
+            values: flow.values,
+            ops: flow.ops,
+            edges: flow.edges,
             programs: Vec::new(),
             carried: self.carried.clone(),
             sources: None,

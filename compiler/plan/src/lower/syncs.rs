@@ -1,22 +1,38 @@
 //! After the dataflow: weight syncs from each training instance to its role's other instances,
 //! checkpoints ordered after the step's update, the ops renumbered so that dependencies come
-//! first, and each op's level.
+//! first, and each op's level. Functions of the dataflow pass's [`Flow`].
 
 use super::*;
 
-impl<'a> Lowerer<'a> {
-    pub(super) fn weight_syncs(&mut self) {
+/// The graph the dataflow pass built, which these passes complete and the plan carries.
+pub(super) struct Flow {
+    pub(super) values: Vec<Value>,
+    pub(super) ops: Vec<Op>,
+    pub(super) edges: Vec<Edge>,
+    /// Model index → its `update` op.
+    pub(super) updates: BTreeMap<usize, u32>,
+}
+
+impl Flow {
+    /// A weight sync from each updated role's training instance (`train`: model index →
+    /// instance index) to each other instance of the role.
+    pub(super) fn weight_syncs(
+        &mut self,
+        program: &Program,
+        instances: &[Instance],
+        train: &BTreeMap<usize, usize>,
+    ) {
         let updates: Vec<(usize, u32)> = self.updates.iter().map(|(&m, &o)| (m, o)).collect();
         for (model, update) in updates {
-            let Some(train) = self.instance_for(model, Phase::Train) else {
+            let Some(train) = train.get(&model).copied() else {
                 continue;
             };
-            let m = &self.program.models[model];
+            let m = &program.models[model];
             if m.frozen || m.optimizer.is_none() {
                 continue;
             }
-            let targets: Vec<usize> = (0..self.instances.len())
-                .filter(|&i| i != train && self.instances[i].role == m.name)
+            let targets: Vec<usize> = (0..instances.len())
+                .filter(|&i| i != train && instances[i].role == m.name)
                 .collect();
             let layers = m.arch.as_ref().map_or(1, |a| a.layers.max(1));
             let bytes = m
@@ -25,18 +41,10 @@ impl<'a> Lowerer<'a> {
                 .map_or(0, |a| memory::role_parameters(m.kind, a))
                 * m.precision.bytes();
             for target in targets {
-                let moves =
-                    crate::reshard::moves(&self.instances[train], &self.instances[target], layers);
-                let (from, to) = (
-                    self.instances[train].id.clone(),
-                    self.instances[target].id.clone(),
-                );
-                let colocated = self.instances[train]
-                    .ranks
-                    .intersects(&self.instances[target].ranks);
-                let ranks = self.instances[train]
-                    .ranks
-                    .union(&self.instances[target].ranks);
+                let moves = crate::reshard::moves(&instances[train], &instances[target], layers);
+                let (from, to) = (instances[train].id.clone(), instances[target].id.clone());
+                let colocated = instances[train].ranks.intersects(&instances[target].ranks);
+                let ranks = instances[train].ranks.union(&instances[target].ranks);
                 let kind = OpKind::WeightSync {
                     role: m.name.clone(),
                     from: from.clone(),
@@ -74,11 +82,11 @@ impl<'a> Lowerer<'a> {
     /// A checkpoint saves the weights the step's update wrote. (Its op was created where the
     /// statement is; when the update comes later in the text the dependency is added here and the
     /// ops are re-ordered so that dependencies come first.)
-    pub(super) fn checkpoint_deps(&mut self) {
+    pub(super) fn checkpoint_deps(&mut self, program: &Program) -> Result<(), LowerError> {
         let mut changed = false;
         for i in 0..self.ops.len() {
             if let OpKind::Checkpoint { role, .. } = &self.ops[i].kind {
-                let Some(model) = self.program.model_index(role) else {
+                let Some(model) = program.model_index(role) else {
                     continue;
                 };
                 if let Some(&u) = self.updates.get(&model)
@@ -91,12 +99,13 @@ impl<'a> Lowerer<'a> {
             }
         }
         if changed {
-            self.reorder();
+            self.reorder()?;
         }
+        Ok(())
     }
 
     /// Renumbers ops so that every dependency comes first (a stable topological order).
-    pub(super) fn reorder(&mut self) {
+    pub(super) fn reorder(&mut self) -> Result<(), LowerError> {
         let n = self.ops.len();
         let mut order = Vec::with_capacity(n);
         let mut placed = vec![false; n];
@@ -110,10 +119,9 @@ impl<'a> Lowerer<'a> {
                 }
             }
             if order.len() == before {
-                self.errors.push(lower_err(
+                return Err(lower_err(
                     "the pipeline's operations depend on each other in a cycle",
                 ));
-                return;
             }
         }
         let mut new_id = vec![0u32; n];
@@ -140,8 +148,10 @@ impl<'a> Lowerer<'a> {
         for u in self.updates.values_mut() {
             *u = new_id[*u as usize];
         }
+        Ok(())
     }
 
+    /// Each op's level: one more than its dependencies' highest (0 without any).
     pub(super) fn levels(&mut self) {
         for i in 0..self.ops.len() {
             let level = self.ops[i]
