@@ -1677,6 +1677,22 @@ fn checking_a_large_document_never_holds_the_server() {
     }
     assert!(checked.len() <= 3, "versions checked: {checked:?}");
 
+    // A request waiting for a check is cancelled by `$/cancelRequest`, before the check ends.
+    c.change(&uri, last + 1, &format!("{large}// again\n"));
+    let (line, character) = pos(&large, "f7(", 0);
+    let params = json!({
+        "textDocument": { "uri": uri },
+        "position": { "line": line, "character": character },
+    });
+    let hover =
+        json!({ "jsonrpc": "2.0", "id": 9001, "method": "textDocument/hover", "params": params });
+    c.send(hover);
+    c.notify("$/cancelRequest", json!({ "id": 9001 }));
+    assert_eq!(c.error_for(json!(9001))["code"], -32800);
+    assert!(!published(&c, &uri), "cancelled only after the check");
+    c.diagnostics(&uri, last + 1);
+    let last = last + 1;
+
     // `shutdown` while a check runs: answered at once, and `exit` ends the process (the check
     // is abandoned).
     let start = Instant::now();
