@@ -13,6 +13,9 @@
 //! - `compiler_crates_depend_on_no_executor`: by `cargo metadata`, no compiler crate depends
 //!   (directly or not, outside dev-dependencies) on the runtime, the kernel executors
 //!   (`rlc-kernel-exec`: the Cranelift JIT, CUDA), libtorch, CUDA, MPI or a JIT back end.
+//! - `lowering_passes_are_functions_of_their_input`: plan lowering is five passes, each a module
+//!   of `compiler/plan/src/lower/`; those around the dataflow walk (instances, syncs, schedule)
+//!   name no `Lowerer`: they read their input, not the walk's state.
 
 use std::path::{Path, PathBuf};
 
@@ -543,4 +546,30 @@ fn compiler_crates_depend_on_no_executor() {
         }
     }
     assert!(checked >= 6, "cargo metadata lists the compiler crates");
+}
+
+#[test]
+fn lowering_passes_are_functions_of_their_input() {
+    let dir = root().join("compiler/plan/src/lower");
+    for pass in ["instances", "dataflow", "transfers", "syncs", "schedule"] {
+        let file = dir.join(format!("{pass}.rs"));
+        assert!(
+            file.is_file(),
+            "the lowering pass `{pass}` is {}",
+            file.display()
+        );
+    }
+    for pass in ["instances", "syncs", "schedule"] {
+        let file = dir.join(format!("{pass}.rs"));
+        let source = std::fs::read_to_string(&file).unwrap();
+        let code = code_only(&source);
+        if let Some(at) = code.find("Lowerer") {
+            let (line, text) = line_of(&source, at);
+            panic!(
+                "{}:{line}: {text}  (the {pass} pass is a function of its input, not of the \
+                 dataflow walk's state)",
+                file.display()
+            );
+        }
+    }
 }

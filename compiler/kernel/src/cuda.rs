@@ -1,4 +1,5 @@
-//! A [`Schedule`] as CUDA C, the same semantics as the Cranelift passes (`jit/codegen.rs`):
+//! A [`Schedule`] as CUDA C, the same semantics as the Cranelift passes (`rlc-kernel-exec`'s
+//! `jit/codegen.rs`):
 //!
 //! ```text
 //! extern "C" __global__ void <kernel>_pass<p>(void** bufs, const long long* sizes,
