@@ -305,11 +305,13 @@ class Job:
         return low + (peak - low) * remaining
 
 
-def build_plan(rlc, example):
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "plan.json"
-        subprocess.run([rlc, "build", str(example), "-o", str(out)], check=True, capture_output=True)
-        return json.loads(out.read_text())
+def build_plan(rlc, example, out):
+    """The plan of `example`, written to `out`: both sides run it (rlc from the file, so an edit
+    of the example while the benchmark runs changes neither side)."""
+    done = subprocess.run([rlc, "build", str(example), "-o", str(out)], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"error: rlc build {example} failed:\n{done.stdout}{done.stderr}")
+    return json.loads(Path(out).read_text())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -389,7 +391,7 @@ def pytorch_side(torch):
             head_dim = a["hidden"] // a["heads"]
             self.register_buffer(
                 "inv_freq",
-                1.0 / a["rope_theta"] ** (torch.arange(0, head_dim, 2).float() / head_dim),
+                1.0 / a.get("rope_theta", 10000.0) ** (torch.arange(0, head_dim, 2).float() / head_dim),
                 persistent=False,
             )
 
@@ -595,8 +597,8 @@ class PyTorchJob:
 # rlc
 
 
-def run_rlc(rlc, out, seed, threads, upto, resume):
-    cmd = [rlc, "run", str(EXAMPLE), "--out", str(out), "--seed", str(seed), "--threads", str(threads)]
+def run_rlc(rlc, plan, out, seed, threads, upto, resume):
+    cmd = [rlc, "run", str(plan), "--out", str(out), "--seed", str(seed), "--threads", str(threads)]
     cmd += ["--stop-after", str(upto)]
     if resume:
         cmd.append("--resume")
@@ -672,9 +674,13 @@ def main():
 
     if not Path(args.rlc).is_file():
         sys.exit(f"error: {args.rlc} is missing (cargo build --release --features runtime makes it)")
-    plan = build_plan(args.rlc, EXAMPLE)
+    out = Path(args.out or tempfile.mkdtemp(prefix="bench-vs-pytorch-"))
+    out.mkdir(parents=True, exist_ok=True)
+    plan_file = out / "plan.json"
+    plan = build_plan(args.rlc, EXAMPLE, plan_file)
     try:
-        check_texts(EXAMPLE.read_text(), ALGO.read_text())
+        source = plan["sources"]["files"][plan["sources"]["root"]]
+        check_texts(source, ALGO.read_text())
         job = Job(plan)
     except Mismatch as e:
         sys.exit(f"error: the PyTorch side does not implement this example: {e}")
@@ -698,8 +704,6 @@ def main():
         pass
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; rlc {args.rlc}", flush=True)
 
-    out = Path(args.out or tempfile.mkdtemp(prefix="bench-vs-pytorch-"))
-    out.mkdir(parents=True, exist_ok=True)
     # A copy of the runtime build (`rlc-run`, which `rlc run` becomes and which runs every `rlc`
     # command itself), so that a build while the benchmark runs cannot swap it between turns.
     (out / "bin").mkdir(exist_ok=True)
@@ -716,7 +720,7 @@ def main():
         # wrote (bit-exactly).
         rlc_firsts.add(done)
         started = time.perf_counter()
-        rlc_rows = run_rlc(args.rlc, rlc_dir, args.seed, args.threads, upto, resume=done > 0)
+        rlc_rows = run_rlc(args.rlc, plan_file, rlc_dir, args.seed, args.threads, upto, resume=done > 0)
         rlc_wall = time.perf_counter() - started
         torch_firsts.add(done)
         started = time.perf_counter()
