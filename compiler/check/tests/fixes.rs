@@ -424,3 +424,11 @@ fn every_did_you_mean_comes_with_the_rename() {
         assert_clean(&fixed);
     }
 }
+
+#[test]
+fn a_pp_degree_that_does_not_divide_the_layers_is_fixed_with_data_parallelism() {
+    // pp(4) over 2 layers on 16 devices: pp(2), and dp doubles for the devices it frees.
+    let src = with(&valid(), "with dp(16)", "with dp(4), pp(4)");
+    let fixed = fixes_clean(&src, Code::LayersPp);
+    assert!(fixed.contains("with dp(8), pp(2)\n"), "{fixed}");
+}

@@ -333,8 +333,8 @@ fn degree_error(program: &Program, f: &Finding) -> Diagnostic {
             places.len()
         ));
     }
-    if code == Code::HeadsTp
-        && let Some((message, edits)) = tp_fix(program, &places)
+    if matches!(code, Code::HeadsTp | Code::LayersPp)
+        && let Some((message, edits)) = degree_fix(program, &places, code)
     {
         d = d.fix(message, edits);
     }
@@ -374,15 +374,27 @@ fn tp_also(models: &[&Model], tp: u64) -> Vec<String> {
 /// For tp degrees that do not divide the heads: the largest tp that divides the degree and
 /// fits the heads, key/value heads and vocabulary, with data parallelism taking up the
 /// devices it frees (`tp(8)` on 8 devices of a 28-head model: `dp(2), tp(4)`).
-fn tp_fix(program: &Program, places: &[&Placement]) -> Option<(String, Vec<Edit>)> {
+/// For pp degrees that do not divide the layers, the same with the largest pp that divides
+/// both (`pp(4)` on 8 devices of a 6-layer model: `dp(2), pp(2)`).
+fn degree_fix(program: &Program, places: &[&Placement], code: Code) -> Option<(String, Vec<Edit>)> {
     let mut edits: Vec<Edit> = Vec::new();
     let mut message = String::new();
     for p in places {
         let l = &p.layout;
-        let tp = l.tp?;
         let arch = program.models[p.model].arch.as_ref()?;
+        let (tp, name, d, what) = if code == Code::LayersPp {
+            let pp = l.pp?;
+            let d = *super::divisors_of(super::gcd(pp.value, arch.layers)).last()?;
+            (pp, "pp", d, format!("{} layers", arch.layers))
+        } else {
+            let tp = l.tp?;
+            let d = largest_tp(arch, l, tp.value)?;
+            (tp, "tp", d, format!("{} heads", arch.heads))
+        };
         let t = tp.value;
-        let d = largest_tp(arch, l, t).filter(|&d| d < t)?;
+        if d >= t {
+            return None;
+        }
         let k = t / d;
         let mut edit = |span: Origin, text: String| {
             if !edits
@@ -400,16 +412,16 @@ fn tp_fix(program: &Program, places: &[&Placement]) -> Option<(String, Vec<Edit>
             Some(dp) => {
                 let dp = dp.value.checked_mul(k)?;
                 edit(l.dp?.origin, format!("dp({dp})"));
-                edit(tp.origin, format!("tp({d})"));
-                format!("dp({dp}) and tp({d})")
+                edit(tp.origin, format!("{name}({d})"));
+                format!("dp({dp}) and {name}({d})")
             }
             None => {
-                edit(tp.origin, format!("dp({k}), tp({d})"));
-                format!("dp({k}), tp({d})")
+                edit(tp.origin, format!("dp({k}), {name}({d})"));
+                format!("dp({k}), {name}({d})")
             }
         };
         if message.is_empty() {
-            message = format!("use {layout}: tp({d}) divides the {} heads", arch.heads);
+            message = format!("use {layout}: {name}({d}) divides the {what}");
         }
     }
     edits.sort_by_key(|e| (e.file, e.span.start));
