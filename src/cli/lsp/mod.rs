@@ -15,6 +15,8 @@
 //!   `import std.x { … }` the module's pub items; after `import ` the std modules.
 //! - Formatting (one whole-document edit; none while the document has syntax errors) and
 //!   document symbols.
+//! - Code actions ([`actions`]): the checker's fixes of the diagnostics a range touches, as
+//!   quick fixes.
 //!
 //! The wire is read by [`transport`]: a malformed message is answered with a JSON-RPC error or
 //! skipped with a line on standard error, and the server goes on serving.
