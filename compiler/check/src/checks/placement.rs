@@ -381,6 +381,11 @@ fn degree_fix(program: &Program, places: &[&Placement], code: Code) -> Option<(S
     let mut message = String::new();
     for p in places {
         let l = &p.layout;
+        // A layout that does not fill its devices either has E0502's fix, which fixes both;
+        // this one keeps the product and would leave that error.
+        if l.devices() != p.devices.end.saturating_sub(p.devices.start) {
+            return None;
+        }
         let arch = program.models[p.model].arch.as_ref()?;
         let (tp, name, d, what) = if code == Code::LayersPp {
             let pp = l.pp?;
