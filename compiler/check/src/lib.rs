@@ -102,6 +102,7 @@ pub fn check(
     number_fixes_on_literals(&mut diagnostics, files, &modules);
     diagnostics.sort_by_key(Diagnostic::sort_key);
     diagnostics.dedup();
+    let diagnostics = one_per_unknown_name(diagnostics);
     Checked {
         diagnostics,
         modules,
@@ -173,4 +174,49 @@ fn number_fixes_on_literals(diagnostics: &mut [Diagnostic], files: &Files, modul
             })
         });
     }
+}
+
+/// A name that cannot be found is one mistake however often it is used (an import left out, a
+/// misspelling repeated): the uses of one unknown name in one file with the same fixes are one
+/// E0201 at the first, the others labels, and each fix covers every use (a rename edits each;
+/// an import is added once). `diagnostics` is in source order.
+fn one_per_unknown_name(diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    let same_fixes = |a: &Diagnostic, b: &Diagnostic| {
+        a.fixes.len() == b.fixes.len()
+            && a.fixes
+                .iter()
+                .zip(&b.fixes)
+                .all(|(x, y)| x.message == y.message)
+    };
+    let mut out: Vec<Diagnostic> = Vec::with_capacity(diagnostics.len());
+    for d in diagnostics {
+        if d.code == rlc_diagnostics::Code::UndefinedName {
+            let first = out.iter_mut().find(|f| {
+                f.code == d.code
+                    && f.message == d.message
+                    && f.primary().file == d.primary().file
+                    && same_fixes(f, &d)
+            });
+            if let Some(first) = first {
+                let p = d.primary();
+                first.labels.push(rlc_diagnostics::Label {
+                    file: p.file,
+                    span: p.span,
+                    message: "used again here".into(),
+                    primary: false,
+                });
+                for (fix, more) in first.fixes.iter_mut().zip(d.fixes) {
+                    for e in more.edits {
+                        if !fix.edits.contains(&e) {
+                            fix.edits.push(e);
+                        }
+                    }
+                    fix.edits.sort_by_key(|e| (e.file, e.span.start));
+                }
+                continue;
+            }
+        }
+        out.push(d);
+    }
+    out
 }

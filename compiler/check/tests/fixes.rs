@@ -435,3 +435,34 @@ fn a_pp_degree_that_does_not_divide_the_layers_is_fixed_with_data_parallelism() 
     let fixed = fixes_clean(&src, Code::LayersPp);
     assert!(fixed.contains("with dp(8), pp(2)\n"), "{fixed}");
 }
+
+#[test]
+fn a_name_missing_at_several_uses_is_one_error_whose_fix_covers_them_all() {
+    // `msk` twice in `exact`: one E0201, the second use a label, the rename editing both.
+    let src = with(
+        &valid(),
+        "mean(where(mask, f32(resp == target), 0.0), over: T)",
+        "mean(where(msk, f32(resp == target), 0.0), over: T) + 0.0 * mean(where(msk, 1.0, 0.0), over: T)",
+    );
+    let diags = check(&src);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0].labels.len(), 2, "{:#?}", diags[0]);
+    assert_eq!(diags[0].fixes[0].edits.len(), 2, "{:#?}", diags[0]);
+    let fixed = fixes_clean(&src, Code::UndefinedName);
+    assert!(!fixed.contains("msk"), "{fixed}");
+    // `ppo_clip` used twice without its import: one E0201, one import.
+    let src = with(
+        &valid(),
+        "{ grpo_advantage, ppo_clip, token_mean }",
+        "{ grpo_advantage, token_mean }",
+    );
+    let src = with(
+        &src,
+        "log { reward: mean(reward) }",
+        "log { reward: mean(reward), clip: token_mean(ppo_clip(old_logp, old_logp, adv), rollout.mask) }",
+    );
+    let diags = check(&src);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0].fixes[0].edits.len(), 1, "{:#?}", diags[0]);
+    fixes_clean(&src, Code::UndefinedName);
+}
