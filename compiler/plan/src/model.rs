@@ -405,7 +405,7 @@ pub enum Init {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Optimizer {
-    pub name: String,
+    pub name: OptimizerName,
     /// The peak learning rate, reached at the end of warm-up.
     pub lr: f64,
     /// Optimizer steps of linear warm-up from 0.
@@ -420,6 +420,21 @@ pub struct Optimizer {
     pub schedule: LrSchedule,
     /// A decaying schedule's floor at the run's last optimizer step, as a fraction of `lr`.
     pub min_lr_ratio: f64,
+}
+
+/// The optimizer's algorithm: `adamw(…)` is the language's only one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerName {
+    Adamw,
+}
+
+impl std::fmt::Display for OptimizerName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OptimizerName::Adamw => "adamw",
+        })
+    }
 }
 
 /// The learning rate's shape after warm-up, over the run's optimizer steps.
@@ -488,14 +503,37 @@ pub struct Instance {
     pub id: String,
     pub role: String,
     pub cluster: String,
-    /// `train`, `generate`, `logprobs`, `values`, `score`.
-    pub phases: Vec<String>,
+    pub phases: Vec<Phase>,
     pub ranks: RankSet,
     pub layout: Layout,
     /// The program left this layout to the planner (`place … auto`); lowered as `dp` over the range.
     pub auto: bool,
     /// Estimated bytes per device for each phase (from the memory check's estimate).
-    pub memory: BTreeMap<String, PhaseMemory>,
+    pub memory: BTreeMap<Phase, PhaseMemory>,
+}
+
+/// What a role's instance serves. Declared in alphabetical order, so `memory`'s keys come out
+/// sorted by name in the JSON as they did when they were strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Generate,
+    Logprobs,
+    Score,
+    Train,
+    Values,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Generate => "generate",
+            Phase::Logprobs => "logprobs",
+            Phase::Score => "score",
+            Phase::Train => "train",
+            Phase::Values => "values",
+        }
+    }
 }
 
 /// Bytes per device one phase of an instance holds.
@@ -1181,7 +1219,7 @@ mod tests {
             id: "x".into(),
             role: "x".into(),
             cluster: "c".into(),
-            phases: vec!["train".into()],
+            phases: vec![Phase::Train],
             ranks: RankSet::range(8, 24),
             layout: Layout {
                 dp: 2,

@@ -196,6 +196,17 @@ fn sampling_settings_out_of_range() {
         assert_eq!(errors[0].path, format!("/roles/0/{field}"), "{}", errors[0]);
         assert!(errors[0].message.contains(expected), "{}", errors[0]);
     }
+    // The optimizer's algorithm and an instance's phases are closed sets too.
+    let errors = edited(GRPO, |j| j["roles"][0]["optimizer"]["name"] = json!("sgd"));
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].code.as_str(), "P0004", "{}", errors[0]);
+    assert_eq!(errors[0].path, "/roles/0/optimizer/name", "{}", errors[0]);
+    assert!(errors[0].message.contains("`adamw`"), "{}", errors[0]);
+    let errors = edited(GRPO, |j| j["instances"][0]["phases"][0] = json!("training"));
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].code.as_str(), "P0004", "{}", errors[0]);
+    assert_eq!(errors[0].path, "/instances/0/phases/0", "{}", errors[0]);
+    assert!(errors[0].message.contains("`train`"), "{}", errors[0]);
     let errors = edited(GRPO, |j| j["roles"][0]["optimizer"]["lr"] = json!(-0.001));
     only(&errors, "P0007", "/roles/0/optimizer/lr", "lr");
     for (field, value) in [

@@ -4,7 +4,7 @@
 //! parameter a program can state arrives here with the value the program gave it.
 
 use rlc_plan::Plan;
-use rlc_plan::model::{Arch, Init, OpKind, Role};
+use rlc_plan::model::{Arch, Init, OpKind, OptimizerName, Role};
 
 use super::error::{Result, RunError};
 use crate::generate::SamplingConfig;
@@ -46,12 +46,8 @@ pub fn role(plan: &Plan, name: &str, optimizer_steps: u64) -> Result<RoleSetting
         .ok_or_else(|| RunError::Plan(format!("no role `{name}`")))?;
     let training = match (&role.optimizer, role.frozen) {
         (Some(opt), false) => {
-            if opt.name != "adamw" {
-                return Err(RunError::Unsupported(format!(
-                    "optimizer `{}` of `{name}`",
-                    opt.name
-                )));
-            }
+            // `OptimizerName` has one algorithm: a new one fails to compile here.
+            let OptimizerName::Adamw = opt.name;
             Some(TrainingSettings {
                 adamw: AdamWConfig::of(opt),
                 schedule: Schedule::of(opt, optimizer_steps),

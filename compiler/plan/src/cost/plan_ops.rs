@@ -2,7 +2,9 @@
 
 use super::work::{self, PhaseWork, RoleShape};
 use super::{CostParams, Hardware, Placed, collective};
-use crate::model::{Axis, Dim, Instance, Op, OpKind, Part, Plan, Step, TensorType, ValueType};
+use crate::model::{
+    Axis, Dim, Instance, Op, OpKind, Part, Phase, Plan, Step, TensorType, ValueType,
+};
 
 /// Seconds per op of a plan (indexed by op id), and what the figures could not see.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,7 +50,7 @@ fn node_of(plan: &Plan, rank: u32) -> (usize, u64) {
 
 /// Bytes of the weights (and of the training state) one device of `instance` holds.
 pub fn instance_state(instance: &Instance) -> (u64, u64) {
-    let weights = match instance.memory.get("train") {
+    let weights = match instance.memory.get(&Phase::Train) {
         Some(t) => t.weights,
         None => instance
             .memory
@@ -59,7 +61,7 @@ pub fn instance_state(instance: &Instance) -> (u64, u64) {
     };
     let training = instance
         .memory
-        .get("train")
+        .get(&Phase::Train)
         .map_or(0, |t| t.gradients + t.optimizer_state + t.master_weights);
     (weights, training)
 }

@@ -118,7 +118,7 @@ pub(super) fn place(program: &Program) -> Result<Placed, Vec<LowerError>> {
             .filter_map(|ph| {
                 memory_of
                     .get(&(index, *ph))
-                    .map(|m| (phase_name(*ph).to_string(), m.clone()))
+                    .map(|m| (plan_phase(*ph), m.clone()))
             })
             .collect();
         by_placement.insert(index, instances.len());
@@ -129,10 +129,7 @@ pub(super) fn place(program: &Program) -> Result<Placed, Vec<LowerError>> {
                 .clusters
                 .get(p.cluster)
                 .map_or_else(String::new, |c| c.name.clone()),
-            phases: phases
-                .iter()
-                .map(|ph| phase_name(*ph).to_string())
-                .collect(),
+            phases: phases.iter().map(|ph| plan_phase(*ph)).collect(),
             ranks,
             layout,
             auto: p.auto,

@@ -105,8 +105,15 @@ struct Lowerer<'a> {
     errors: Vec<LowerError>,
 }
 
-fn phase_name(p: Phase) -> &'static str {
-    p.as_str()
+/// The plan's name for a phase of the program.
+fn plan_phase(p: Phase) -> crate::model::Phase {
+    match p {
+        Phase::Train => crate::model::Phase::Train,
+        Phase::Generate => crate::model::Phase::Generate,
+        Phase::Logprobs => crate::model::Phase::Logprobs,
+        Phase::Values => crate::model::Phase::Values,
+        Phase::Score => crate::model::Phase::Score,
+    }
 }
 
 fn count(v: Option<prog::Sourced<i64>>) -> Option<u64> {
@@ -413,7 +420,8 @@ fn datasets(program: &Program, ops: &[Op]) -> Vec<Dataset> {
 
 fn optimizer(o: &prog::Optimizer) -> Optimizer {
     Optimizer {
-        name: o.name.clone(),
+        // `adamw(…)` is the only optimizer the checker builds.
+        name: OptimizerName::Adamw,
         lr: o.lr,
         warmup: o.warmup,
         weight_decay: o.weight_decay,

@@ -214,17 +214,7 @@ impl Graph<'_> {
         let sizes: BTreeMap<&str, (u64, u64)> = self
             .instances
             .iter()
-            .map(|i| {
-                let weights = match i.memory.get("train") {
-                    Some(t) => t.weights,
-                    None => i.memory.values().map(|m| m.weights).max().unwrap_or(0),
-                };
-                let training = i
-                    .memory
-                    .get("train")
-                    .map_or(0, |t| t.gradients + t.optimizer_state + t.master_weights);
-                (i.id.as_str(), (weights, training))
-            })
+            .map(|i| (i.id.as_str(), crate::cost::plan_ops::instance_state(i)))
             .collect();
         let held = |id: &str, part: Part| -> u64 {
             let (w, t) = sizes.get(id).copied().unwrap_or((0, 0));
@@ -392,11 +382,11 @@ impl Graph<'_> {
         held: &dyn Fn(&str, Part) -> u64,
     ) -> u64 {
         let phase = match &op.kind {
-            OpKind::Generate { .. } => "generate",
-            OpKind::Logprobs { .. } => "logprobs",
-            OpKind::Values { .. } => "values",
-            OpKind::Score { .. } => "score",
-            OpKind::Update { .. } => "train",
+            OpKind::Generate { .. } => crate::model::Phase::Generate,
+            OpKind::Logprobs { .. } => crate::model::Phase::Logprobs,
+            OpKind::Values { .. } => crate::model::Phase::Values,
+            OpKind::Score { .. } => crate::model::Phase::Score,
+            OpKind::Update { .. } => crate::model::Phase::Train,
             _ => return 0,
         };
         let Some(inst) = op
@@ -406,7 +396,7 @@ impl Graph<'_> {
         else {
             return 0;
         };
-        let Some(m) = inst.memory.get(phase) else {
+        let Some(m) = inst.memory.get(&phase) else {
             return 0;
         };
         let have = resident.get(&inst.id).map_or(0, |p| held(&inst.id, *p));
