@@ -368,7 +368,8 @@ def pytorch_side(torch):
                 q, k, v, is_causal=causal and t > 1, enable_gqa=self.kv_heads != self.heads
             )
             x = x + self.o(out.transpose(1, 2).reshape(b, t, -1))
-            return x + self.down(F.silu(self.gate(self.ln2(x))) * self.up(self.ln2(x)))
+            y = self.ln2(x)
+            return x + self.down(F.silu(self.gate(y)) * self.up(y))
 
     class Decoder(nn.Module):
         """A Llama-style decoder as runtime/src/model builds it: RMSNorm before attention and
