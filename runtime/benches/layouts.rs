@@ -63,6 +63,7 @@ fn config() -> ModelConfig {
         norm_eps: 1e-6,
         tie_embeddings: false,
         qkv_bias: false,
+        positions: Default::default(),
     }
 }
 

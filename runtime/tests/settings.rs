@@ -288,6 +288,12 @@ fn cases() -> Vec<Case> {
             |r| model(r).norm_eps.to_string(),
             "0.000001",
         ),
+        arch(
+            "positions",
+            "max_len: 16, positions: \"learned\")",
+            |r| format!("{:?}", model(r).positions),
+            "Learned",
+        ),
         // The optimizer, its schedule and clipping.
         case(
             "adamw",

@@ -91,6 +91,7 @@ pub fn lookup(name: &str) -> Option<Builtin> {
                 ("rope_theta", false),
                 ("tie_embeddings", false),
                 ("norm_eps", false),
+                ("positions", false),
             ],
         ),
         "task" => b(Kind::Task, &[("kind", true), ("digits", false)]),
@@ -746,6 +747,34 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
             let rope_theta = ctx.in_range(args, 7, "rope_theta", Range::Positive)?;
             let tie_embeddings = ctx.bool(args, 8, "tie_embeddings")?.unwrap_or(false);
             let norm_eps = ctx.in_range(args, 9, "norm_eps", Range::Positive)?;
+            let positions = match &args[10] {
+                None => program::Positions::default(),
+                Some((_, span)) => {
+                    let name = ctx.string(args, 10, "positions")?;
+                    program::Positions::from_name(&name).ok_or_else(|| {
+                        Box::new(
+                            Diagnostic::new(
+                                Code::TypeMismatch,
+                                format!("unknown position encoding `{name}`"),
+                                ctx.file,
+                                *span,
+                            )
+                            .primary_label("not a position encoding")
+                            .help("the position encodings are \"rope\" (rotary, the default) and \"learned\" (a learned table of `max_len` rows)"),
+                        )
+                    })?
+                }
+            };
+            if positions == program::Positions::Learned
+                && let Some((_, span)) = &args[7]
+            {
+                return Err(ctx.fail(
+                    Code::TypeMismatch,
+                    "`rope_theta` is the base of rotary positions; `positions: \"learned\"` has none".into(),
+                    *span,
+                    "would have no effect",
+                ));
+            }
             if hidden % heads != 0 {
                 return Err(ctx.fail(
                     Code::TypeMismatch,
@@ -774,6 +803,7 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                 tie_embeddings,
                 rope_theta,
                 norm_eps,
+                positions,
             })))
         }
         Kind::Task => {

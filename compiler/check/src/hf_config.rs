@@ -4,7 +4,7 @@
 //! file is read as the runtime's loader reads it (`runtime/src/hf/config.rs`): the class from
 //! `architectures`, else `model_type`, and 2048 positions when `max_position_embeddings` is absent.
 
-use crate::program::Arch;
+use crate::program::{Arch, Positions};
 
 /// Model classes whose weights the runtime can load, and the `model_type` of each.
 pub const SUPPORTED: &[(&str, &str)] =
@@ -52,6 +52,8 @@ pub fn arch_of(text: &str) -> Result<Arch, String> {
             .as_f64()
             .or_else(|| json["rope_theta"].as_f64()),
         norm_eps: json["rms_norm_eps"].as_f64(),
+        // The Llama/Qwen2 families the runtime loads are rotary.
+        positions: Positions::Rope,
     })
 }
 
@@ -103,7 +105,14 @@ pub fn differences(written: &Arch, config: &Arch) -> Vec<(&'static str, String, 
     .filter_map(|(what, a, b)| Some((what, a?, b)))
     .filter(|(_, a, b)| a != b)
     .map(|(what, a, b)| (what, a.to_string(), b.to_string()));
-    sizes.chain(numbers).collect()
+    let positions = (written.positions != config.positions).then(|| {
+        (
+            "positions",
+            written.positions.as_str().to_string(),
+            config.positions.as_str().to_string(),
+        )
+    });
+    sizes.chain(numbers).chain(positions).collect()
 }
 
 #[cfg(test)]
@@ -193,6 +202,14 @@ mod tests {
         assert_eq!(
             differences(&other_theta, &config),
             [("rope_theta", "500000".into(), "10000".into())]
+        );
+        let learned = Arch {
+            positions: Positions::Learned,
+            ..config.clone()
+        };
+        assert_eq!(
+            differences(&learned, &config),
+            [("positions", "learned".into(), "rope".into())]
         );
     }
 }

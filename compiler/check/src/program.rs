@@ -68,6 +68,34 @@ pub struct Arch {
     pub rope_theta: Option<f64>,
     /// RMSNorm ε as written (`norm_eps`); [`Arch::norm_eps`] resolves the default.
     pub norm_eps: Option<f64>,
+    /// How tokens learn their position (`positions`): rotary (the default) or a learned table.
+    pub positions: Positions,
+}
+
+/// How a decoder encodes token positions (`arch(positions:)`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Positions {
+    /// Rotary embeddings on queries and keys (Llama, Qwen2): relative positions only.
+    #[default]
+    Rope,
+    /// A learned `[max_len, hidden]` table added to the token embeddings (GPT-2): absolute
+    /// positions, no rotation.
+    Learned,
+}
+
+impl Positions {
+    pub const ALL: [Positions; 2] = [Positions::Rope, Positions::Learned];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Positions::Rope => "rope",
+            Positions::Learned => "learned",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Positions> {
+        Self::ALL.into_iter().find(|p| p.as_str() == name)
+    }
 }
 
 impl Arch {
@@ -87,8 +115,8 @@ impl Arch {
     }
 
     /// Parameter count of the decoder with an LM head (untied unless `tie_embeddings`):
-    /// embeddings, per layer attention (q, k, v, o with grouped KV) + SwiGLU MLP + two norms,
-    /// the final norm.
+    /// embeddings (with learned positions, a `[max_len, hidden]` table too), per layer attention
+    /// (q, k, v, o with grouped KV) + SwiGLU MLP + two norms, the final norm.
     ///
     /// Counted in 128 bits and saturated: sizes up to `2³¹ − 1` each (the checker's bound) make
     /// products past 64 bits.
@@ -107,7 +135,11 @@ impl Arch {
         let attention = hidden * hidden * 2 + hidden * kv * 2;
         let mlp = 3 * hidden * ffn;
         let norms = 2 * hidden;
-        let embed = vocab * hidden;
+        let embed = vocab * hidden
+            + match self.positions {
+                Positions::Rope => 0,
+                Positions::Learned => u128::from(self.max_len) * hidden,
+            };
         let head = if self.tie_embeddings {
             0
         } else {

@@ -62,6 +62,7 @@ fn llama7b() -> Arch {
         tie_embeddings: false,
         rope_theta: None,
         norm_eps: None,
+        positions: Default::default(),
     }
 }
 
@@ -78,6 +79,7 @@ fn llama70b() -> Arch {
         tie_embeddings: false,
         rope_theta: None,
         norm_eps: None,
+        positions: Default::default(),
     }
 }
 
@@ -94,6 +96,7 @@ fn small() -> Arch {
         tie_embeddings: false,
         rope_theta: None,
         norm_eps: None,
+        positions: Default::default(),
     }
 }
 

@@ -377,10 +377,25 @@ pub struct Arch {
     pub vocab: u64,
     pub max_len: u64,
     pub tie_embeddings: bool,
-    /// RoPE base θ.
+    /// RoPE base θ (unused with learned positions).
     pub rope_theta: f64,
     /// RMSNorm ε.
     pub norm_eps: f64,
+    /// How tokens learn their position; plans written before it was a setting were rotary.
+    #[serde(default)]
+    pub positions: Positions,
+}
+
+/// A decoder's position encoding (`arch(positions:)`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Positions {
+    /// Rotary embeddings on queries and keys, base `rope_theta`.
+    #[default]
+    Rope,
+    /// A learned `[max_len, hidden]` table (`model.embed_positions.weight`) added to the token
+    /// embeddings; no rotation.
+    Learned,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -25,6 +25,7 @@ pub fn example_model() -> (nn::VarStore, Transformer, ModelConfig) {
         norm_eps: 1e-5,
         tie_embeddings: true,
         qkv_bias: false,
+        positions: Default::default(),
     };
     let vs = nn::VarStore::new(device());
     let model = Transformer::new(&vs.root(), &config, Heads::POLICY, 7).expect("a valid model");

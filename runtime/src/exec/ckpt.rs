@@ -183,6 +183,7 @@ pub(super) fn initial_from_checkpoint(
                 )));
             }
         }
+        super::settings::same_positions(arch, c).map_err(refused)?;
     }
     Ok((vs, model))
 }

@@ -525,11 +525,20 @@ fn initial_weights(
                 .ok_or_else(|| RunError::Plan(format!("no role `{source}`")))?;
             initial_weights(plan, source, heads, source_dir, device, depth + 1)
         }
-        Init::HuggingFace { path } => crate::hf::load_model(&source_dir.join(path), heads, device)
-            .map_err(|e| RunError::Weights {
+        Init::HuggingFace { path } => {
+            let refused = |message: String| RunError::Weights {
                 role: role.name.clone(),
-                message: e.to_string(),
-            }),
+                message,
+            };
+            let (vs, model) = crate::hf::load_model(&source_dir.join(path), heads, device)
+                .map_err(|e| refused(e.to_string()))?;
+            // The model is built from config.json; an `arch` that asks for other positions
+            // would be silently ignored.
+            if let Some(arch) = &role.arch {
+                super::settings::same_positions(arch, model.config()).map_err(refused)?;
+            }
+            Ok((vs, model))
+        }
         Init::Checkpoint { path } => {
             super::ckpt::initial_from_checkpoint(&source_dir.join(path), role, heads, device)
         }

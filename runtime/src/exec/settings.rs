@@ -8,7 +8,7 @@ use rlc_plan::model::{Arch, Init, OpKind, OptimizerName, Role};
 
 use super::error::{Result, RunError};
 use crate::generate::SamplingConfig;
-use crate::model::ModelConfig;
+use crate::model::{ModelConfig, Positions};
 use crate::optim::{AdamWConfig, Schedule};
 
 /// What a role is built with.
@@ -97,7 +97,29 @@ pub fn model_config(arch: &Arch) -> ModelConfig {
         norm_eps: arch.norm_eps,
         tie_embeddings: arch.tie_embeddings,
         qkv_bias: false,
+        positions: match arch.positions {
+            rlc_plan::model::Positions::Rope => Positions::Rope,
+            rlc_plan::model::Positions::Learned => Positions::Learned,
+        },
     }
+}
+
+/// Refuses weights whose position encoding is not the one the program's `arch` states (a
+/// Llama or Qwen2 folder is rotary; an rlc checkpoint of a learned-position model says so).
+pub fn same_positions(arch: &Arch, loaded: &ModelConfig) -> std::result::Result<(), String> {
+    let written = model_config(arch).positions;
+    if written == loaded.positions {
+        return Ok(());
+    }
+    let name = |p: Positions| match p {
+        Positions::Rope => "rope",
+        Positions::Learned => "learned",
+    };
+    Err(format!(
+        "the program's arch has positions = \"{}\", the weights' config.json gives \"{}\"",
+        name(written),
+        name(loaded.positions)
+    ))
 }
 
 /// The sampling of a `generate` op (`label` names it in errors).
@@ -124,4 +146,43 @@ pub fn generate(kind: &OpKind, label: &str) -> Result<GenerateSettings> {
             top_p: top_p.filter(|&p| p < 1.0),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arch(positions: rlc_plan::model::Positions) -> Arch {
+        Arch {
+            preset: None,
+            layers: 1,
+            hidden: 8,
+            heads: 2,
+            kv_heads: 2,
+            ffn: 16,
+            vocab: 10,
+            max_len: 8,
+            tie_embeddings: false,
+            rope_theta: 10_000.0,
+            norm_eps: 1e-5,
+            positions,
+        }
+    }
+
+    #[test]
+    fn weights_with_other_positions_than_the_arch_are_refused() {
+        use rlc_plan::model::Positions as Planned;
+        let rotary = model_config(&arch(Planned::Rope));
+        let learned = model_config(&arch(Planned::Learned));
+        assert_eq!(learned.positions, Positions::Learned);
+        assert_eq!(same_positions(&arch(Planned::Rope), &rotary), Ok(()));
+        assert_eq!(same_positions(&arch(Planned::Learned), &learned), Ok(()));
+        // A Llama folder (rotary) under an arch that asks for learned positions.
+        let err = same_positions(&arch(Planned::Learned), &rotary).unwrap_err();
+        assert!(
+            err.contains("positions = \"learned\"") && err.ends_with("\"rope\""),
+            "{err}"
+        );
+        assert!(same_positions(&arch(Planned::Rope), &learned).is_err());
+    }
 }

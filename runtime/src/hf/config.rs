@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::HfError;
-use crate::model::ModelConfig;
+use crate::model::{ModelConfig, Positions};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Architecture {
@@ -36,6 +36,9 @@ struct RawConfig {
     mlp_bias: Option<bool>,
     hidden_act: Option<String>,
     use_sliding_window: Option<bool>,
+    /// rlc's own key for a checkpoint of a model with a learned position table
+    /// (`model.embed_positions.weight`): `"learned"`. Absent: rotary, as Llama and Qwen2 are.
+    rlc_positions: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +95,13 @@ pub fn parse_config(text: &str, path: &Path) -> Result<(ModelConfig, Architectur
             return unsupported(format!("rope type `{kind}` (only default)"));
         }
     }
+    let positions = match raw.rlc_positions.as_deref() {
+        None | Some("rope") => Positions::Rope,
+        Some("learned") => Positions::Learned,
+        Some(other) => {
+            return unsupported(format!("rlc_positions `{other}` (only rope and learned)"));
+        }
+    };
     let heads = raw.num_attention_heads;
     if let Some(head_dim) = raw
         .head_dim
@@ -131,6 +141,7 @@ pub fn parse_config(text: &str, path: &Path) -> Result<(ModelConfig, Architectur
         norm_eps: raw.rms_norm_eps,
         tie_embeddings: raw.tie_word_embeddings.unwrap_or(false),
         qkv_bias,
+        positions,
     };
     config.validate().map_err(|source| HfError::InvalidConfig {
         path: path.to_path_buf(),

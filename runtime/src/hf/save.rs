@@ -11,7 +11,7 @@ use tch::{Tensor, nn};
 
 use super::HfError;
 use super::config::Architecture;
-use crate::model::{ModelConfig, Transformer};
+use crate::model::{ModelConfig, Positions, Transformer};
 use crate::tensor_file::write_safetensors;
 
 const CONFIG_FILE: &str = "config.json";
@@ -127,6 +127,16 @@ pub fn config_json(config: &ModelConfig, base: Option<&Value>) -> Value {
             json["mlp_bias"] = false.into();
         }
         Architecture::Qwen2 => json["use_sliding_window"] = false.into(),
+    }
+    // rlc's key for a learned position table (Hugging Face's Llama and Qwen2 have none: their
+    // loaders would not know `model.embed_positions.weight`); a rotary model does not write it.
+    match config.positions {
+        Positions::Learned => json["rlc_positions"] = "learned".into(),
+        Positions::Rope => {
+            if let Some(object) = json.as_object_mut() {
+                object.remove("rlc_positions");
+            }
+        }
     }
     // A per-layer list from a base with another number of layers would contradict the model.
     if let Some(object) = json.as_object_mut() {

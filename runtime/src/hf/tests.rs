@@ -781,3 +781,65 @@ fn an_rlc_checkpoint_folder_is_verified_against_its_manifest() {
     );
     std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
 }
+
+#[test]
+fn a_learned_position_model_round_trips_through_an_rlc_checkpoint() {
+    let config = crate::model::ModelConfig {
+        positions: crate::model::Positions::Learned,
+        tie_embeddings: true,
+        ..crate::model::ModelConfig::tiny()
+    };
+    let vs = tch::nn::VarStore::new(Device::Cpu);
+    let model = crate::model::Transformer::new(&vs.root(), &config, Heads::POLICY, 6).unwrap();
+    let mut weights: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    weights.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(
+        weights
+            .iter()
+            .any(|(name, _)| name == "model.embed_positions.weight")
+    );
+    let dir = std::env::temp_dir().join(format!(
+        "rlc-runtime-{}-checkpoint-learned/step-000001",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let json = config_json(model.config(), None);
+    assert_eq!(json["rlc_positions"], "learned");
+    let saved = crate::checkpoint::Checkpoint {
+        step: 1,
+        weights,
+        optimizer: Vec::new(),
+        state: serde_json::json!({}),
+        config: Some(json),
+    };
+    crate::checkpoint::save(&dir, &saved).unwrap();
+    let (read, again) = load_model(&dir, Heads::POLICY, Device::Cpu).unwrap();
+    assert_eq!(again.config(), &config);
+    assert_same_weights(&vs, &read);
+    let ids = Tensor::from_slice(&[1i64, 2, 3, 4, 5]).view([1, 5]);
+    let mask = Tensor::ones([1, 5], (tch::Kind::Int64, Device::Cpu));
+    assert!(model.logits(&ids, &mask).equal(&again.logits(&ids, &mask)));
+    // A rotary model's config does not carry the key, even from a base that had it.
+    let rope = config_json(
+        &crate::model::ModelConfig::tiny(),
+        Some(&config_json(&config, None)),
+    );
+    assert!(rope.get("rlc_positions").is_none());
+    std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn an_unknown_position_encoding_in_config_json_is_named() {
+    let text = r#"{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1,
+        "hidden_size": 8, "num_attention_heads": 2, "intermediate_size": 16,
+        "vocab_size": 10, "rms_norm_eps": 1e-5, "rlc_positions": "alibi"}"#;
+    let err = parse_config(text, Path::new("m/config.json")).unwrap_err();
+    assert!(
+        matches!(&err, HfError::UnsupportedSetting { setting, .. } if setting.contains("rlc_positions `alibi`")),
+        "{err}"
+    );
+    // Without the key a Llama config is rotary.
+    let rope = text.replace(r#", "rlc_positions": "alibi""#, "");
+    let (config, _) = parse_config(&rope, Path::new("m/config.json")).unwrap();
+    assert_eq!(config.positions, crate::model::Positions::Rope);
+}

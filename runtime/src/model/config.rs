@@ -23,6 +23,22 @@ pub struct ModelConfig {
     pub tie_embeddings: bool,
     /// Biases on the q/k/v projections (Qwen2 has them, Llama does not).
     pub qkv_bias: bool,
+    /// How tokens learn their position. Configs saved before it was a setting were rotary.
+    #[serde(default)]
+    pub positions: Positions,
+}
+
+/// A decoder's position encoding.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Positions {
+    /// Rotary embeddings on queries and keys (Llama, Qwen2), base `rope_theta`: relative
+    /// positions only.
+    #[default]
+    Rope,
+    /// A learned `[max_len, hidden]` table, `model.embed_positions.weight`, added to the token
+    /// embeddings (GPT-2): absolute positions, no rotation.
+    Learned,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -89,6 +105,7 @@ impl ModelConfig {
             norm_eps: 1e-6,
             tie_embeddings: false,
             qkv_bias: false,
+            positions: Positions::Rope,
         }
     }
 }

@@ -8,7 +8,7 @@ mod rope;
 mod transformer;
 
 pub use cache::KvCache;
-pub use config::{ConfigError, ModelConfig};
+pub use config::{ConfigError, ModelConfig, Positions};
 pub use layers::INIT_STD;
 pub use transformer::{Heads, Transformer, token_logprobs};
 
@@ -16,7 +16,7 @@ pub use transformer::{Heads, Transformer, token_logprobs};
 pub(crate) use cache::LayerCache;
 pub(crate) use layers::{DecoderLayer, HeadCounts, RmsNorm, grouped_attention};
 pub(crate) use rope::{Rope, RopeAngles};
-pub(crate) use transformer::{attention_bias, token_positions};
+pub(crate) use transformer::{add_positions, attention_bias, token_positions};
 
 #[cfg(test)]
 mod tests;

@@ -4,16 +4,19 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::config::{ModelConfig, Positions};
+
+/// The rotation of a rotary model, or none (a model with learned positions).
 #[derive(Debug)]
 pub struct Rope {
-    /// `1 / theta^(2i / head_dim)`, shape `[head_dim / 2]`.
-    inv_freq: Tensor,
+    /// `1 / theta^(2i / head_dim)`, shape `[head_dim / 2]`; `None`: no rotation.
+    inv_freq: Option<Tensor>,
 }
 
-/// cos and sin of the rotation angles, shape `[B, 1, T, head_dim]` (broadcast over heads).
+/// cos and sin of the rotation angles, shape `[B, 1, T, head_dim]` (broadcast over heads);
+/// `None`: the identity.
 pub struct RopeAngles {
-    cos: Tensor,
-    sin: Tensor,
+    rotation: Option<(Tensor, Tensor)>,
 }
 
 impl Rope {
@@ -22,28 +25,42 @@ impl Rope {
             .to_kind(Kind::Float)
             / head_dim as f64;
         let inv_freq = Tensor::pow_scalar(theta, &exponents).reciprocal();
-        Self { inv_freq }
+        Self {
+            inv_freq: Some(inv_freq),
+        }
+    }
+
+    /// The rotation `config` asks for: rotary positions of base `rope_theta`, or none when the
+    /// positions are a learned table.
+    pub fn for_config(config: &ModelConfig, device: Device) -> Self {
+        match config.positions {
+            Positions::Rope => Self::new(config.head_dim(), config.rope_theta, device),
+            Positions::Learned => Self { inv_freq: None },
+        }
     }
 
     /// Angles for integer `positions` of shape `[B, T]`.
     pub fn angles(&self, positions: &Tensor) -> RopeAngles {
-        let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * self.inv_freq.view([1, 1, -1]);
-        let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
-        RopeAngles {
-            cos: emb.cos(),
-            sin: emb.sin(),
-        }
+        let rotation = self.inv_freq.as_ref().map(|inv_freq| {
+            let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.view([1, 1, -1]);
+            let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
+            (emb.cos(), emb.sin())
+        });
+        RopeAngles { rotation }
     }
 }
 
 impl RopeAngles {
-    /// Rotates `x` of shape `[B, heads, T, head_dim]`.
+    /// Rotates `x` of shape `[B, heads, T, head_dim]` (returns it as is without a rotation).
     pub fn apply(&self, x: &Tensor) -> Tensor {
+        let Some((cos, sin)) = &self.rotation else {
+            return x.shallow_clone();
+        };
         let half = x.size().last().copied().unwrap_or(0) / 2;
         let first = x.narrow(-1, 0, half);
         let second = x.narrow(-1, half, half);
         let rotated = Tensor::cat(&[&second.neg(), &first], -1);
-        x * &self.cos + rotated * &self.sin
+        x * cos + rotated * sin
     }
 }
 

@@ -206,3 +206,85 @@ fn logprobs_are_log_softmax_of_the_realised_next_token() {
         }
     }
 }
+
+fn learned() -> ModelConfig {
+    ModelConfig {
+        positions: Positions::Learned,
+        ..ModelConfig::tiny()
+    }
+}
+
+#[test]
+fn learned_positions_add_a_seeded_table_and_reach_its_gradient() {
+    let config = learned();
+    let (vs, model) = build(&config, Heads::POLICY, 3);
+    let table = vs
+        .variables()
+        .remove("model.embed_positions.weight")
+        .expect("a position table");
+    assert_eq!(table.size(), [config.max_len, config.hidden]);
+    // Drawn like the token embedding, from the model's own generator.
+    let std = table.std(true).double_value(&[]);
+    assert!((0.015..0.025).contains(&std), "{std}");
+    let (again, _) = build(&config, Heads::POLICY, 3);
+    let same = again.variables()["model.embed_positions.weight"].shallow_clone();
+    assert_eq!(max_abs_diff(&table, &same), 0.0);
+    // The rotary model has no such table.
+    let (rope, _) = build(&ModelConfig::tiny(), Heads::POLICY, 3);
+    assert!(
+        !rope
+            .variables()
+            .contains_key("model.embed_positions.weight")
+    );
+
+    let ids = random_ids(1, 2, 9, config.vocab);
+    let mask = Tensor::ones([2, 9], (Kind::Int64, Device::Cpu));
+    (-model.logprobs(&ids, &mask).mean(Kind::Float)).backward();
+    assert_every_parameter_has_gradient(&vs);
+}
+
+#[test]
+fn learned_positions_are_absolute_and_read_the_table() {
+    let config = learned();
+    let (vs, model) = build(&config, Heads::POLICY, 5);
+    // One token repeated: without positions every row would see the same keys and values.
+    let ids = Tensor::full([1, 6], 7, (Kind::Int64, Device::Cpu));
+    let mask = Tensor::ones([1, 6], (Kind::Int64, Device::Cpu));
+    let logits = model.logits(&ids, &mask);
+    let first = logits.narrow(1, 0, 1);
+    let last = logits.narrow(1, 5, 1);
+    assert!(max_abs_diff(&first, &last) > 1e-4);
+    // Left padding keeps the real tokens' positions (they count real tokens only).
+    let pad = Tensor::zeros([1, 2], (Kind::Int64, Device::Cpu));
+    let padded_ids = Tensor::cat(&[&pad, &ids], 1);
+    let padded_mask = Tensor::cat(&[&pad, &mask], 1);
+    let padded = model.logits(&padded_ids, &padded_mask).narrow(1, 2, 6);
+    assert!(max_abs_diff(&padded, &logits) < 1e-5);
+    // Zeroing the table changes the logits: the forward pass reads it.
+    tch::no_grad(|| {
+        let _ = vs.variables()["model.embed_positions.weight"]
+            .shallow_clone()
+            .zero_();
+    });
+    let without = model.logits(&ids, &mask);
+    assert!(max_abs_diff(&without, &logits) > 1e-4);
+    assert!(max_abs_diff(&without.narrow(1, 0, 1), &without.narrow(1, 5, 1)) < 1e-5);
+}
+
+#[test]
+fn learned_positions_decode_with_a_cache_as_in_one_pass() {
+    let config = learned();
+    let (_vs, model) = build(&config, Heads::POLICY, 9);
+    let ids = random_ids(4, 2, 7, config.vocab);
+    let mask = Tensor::ones([2, 7], (Kind::Int64, Device::Cpu));
+    let full = model.lm_head(&model.hidden_states(&ids, &mask, None));
+    let mut cache = KvCache::new(config.layers as usize);
+    let prefix = model.hidden_states(
+        &ids.narrow(1, 0, 4),
+        &mask.narrow(1, 0, 4),
+        Some(&mut cache),
+    );
+    let rest = model.hidden_states(&ids.narrow(1, 4, 3), &mask, Some(&mut cache));
+    let stepped = model.lm_head(&Tensor::cat(&[prefix, rest], 1));
+    assert!(max_abs_diff(&full, &stepped) < 1e-4);
+}

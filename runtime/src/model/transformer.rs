@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor, nn};
 
 use super::cache::KvCache;
-use super::config::{ConfigError, ModelConfig};
+use super::config::{ConfigError, ModelConfig, Positions};
 use super::layers::{DecoderLayer, RmsNorm, normal_var};
 use super::rope::Rope;
 use crate::rng::Rng;
@@ -42,6 +42,9 @@ impl Heads {
 pub struct Transformer {
     config: ModelConfig,
     embed_tokens: Tensor,
+    /// The learned position table `[max_len, hidden]` (`model.embed_positions.weight`), for
+    /// `Positions::Learned`.
+    embed_positions: Option<Tensor>,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     rope: Rope,
@@ -53,7 +56,9 @@ pub struct Transformer {
 impl Transformer {
     /// Registers the parameters under `root` with Hugging Face Llama names
     /// (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`, …,
-    /// `lm_head.weight`) and draws them from a generator seeded with `seed`.
+    /// `lm_head.weight`; with learned positions `model.embed_positions.weight` too) and draws
+    /// them from a generator seeded with `seed` (the position table right after the token
+    /// embedding, from the same N(0, 0.02²)).
     pub fn new(
         root: &nn::Path,
         config: &ModelConfig,
@@ -69,6 +74,14 @@ impl Transformer {
             &[config.vocab, config.hidden],
             &mut rng,
         );
+        let embed_positions = (config.positions == Positions::Learned).then(|| {
+            normal_var(
+                &(&trunk / "embed_positions"),
+                "weight",
+                &[config.max_len, config.hidden],
+                &mut rng,
+            )
+        });
         let layers = (0..config.layers)
             .map(|i| DecoderLayer::new(&(&trunk / "layers" / i), config, &mut rng))
             .collect();
@@ -99,9 +112,10 @@ impl Transformer {
         Ok(Self {
             config: config.clone(),
             embed_tokens,
+            embed_positions,
             layers,
             norm,
-            rope: Rope::new(config.head_dim(), config.rope_theta, root.device()),
+            rope: Rope::for_config(config, root.device()),
             lm_head,
             value_head,
             score_head,
@@ -115,6 +129,11 @@ impl Transformer {
     /// The token embedding matrix `[vocab, hidden]`.
     pub(crate) fn embedding(&self) -> &Tensor {
         &self.embed_tokens
+    }
+
+    /// The learned position table `[max_len, hidden]`, when the model has one.
+    pub(crate) fn position_table(&self) -> Option<&Tensor> {
+        self.embed_positions.as_ref()
     }
 
     pub(crate) fn decoder_layers(&self) -> &[DecoderLayer] {
@@ -163,7 +182,11 @@ impl Transformer {
         let positions = token_positions(&mask, past, steps);
         let angles = self.rope.angles(&positions);
         let bias = attention_bias(&mask, past, steps);
-        let mut x = Tensor::embedding(&self.embed_tokens, ids, -1, false, false);
+        let mut x = add_positions(
+            Tensor::embedding(&self.embed_tokens, ids, -1, false, false),
+            self.embed_positions.as_ref(),
+            &positions,
+        );
         match cache {
             Some(cache) => {
                 for (layer, layer_cache) in self.layers.iter().zip(cache.layers_mut()) {
@@ -251,6 +274,21 @@ pub(crate) fn token_positions(mask: &Tensor, past: i64, steps: i64) -> Tensor {
     (mask.cumsum(-1, Kind::Int64) - 1)
         .clamp_min(0)
         .narrow(1, past, steps)
+}
+
+/// Token embeddings `x` (`[B, T, hidden]`) plus, for a model with a learned position `table`
+/// (`[max_len, hidden]`), the rows of their `positions` (`[B, T]`). Positions past the table's
+/// end (the plan refuses generation longer than `max_len`) read its last row rather than
+/// make libtorch abort.
+pub(crate) fn add_positions(x: Tensor, table: Option<&Tensor>, positions: &Tensor) -> Tensor {
+    match table {
+        None => x,
+        Some(table) => {
+            let last = table.size()[0] - 1;
+            let rows = positions.clamp_max(last);
+            x + Tensor::embedding(table, &rows, -1, false, false)
+        }
+    }
 }
 
 /// Index of the last position where `mask` is non-zero, per row `[B]`.

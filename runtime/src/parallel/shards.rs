@@ -161,7 +161,7 @@ pub fn layer_of(name: &str) -> Option<i64> {
 }
 
 /// Whether pipeline stage `stage` of `stages` holds the parameter `name`: its layers, the
-/// embedding on the first stage, the final norm and the heads on the last (a tied LM head is
+/// embedding (and a learned position table) on the first stage, the final norm and the heads on the last (a tied LM head is
 /// the embedding, so the last stage holds that too).
 pub fn stage_holds(name: &str, config: &ModelConfig, stages: i64, stage: i64) -> bool {
     match layer_of(name) {
@@ -169,6 +169,7 @@ pub fn stage_holds(name: &str, config: &ModelConfig, stages: i64, stage: i64) ->
         None if name == "model.embed_tokens.weight" => {
             stage == 0 || (config.tie_embeddings && stage == stages - 1)
         }
+        None if name == "model.embed_positions.weight" => stage == 0,
         None => stage == stages - 1,
     }
 }

@@ -40,6 +40,7 @@ pub fn config() -> ModelConfig {
         norm_eps: 1e-6,
         tie_embeddings: false,
         qkv_bias: true,
+        positions: Default::default(),
     }
 }
 
@@ -47,6 +48,17 @@ pub fn config() -> ModelConfig {
 pub fn tied_config() -> ModelConfig {
     ModelConfig {
         tie_embeddings: true,
+        qkv_bias: false,
+        ..config()
+    }
+}
+
+/// The untied model with a learned position table instead of rotary positions, and no q/k/v
+/// biases: without a rotation a key bias shifts every score of a query equally, so softmax
+/// cancels it and its gradient is rounding noise, which no relative comparison can match.
+pub fn learned_config() -> ModelConfig {
+    ModelConfig {
+        positions: rlc_runtime::model::Positions::Learned,
         qkv_bias: false,
         ..config()
     }

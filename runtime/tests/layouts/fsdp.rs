@@ -134,6 +134,13 @@ fn fsdp_2_with_a_tied_lm_head_matches_one_rank() {
 }
 
 #[test]
+fn fsdp_2_with_learned_positions_matches_one_rank() {
+    // The position table is gathered with the token embedding (unit 0) and gets its gradient there.
+    let (config, layout) = (fixture::learned_config(), fixture::layout(1, 2, 1, 1));
+    assert_matches_one_rank(&config, layout, &run(&config, layout));
+}
+
+#[test]
 fn fsdp_4_matches_one_rank_and_holds_a_quarter_of_the_state_plus_one_unit() {
     let (config, layout) = (fixture::config(), fixture::layout(1, 4, 1, 1));
     if !fixture::fits(layout) {

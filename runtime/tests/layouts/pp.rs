@@ -172,6 +172,18 @@ fn bad_splits_and_inputs_are_errors_on_every_stage() {
             })));
     }
 
+    // Stages carry no learned position table yet: refused, never run without it.
+    let learned = fixture::learned_config();
+    let errors = fixture::run_ranks(fixture::layout(1, 1, 1, 2), |groups| {
+        let (vs, _) = fixture::model(&learned);
+        PipelineModel::new(&fixture::named_weights(&vs), &learned, &groups.pp).err()
+    });
+    assert!(
+        errors
+            .iter()
+            .all(|e| *e == Some(PipelineError::LearnedPositions))
+    );
+
     let results = fixture::run_ranks(fixture::layout(1, 1, 1, 2), |groups| {
         let config = fixture::config();
         let mut partial = initial_weights(&config);

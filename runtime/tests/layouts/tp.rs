@@ -20,6 +20,8 @@ fn cases() -> Vec<(&'static str, ModelConfig, u32)> {
     configs
         .into_iter()
         .flat_map(|(name, config)| [2, 4].map(|tp| (name, config.clone(), tp)))
+        // The learned position table is replicated: one degree shows it.
+        .chain([("learned positions", fixture::learned_config(), 2)])
         .filter(|&(_, _, tp)| fixture::fits(fixture::layout(1, 1, tp, 1)))
         .collect()
 }
@@ -123,7 +125,13 @@ fn relative_grad_diff(
     assert_eq!(actual.len(), expected.len(), "gradient names");
     expected
         .iter()
-        .map(|(name, g)| fixture::max_diff(&actual[name], g) / g.abs().max().double_value(&[]))
+        .map(|(name, g)| {
+            let diff = fixture::max_diff(&actual[name], g) / g.abs().max().double_value(&[]);
+            if diff > 1e-4 {
+                eprintln!("`{name}`: gradient differs by {diff:.2e} (relative)");
+            }
+            diff
+        })
         .fold(0.0, f64::max)
 }
 

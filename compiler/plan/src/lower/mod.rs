@@ -330,6 +330,10 @@ impl<'a> Lowerer<'a> {
                     tie_embeddings: a.tie_embeddings,
                     rope_theta: a.rope_theta(),
                     norm_eps: a.norm_eps(),
+                    positions: match a.positions {
+                        prog::Positions::Rope => Positions::Rope,
+                        prog::Positions::Learned => Positions::Learned,
+                    },
                 }),
                 parameters: m.arch.as_ref().map(|a| memory::role_parameters(m.kind, a)),
                 precision: match m.precision {

@@ -117,6 +117,11 @@ fn parameters(kind: RoleKind, a: &Arch) -> Option<u64> {
     } else {
         0
     };
+    let position_table = match a.positions {
+        Positions::Rope => 0,
+        Positions::Learned => a.max_len.checked_mul(h)?,
+    };
+    let embed = embed.checked_add(position_table)?;
     let scalar_head = if causal { 0 } else { h };
     embed
         .checked_add(a.layers.checked_mul(layer)?)?

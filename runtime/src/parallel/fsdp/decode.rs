@@ -52,7 +52,7 @@ impl Decode for Fsdp<'_> {
         }
         self.check_idle()?;
         let context = self.context(mask, past, steps);
-        let mut x = self.embed(ids)?;
+        let mut x = self.embed(ids, &context)?;
         match cache {
             Some(cache) => {
                 for (layer, layer_cache) in cache.layers_mut().iter_mut().enumerate() {

@@ -153,6 +153,10 @@ pub fn checker_estimate(
         tie_embeddings: config.tie_embeddings,
         rope_theta: Some(config.rope_theta),
         norm_eps: Some(config.norm_eps),
+        positions: match config.positions {
+            crate::model::Positions::Rope => rlc_check::program::Positions::Rope,
+            crate::model::Positions::Learned => rlc_check::program::Positions::Learned,
+        },
     };
     let model = Model {
         name: "policy".into(),

@@ -31,8 +31,8 @@ use tch::{Kind, Tensor, nn};
 
 use crate::collectives::{CollectiveError, Communicator, ReduceOp};
 use crate::model::{
-    ConfigError, Heads, ModelConfig, RopeAngles, Transformer, attention_bias, token_logprobs,
-    token_positions,
+    ConfigError, Heads, ModelConfig, RopeAngles, Transformer, add_positions, attention_bias,
+    token_logprobs, token_positions,
 };
 use crate::optim::{AdamW, AdamWConfig, clip_to};
 use crate::parallel::RankGroups;
@@ -142,10 +142,11 @@ impl Drop for Gathered {
     }
 }
 
-/// Rotary angles and attention bias of one batch (no parameters).
+/// Rotary angles, attention bias and token positions of one batch (no parameters).
 struct Context {
     angles: RopeAngles,
     bias: Tensor,
+    positions: Tensor,
 }
 
 /// What the forward pass of a training step keeps for its backward pass.
@@ -267,7 +268,7 @@ impl<'c> Fsdp<'c> {
         self.check_idle()?;
         tch::no_grad(|| {
             let context = self.context(mask, 0, ids.size()[1]);
-            let mut x = self.embed(ids)?;
+            let mut x = self.embed(ids, &context)?;
             for layer in 0..self.layers() {
                 x = self.run_layer(layer, &x, &context, None)?;
             }
@@ -287,7 +288,7 @@ impl<'c> Fsdp<'c> {
         self.in_flight.set(true);
         let context = self.context(mask, 0, ids.size()[1]);
         let mut inputs = Vec::with_capacity(self.layers());
-        let mut x = tch::no_grad(|| self.embed(ids))?;
+        let mut x = tch::no_grad(|| self.embed(ids, &context))?;
         for layer in 0..self.layers() {
             let next = tch::no_grad(|| self.run_layer(layer, &x, &context, None))?;
             let held = self.ledger.hold(Account::Activations, bytes_of([&x]));
@@ -362,10 +363,15 @@ impl<'c> Fsdp<'c> {
             drop((gathered, input, held));
         }
         let gathered = self.gather(0)?;
-        let table = &gathered.vars()[0];
-        let out = Tensor::embedding(table, &ids, -1, false, false);
+        let vars = gathered.vars();
+        // The token table, then the position table when the model has one (`units`' order).
+        let out = add_positions(
+            Tensor::embedding(&vars[0], &ids, -1, false, false),
+            vars.get(1),
+            &context.positions,
+        );
         let seed = (out * &upstream).sum(Kind::Float);
-        let grads = Tensor::f_run_backward(&[seed], &[table], false, false)?;
+        let grads = Tensor::f_run_backward(&[seed], vars, false, false)?;
         drop(in_flight);
         self.scatter_gradients(0, grads)
     }
@@ -612,18 +618,17 @@ impl<'c> Fsdp<'c> {
         Context {
             angles: self.skeleton.rope().angles(&positions),
             bias: attention_bias(&mask, past, steps),
+            positions,
         }
     }
 
-    /// Token embeddings of `ids` (no autograd).
-    fn embed(&self, ids: &Tensor) -> Result<Tensor, FsdpError> {
+    /// Token embeddings of `ids`, plus learned positions when the model has them (no autograd).
+    fn embed(&self, ids: &Tensor, context: &Context) -> Result<Tensor, FsdpError> {
         let _table = self.gather(0)?;
-        Ok(Tensor::embedding(
-            self.skeleton.embedding(),
-            ids,
-            -1,
-            false,
-            false,
+        Ok(add_positions(
+            Tensor::embedding(self.skeleton.embedding(), ids, -1, false, false),
+            self.skeleton.position_table(),
+            &context.positions,
         ))
     }
 
@@ -639,7 +644,7 @@ impl<'c> Fsdp<'c> {
     }
 }
 
-/// The units of a policy model: embedding, each layer, then the final norm with the LM head (the
+/// The units of a policy model: embedding (with the learned position table, if any), each layer, then the final norm with the LM head (the
 /// embedding again when tied).
 fn units(params: &[Param], config: &ModelConfig) -> Vec<Unit> {
     let index = |name: &str| params.iter().position(|p| p.spec.name == name);
@@ -650,7 +655,9 @@ fn units(params: &[Param], config: &ModelConfig) -> Vec<Unit> {
     };
     let embedding = index("model.embed_tokens.weight").expect("the skeleton has an embedding");
     let mut units = vec![Unit {
-        params: vec![embedding],
+        params: std::iter::once(embedding)
+            .chain(index("model.embed_positions.weight"))
+            .collect(),
     }];
     units.extend((0..config.layers).map(|layer| Unit {
         params: with_prefix(&format!("model.layers.{layer}.")),

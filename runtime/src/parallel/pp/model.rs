@@ -7,7 +7,7 @@ use tch::{Device, Tensor, nn};
 use super::parts::{StageParts, plain_parts};
 use super::{PipelineError, Stage};
 use crate::collectives::Communicator;
-use crate::model::{KvCache, ModelConfig, Rope, attention_bias, token_positions};
+use crate::model::{KvCache, ModelConfig, Positions, Rope, attention_bias, token_positions};
 use crate::parallel::Tape;
 
 /// The weight the first and the last stage both hold when the LM head is tied to it.
@@ -33,6 +33,9 @@ impl<'c> PipelineModel<'c> {
         pp: &'c Communicator,
     ) -> Result<Self, PipelineError> {
         config.validate()?;
+        if config.positions != Positions::Rope {
+            return Err(PipelineError::LearnedPositions);
+        }
         let stage = Stage::new(config.layers, pp.world_size(), pp.rank())?;
         let device = weights.values().next().map_or(Device::Cpu, Tensor::device);
         let vs = nn::VarStore::new(device);
@@ -49,6 +52,9 @@ impl<'c> PipelineModel<'c> {
         parts: StageParts<'c>,
     ) -> Result<Self, PipelineError> {
         config.validate()?;
+        if config.positions != Positions::Rope {
+            return Err(PipelineError::LearnedPositions);
+        }
         let stage = Stage::new(config.layers, pp.world_size(), pp.rank())?;
         let problem = if parts.embedding.is_some() != stage.is_first() {
             Some("the first stage and only it embeds the tokens".to_string())

@@ -20,6 +20,7 @@ fn config() -> ModelConfig {
         norm_eps: 1e-6,
         tie_embeddings: false,
         qkv_bias: true,
+        positions: Default::default(),
     }
 }
 

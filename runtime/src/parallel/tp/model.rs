@@ -12,7 +12,8 @@ use super::vocab::{VocabParallelEmbedding, VocabParallelHead};
 use crate::collectives::{CollectiveError, Communicator};
 use crate::generate::{Decode, GenerateError};
 use crate::model::{
-    Heads, KvCache, ModelConfig, RmsNorm, Rope, RopeAngles, attention_bias, token_positions,
+    Heads, KvCache, ModelConfig, Positions, RmsNorm, Rope, RopeAngles, add_positions,
+    attention_bias, token_positions,
 };
 use crate::parallel::tape::Tape;
 
@@ -23,6 +24,8 @@ pub struct TpTransformer<'c> {
     config: ModelConfig,
     tp: &'c Communicator,
     embedding: VocabParallelEmbedding<'c>,
+    /// The learned position table, replicated (`Positions::Learned`).
+    position_table: Option<Tensor>,
     layers: Vec<TpDecoderLayer<'c>>,
     norm: RmsNorm,
     rope: Rope,
@@ -76,6 +79,14 @@ impl<'c> TpTransformer<'c> {
         config.validate()?;
         check_divisible(config, tp.world_size())?;
         let embedding = VocabParallelEmbedding::load(&mut loader, config, tp)?;
+        let position_table = (config.positions == Positions::Learned)
+            .then(|| {
+                loader.load(
+                    "model.embed_positions.weight",
+                    &[config.max_len, config.hidden],
+                )
+            })
+            .transpose()?;
         let layers = (0..config.layers)
             .map(|i| TpDecoderLayer::load(&mut loader, i, config, tp))
             .collect::<Result<Vec<_>, _>>()?;
@@ -96,9 +107,10 @@ impl<'c> TpTransformer<'c> {
             config: config.clone(),
             tp,
             embedding,
+            position_table,
             layers,
             norm,
-            rope: Rope::new(config.head_dim(), config.rope_theta, root.device()),
+            rope: Rope::for_config(config, root.device()),
             lm_head,
             value_head,
             score_head,
@@ -145,8 +157,12 @@ impl<'c> TpTransformer<'c> {
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor, TpError> {
         let past = cache.as_ref().map_or(0, |cache| cache.len());
-        let (angles, bias) = self.positions(ids, mask, past)?;
-        let mut x = self.embedding.forward(ids)?;
+        let (angles, bias, positions) = self.positions(ids, mask, past)?;
+        let mut x = add_positions(
+            self.embedding.forward(ids)?,
+            self.position_table.as_ref(),
+            &positions,
+        );
         match cache {
             Some(cache) => {
                 let layer_caches = cache.layers_mut();
@@ -169,7 +185,7 @@ impl<'c> TpTransformer<'c> {
         Ok(self.norm.forward(&x))
     }
 
-    /// Rotary angles and attention bias of the new tokens, after checking the inputs' shapes
+    /// Rotary angles, attention bias and positions of the new tokens, after checking the inputs' shapes
     /// and ids (libtorch would abort on an id outside the vocabulary; a shard would silently
     /// embed zeros).
     fn positions(
@@ -177,7 +193,7 @@ impl<'c> TpTransformer<'c> {
         ids: &Tensor,
         mask: &Tensor,
         past: i64,
-    ) -> Result<(RopeAngles, Tensor), TpError> {
+    ) -> Result<(RopeAngles, Tensor, Tensor), TpError> {
         let (ids_shape, mask_shape) = (ids.size(), mask.size());
         let fits = ids_shape.len() == 2
             && mask_shape.len() == 2
@@ -199,8 +215,9 @@ impl<'c> TpTransformer<'c> {
         }
         let steps = ids_shape[1];
         let mask = mask.ne(0);
-        let angles = self.rope.angles(&token_positions(&mask, past, steps));
-        Ok((angles, attention_bias(&mask, past, steps)))
+        let positions = token_positions(&mask, past, steps);
+        let angles = self.rope.angles(&positions);
+        Ok((angles, attention_bias(&mask, past, steps), positions))
     }
 
     fn head(&self) -> Result<&VocabParallelHead<'c>, TpError> {
