@@ -1,9 +1,12 @@
 //! GRPO on a synthetic task: a small policy learns, from rewards alone, to reverse a string of
 //! four digits (`^1234=` → `4321`). Two CPU ranks, threads of one process:
-//! `bash scripts/main-job.sh` runs it; the reward climbs from ~0.06 to above 0.9.
+//! `bash scripts/main-job.sh` runs it; the reward climbs from ~0.06 to a rolling-10 mean of 0.8
+//! in 38–40 steps (seeds 0–4) and above 0.9 after. The policy has learned absolute positions
+//! (`tiny_gpt_abs`): answer digit `j` copies the prompt digit at a fixed position, which rotary
+//! positions alone leave one digit short of (a rolling mean stalled at ~0.75).
 
 import std.algo { grpo_advantage, ppo_clip, kl_k3, token_mean }
-import std.models { tiny_gpt }
+import std.models { tiny_gpt_abs }
 import std.task.digits { reverse_task }
 
 dataset reverse = reverse_task(digits: 4)
@@ -11,9 +14,9 @@ dataset reverse = reverse_task(digits: 4)
 cluster local = cpu(devices: 2)
 
 model policy: CausalLM {
-  arch  = tiny_gpt(layers: 2, hidden: 64, heads: 4, vocab: reverse.vocab, max_len: 16)
+  arch  = tiny_gpt_abs(layers: 2, hidden: 64, heads: 4, vocab: reverse.vocab, max_len: 16)
   init  = random(seed: 7)
-  optim = adamw(lr: 1e-3, warmup: 10)
+  optim = adamw(lr: 3e-3, warmup: 10)
 }
 model reference: CausalLM = frozen(policy)
 

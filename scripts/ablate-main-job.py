@@ -7,7 +7,10 @@ metrics.jsonl and prints, per variant, the steps each seed needs to reach a roll
 
 Variants are either .rl files given on the command line, or names from VARIANTS below: each is
 examples/grpo_digits.rl with a few textual substitutions (every substitution must match, so a
-variant never silently runs the unchanged example). `--list` prints the names.
+variant never silently runs the unchanged example). `--list` prints the names. The variants were
+ablated on the example's rotary form (`tiny_gpt`, lr 1e-3, before issue #23 item 3 switched it to
+learned positions and lr 3e-3): ROTARY turns today's example back into that form first, so each
+row keeps meaning what docs/benchmarks.md says; `current` runs the example as it is.
 
     python3 scripts/ablate-main-job.py --seeds 0,1 base beta2_099 lr_3e-3
     python3 scripts/ablate-main-job.py --seeds 0-4 examples/grpo_digits.rl my_variant.rl
@@ -30,6 +33,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "grpo_digits.rl"
+
+# Today's example → its rotary form, on which the variants below were ablated.
+ROTARY = [
+    ("import std.models { tiny_gpt_abs }", "import std.models { tiny_gpt }"),
+    ("arch  = tiny_gpt_abs(layers: 2, hidden: 64, heads: 4, vocab: reverse.vocab, max_len: 16)",
+     "arch  = tiny_gpt(layers: 2, hidden: 64, heads: 4, vocab: reverse.vocab, max_len: 16)"),
+    ("optim = adamw(lr: 3e-3, warmup: 10)", "optim = adamw(lr: 1e-3, warmup: 10)"),
+]
 
 OPTIM = "optim = adamw(lr: 1e-3, warmup: 10)"
 LOSS_TAIL = "+ 0.05 * kl_k3(logp, ref_logp) + 0.05 * stop_grad(logp) * logp"
@@ -82,7 +93,8 @@ pipeline train"""),
 
 # name -> (what it changes, substitutions on examples/grpo_digits.rl as it was ablated).
 VARIANTS = {
-    "base": ("the example as is", []),
+    "current": ("examples/grpo_digits.rl as it is (tiny_gpt_abs untied, lr 3e-3)", []),
+    "base": ("the rotary example as ablated (tiny_gpt, lr 1e-3)", []),
     # Optimiser
     "beta2_099": ("β2 0.99", optim("lr: 1e-3, warmup: 10, beta2: 0.99")),
     "wd_01": ("weight decay 0.1", optim("lr: 1e-3, warmup: 10, weight_decay: 0.1")),
@@ -144,6 +156,22 @@ VARIANTS = {
         "lr 3e-3, hidden 128, no KL term",
         optim("lr: 3e-3, warmup: 10") + VARIANTS_LATE["h128"] + VARIANTS_LATE["nokl"],
     ),
+    # Learned absolute positions (`arch(…, positions: "learned")`), issue #23 item 3
+    "learned": ("learned absolute positions, tied", plain_arch('tie_embeddings: true, positions: "learned"')),
+    "learned_untied": ("learned positions, untied", plain_arch('tie_embeddings: false, positions: "learned"')),
+    "learned_c099": (
+        "learned positions, tied, constant LR, β2 0.99",
+        plain_arch('tie_embeddings: true, positions: "learned"')
+        + optim('lr: 1e-3, warmup: 10, beta2: 0.99, schedule: "constant"'),
+    ),
+    "learned_lr3": (
+        "learned positions, tied, lr 3e-3",
+        plain_arch('tie_embeddings: true, positions: "learned"') + optim("lr: 3e-3, warmup: 10"),
+    ),
+    "learned_lr3_untied": (
+        "learned positions, untied, lr 3e-3",
+        plain_arch('tie_embeddings: false, positions: "learned"') + optim("lr: 3e-3, warmup: 10"),
+    ),
     "lr3_digits": (
         "lr 3e-3, logging each answer digit's accuracy (d1..d4 in metrics.jsonl)",
         optim("lr: 3e-3, warmup: 10") + VARIANTS_LATE["digits"],
@@ -165,6 +193,8 @@ def parse_seeds(text):
 def variant_source(name, base_text):
     _, subs = VARIANTS[name]
     text = base_text
+    if name != "current":
+        subs = ROTARY + subs
     for old, new in subs:
         if old not in text:
             sys.exit(f"variant {name}: `{old}` is not in {EXAMPLE.relative_to(ROOT)}")
