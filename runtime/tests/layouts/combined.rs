@@ -258,7 +258,11 @@ fn tp2_pp2_matches_one_rank() {
     if !fixture::fits(layout) {
         return;
     }
-    for (name, config) in configs() {
+    for (name, config) in configs()
+        .into_iter()
+        // The first stage's replicated position table beside its vocabulary-parallel embedding.
+        .chain([("learned positions", fixture::learned_config())])
+    {
         let outcomes = run_tp_pp(&config, layout, 4);
         assert_matches_one_rank(&format!("{name} tp2·pp2"), &config, layout, &outcomes);
     }

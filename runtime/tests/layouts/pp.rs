@@ -18,10 +18,12 @@ use crate::fixture;
 /// by as much, so this is the micro-batching's doing, not the pipeline's.
 const TRAINING_RUNS: [(u32, usize, f64); 3] = [(2, 4, 1e-4), (4, 4, 1e-4), (4, 1, 1e-6)];
 
-fn configs() -> [(&'static str, ModelConfig); 2] {
+fn configs() -> [(&'static str, ModelConfig); 3] {
     [
         ("untied", fixture::config()),
         ("tied", fixture::tied_config()),
+        // The first stage adds the position table to the token embeddings.
+        ("learned positions", fixture::learned_config()),
     ]
 }
 
@@ -171,18 +173,6 @@ fn bad_splits_and_inputs_are_errors_on_every_stage() {
                 layers: 2
             })));
     }
-
-    // Stages carry no learned position table yet: refused, never run without it.
-    let learned = fixture::learned_config();
-    let errors = fixture::run_ranks(fixture::layout(1, 1, 1, 2), |groups| {
-        let (vs, _) = fixture::model(&learned);
-        PipelineModel::new(&fixture::named_weights(&vs), &learned, &groups.pp).err()
-    });
-    assert!(
-        errors
-            .iter()
-            .all(|e| *e == Some(PipelineError::LearnedPositions))
-    );
 
     let results = fixture::run_ranks(fixture::layout(1, 1, 1, 2), |groups| {
         let config = fixture::config();

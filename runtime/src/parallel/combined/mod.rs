@@ -32,7 +32,7 @@ use super::tp::{
     check_divisible, gather_full_weights, tp_grad_norm,
 };
 use crate::collectives::{CollectiveError, Communicator, ReduceOp};
-use crate::model::{LayerCache, ModelConfig, RmsNorm, RopeAngles};
+use crate::model::{LayerCache, ModelConfig, Positions, RmsNorm, RopeAngles, add_positions};
 use crate::optim::clip_to;
 
 /// The weight the first and the last stage both hold (shard-wise) when the LM head is tied to it.
@@ -95,9 +95,25 @@ pub fn sum_gradients(params: &[Tensor], data: &Communicator) -> Result<(), Colle
     Ok(())
 }
 
-impl<'c> StageEmbedding<'c> for VocabParallelEmbedding<'c> {
-    fn forward(&self, _: &Tape<'c>, ids: &Tensor) -> Result<Tensor, CollectiveError> {
-        VocabParallelEmbedding::forward(self, ids)
+/// The first stage's vocabulary-parallel embedding and, for `Positions::Learned`, the
+/// replicated position table.
+struct TpStageEmbedding<'c> {
+    tokens: VocabParallelEmbedding<'c>,
+    positions: Option<Tensor>,
+}
+
+impl<'c> StageEmbedding<'c> for TpStageEmbedding<'c> {
+    fn forward(
+        &self,
+        _: &Tape<'c>,
+        ids: &Tensor,
+        positions: &Tensor,
+    ) -> Result<Tensor, CollectiveError> {
+        Ok(add_positions(
+            self.tokens.forward(ids)?,
+            self.positions.as_ref(),
+            positions,
+        ))
     }
 }
 
@@ -230,6 +246,13 @@ fn tp_parts<'c>(
         true => Some(VocabParallelEmbedding::load(loader, config, tp)?),
         false => None,
     };
+    let position_table = match stage.is_first() && config.positions == Positions::Learned {
+        true => Some(loader.load(
+            "model.embed_positions.weight",
+            &[config.max_len, config.hidden],
+        )?),
+        false => None,
+    };
     let layers = stage
         .layers
         .clone()
@@ -255,7 +278,12 @@ fn tp_parts<'c>(
         }
     };
     Ok(StageParts {
-        embedding: embedding.map(|e| Box::new(e) as Box<dyn StageEmbedding<'c> + 'c>),
+        embedding: embedding.map(|tokens| {
+            Box::new(TpStageEmbedding {
+                tokens,
+                positions: position_table,
+            }) as Box<dyn StageEmbedding<'c> + 'c>
+        }),
         layers,
         head,
     })

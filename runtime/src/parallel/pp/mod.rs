@@ -67,10 +67,6 @@ pub enum PipelineError {
     MicroBatches { micro: usize, rows: i64 },
     #[error("the loss of a micro-batch must be a scalar, got shape {0:?}")]
     LossShape(Vec<i64>),
-    #[error(
-        "pipeline stages run rotary models only: a model with `positions: \"learned\"` cannot be split into stages yet"
-    )]
-    LearnedPositions,
     #[error("libtorch: {0}")]
     Torch(String),
     #[error("between pipeline stages: {0}")]

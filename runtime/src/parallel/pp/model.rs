@@ -7,7 +7,7 @@ use tch::{Device, Tensor, nn};
 use super::parts::{StageParts, plain_parts};
 use super::{PipelineError, Stage};
 use crate::collectives::Communicator;
-use crate::model::{KvCache, ModelConfig, Positions, Rope, attention_bias, token_positions};
+use crate::model::{KvCache, ModelConfig, Rope, attention_bias, token_positions};
 use crate::parallel::Tape;
 
 /// The weight the first and the last stage both hold when the LM head is tied to it.
@@ -33,9 +33,6 @@ impl<'c> PipelineModel<'c> {
         pp: &'c Communicator,
     ) -> Result<Self, PipelineError> {
         config.validate()?;
-        if config.positions != Positions::Rope {
-            return Err(PipelineError::LearnedPositions);
-        }
         let stage = Stage::new(config.layers, pp.world_size(), pp.rank())?;
         let device = weights.values().next().map_or(Device::Cpu, Tensor::device);
         let vs = nn::VarStore::new(device);
@@ -52,9 +49,6 @@ impl<'c> PipelineModel<'c> {
         parts: StageParts<'c>,
     ) -> Result<Self, PipelineError> {
         config.validate()?;
-        if config.positions != Positions::Rope {
-            return Err(PipelineError::LearnedPositions);
-        }
         let stage = Stage::new(config.layers, pp.world_size(), pp.rank())?;
         let problem = if parts.embedding.is_some() != stage.is_first() {
             Some("the first stage and only it embeds the tokens".to_string())
@@ -80,7 +74,7 @@ impl<'c> PipelineModel<'c> {
         Ok(Self {
             config: config.clone(),
             pp,
-            rope: Rope::new(config.head_dim(), config.rope_theta, vs.device()),
+            rope: Rope::for_config(config, vs.device()),
             stage,
             vs,
             parts,
@@ -170,7 +164,11 @@ impl<'c> PipelineModel<'c> {
     ) -> Result<Tensor, PipelineError> {
         self.check_input(ids, mask, cached)?;
         match &self.parts.embedding {
-            Some(embedding) => Ok(embedding.forward(tape, ids)?),
+            Some(embedding) => {
+                let steps = ids.size()[1];
+                let positions = token_positions(&mask.ne(0), cached, steps);
+                Ok(embedding.forward(tape, ids, &positions)?)
+            }
             None => Ok(self.pp.recv(self.stage.index - 1)?),
         }
     }

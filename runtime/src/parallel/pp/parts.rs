@@ -6,13 +6,21 @@ use tch::{Tensor, nn};
 
 use super::stage::Stage;
 use crate::collectives::CollectiveError;
-use crate::model::{DecoderLayer, LayerCache, ModelConfig, RmsNorm, RopeAngles};
+use crate::model::{
+    DecoderLayer, LayerCache, ModelConfig, Positions, RmsNorm, RopeAngles, add_positions,
+};
 use crate::parallel::Tape;
 use crate::rng::Rng;
 
-/// Token ids `[B, T]` to hidden states `[B, T, hidden]`.
+/// Token ids `[B, T]` at `positions` (`[B, T]`, real tokens before each) to hidden states
+/// `[B, T, hidden]`; the positions matter to a model with a learned position table only.
 pub(crate) trait StageEmbedding<'c> {
-    fn forward(&self, tape: &Tape<'c>, ids: &Tensor) -> Result<Tensor, CollectiveError>;
+    fn forward(
+        &self,
+        tape: &Tape<'c>,
+        ids: &Tensor,
+        positions: &Tensor,
+    ) -> Result<Tensor, CollectiveError>;
 }
 
 /// One decoder layer; appends this call's keys and values to `cache`.
@@ -40,11 +48,24 @@ pub(crate) struct StageParts<'c> {
     pub head: Option<Box<dyn StageHead<'c> + 'c>>,
 }
 
-struct Embedding(Tensor);
+/// The token table and, for `Positions::Learned`, the position table.
+struct Embedding {
+    tokens: Tensor,
+    positions: Option<Tensor>,
+}
 
 impl<'c> StageEmbedding<'c> for Embedding {
-    fn forward(&self, _: &Tape<'c>, ids: &Tensor) -> Result<Tensor, CollectiveError> {
-        Ok(Tensor::embedding(&self.0, ids, -1, false, false))
+    fn forward(
+        &self,
+        _: &Tape<'c>,
+        ids: &Tensor,
+        positions: &Tensor,
+    ) -> Result<Tensor, CollectiveError> {
+        Ok(add_positions(
+            Tensor::embedding(&self.tokens, ids, -1, false, false),
+            self.positions.as_ref(),
+            positions,
+        ))
     }
 }
 
@@ -106,8 +127,15 @@ pub(crate) fn plain_parts<'c>(
         let norm = RmsNorm::new(&(&trunk / "norm"), config.hidden, config.norm_eps);
         Box::new(LmHead { norm, weight }) as Box<dyn StageHead<'c>>
     });
+    let position_table = (stage.is_first() && config.positions == Positions::Learned)
+        .then(|| (&trunk / "embed_positions").zeros("weight", &[config.max_len, config.hidden]));
     StageParts {
-        embedding: embedding.map(|e| Box::new(Embedding(e)) as Box<dyn StageEmbedding<'c>>),
+        embedding: embedding.map(|tokens| {
+            Box::new(Embedding {
+                tokens,
+                positions: position_table,
+            }) as Box<dyn StageEmbedding<'c>>
+        }),
         layers,
         head,
     }
