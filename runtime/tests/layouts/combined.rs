@@ -287,8 +287,9 @@ fn fsdp2_tp2_matches_one_rank() {
             continue;
         }
         let label = format!("dp{}·fsdp2·tp2", layout.dp);
-        for (name, config) in configs() {
-            if layout.dp == 2 && name == "tied" {
+        let learned = ("learned positions", fixture::learned_config());
+        for (name, config) in configs().into_iter().chain([learned]) {
+            if layout.dp == 2 && name != "untied" {
                 continue;
             }
             let outcomes = run_fsdp_tp(&config, layout);
