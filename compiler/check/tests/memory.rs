@@ -1037,3 +1037,26 @@ fn runs(devices: &[rlc_check::checks::memory::DeviceMemory]) -> Vec<(u64, u64)> 
         .map(|d| (d.devices.start, d.devices.end))
         .collect()
 }
+
+#[test]
+fn learned_positions_count_a_max_len_by_hidden_table_in_every_kind() {
+    let learned = Arch {
+        positions: Positions::Learned,
+        ..small()
+    };
+    let table = learned.max_len * learned.hidden;
+    assert_eq!(learned.parameters(), small().parameters() + table);
+    for kind in [
+        RoleKind::CausalLM,
+        RoleKind::ValueModel,
+        RoleKind::RewardModel,
+    ] {
+        assert_eq!(
+            role_parameters(kind, &learned),
+            role_parameters(kind, &small()) + table,
+            "{kind:?}"
+        );
+    }
+    // Per layer nothing changes: the table belongs to the embedding.
+    assert_eq!(layer_parameters(&learned), layer_parameters(&small()));
+}
