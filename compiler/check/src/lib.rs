@@ -181,42 +181,55 @@ fn number_fixes_on_literals(diagnostics: &mut [Diagnostic], files: &Files, modul
 /// E0201 at the first, the others labels, and each fix covers every use (a rename edits each;
 /// an import is added once). `diagnostics` is in source order.
 fn one_per_unknown_name(diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
-    let same_fixes = |a: &Diagnostic, b: &Diagnostic| {
-        a.fixes.len() == b.fixes.len()
-            && a.fixes
-                .iter()
-                .zip(&b.fixes)
-                .all(|(x, y)| x.message == y.message)
-    };
+    use std::collections::{BTreeSet, HashMap};
+    // (message, file, fix messages) → index in `out`; a map, as a file may have thousands.
+    let mut first: HashMap<(String, FileId, Vec<String>), usize> = HashMap::new();
+    let mut merged: BTreeSet<usize> = BTreeSet::new();
     let mut out: Vec<Diagnostic> = Vec::with_capacity(diagnostics.len());
     for d in diagnostics {
-        if d.code == rlc_diagnostics::Code::UndefinedName {
-            let first = out.iter_mut().find(|f| {
-                f.code == d.code
-                    && f.message == d.message
-                    && f.primary().file == d.primary().file
-                    && same_fixes(f, &d)
-            });
-            if let Some(first) = first {
+        if d.code != rlc_diagnostics::Code::UndefinedName {
+            out.push(d);
+            continue;
+        }
+        let key = (
+            d.message.clone(),
+            d.primary().file,
+            d.fixes.iter().map(|f| f.message.clone()).collect(),
+        );
+        match first.get(&key) {
+            Some(&at) => {
                 let p = d.primary();
-                first.labels.push(rlc_diagnostics::Label {
+                let f = &mut out[at];
+                f.labels.push(rlc_diagnostics::Label {
                     file: p.file,
                     span: p.span,
                     message: "used again here".into(),
                     primary: false,
                 });
-                for (fix, more) in first.fixes.iter_mut().zip(d.fixes) {
-                    for e in more.edits {
-                        if !fix.edits.contains(&e) {
-                            fix.edits.push(e);
-                        }
-                    }
-                    fix.edits.sort_by_key(|e| (e.file, e.span.start));
+                for (fix, more) in f.fixes.iter_mut().zip(d.fixes) {
+                    fix.edits.extend(more.edits);
                 }
-                continue;
+                merged.insert(at);
+            }
+            None => {
+                first.insert(key, out.len());
+                out.push(d);
             }
         }
-        out.push(d);
+    }
+    // Each fix's edits in source order, an edit that several uses share (the import) once.
+    for at in merged {
+        for fix in &mut out[at].fixes {
+            fix.edits.sort_by(|a, b| {
+                (a.file, a.span.start, a.span.end, &a.text).cmp(&(
+                    b.file,
+                    b.span.start,
+                    b.span.end,
+                    &b.text,
+                ))
+            });
+            fix.edits.dedup();
+        }
     }
     out
 }
