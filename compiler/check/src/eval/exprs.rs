@@ -96,15 +96,6 @@ impl Evaluator<'_> {
                 .primary_label("not a value"),
             ),
             None => {
-                let mut names = frame.names();
-                names.extend(self.modules.get(module).items.keys().cloned());
-                names.extend(
-                    self.modules
-                        .get(module)
-                        .imports
-                        .iter()
-                        .map(|i| i.name.clone()),
-                );
                 let mut d = Diagnostic::new(
                     Code::UndefinedName,
                     format!("cannot find `{}` in this scope", ident.name),
@@ -115,16 +106,30 @@ impl Evaluator<'_> {
                 // The name of an item the module does not import: the import is the fix.
                 if let Some(fix) = crate::imports::import_fix(self.modules, module, &ident.name) {
                     d = d.help(fix.help).fix(fix.message, fix.edits);
-                } else if let Some(near) =
-                    rlc_syntax::closest(&ident.name, names.iter().map(String::as_str), 2)
-                {
-                    d = crate::hints::did_you_mean(d, near);
+                } else if let Some(near) = self.near_name(frame, module, &ident.name) {
+                    d = crate::hints::did_you_mean(d, &near);
                 } else if ["True", "False"].contains(&ident.name.as_str()) {
                     d = d.help(format!("booleans are `{}`", ident.name.to_lowercase()));
                 }
                 self.err(d)
             }
         }
+    }
+
+    /// The name in scope within two edits of the undefined `name`, while the check's budget
+    /// for these searches lasts (see `Evaluator::suggestion_budget`).
+    fn near_name(&mut self, frame: &Frame, module: usize, name: &str) -> Option<String> {
+        let m = self.modules.get(module);
+        let scope = frame.names().count() + m.items.len() + m.imports.len();
+        if scope > self.suggestion_budget {
+            return None;
+        }
+        self.suggestion_budget -= scope;
+        let names = frame
+            .names()
+            .chain(m.items.keys().map(String::as_str))
+            .chain(m.imports.iter().map(|i| i.name.as_str()));
+        rlc_syntax::closest(name, names, 2).map(str::to_string)
     }
 
     pub(super) fn binding_value(&mut self, b: Binding) -> Val {

@@ -137,8 +137,8 @@ impl Frame {
         }
     }
 
-    fn names(&self) -> Vec<String> {
-        self.locals.iter().map(|l| l.name.clone()).collect()
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.locals.iter().map(|l| l.name.as_str())
     }
 }
 
@@ -207,7 +207,16 @@ pub struct Evaluator<'m> {
     /// a pipeline names the same rollout at every use, and writing its fields out each time was
     /// a third of checking a long pipeline.
     record_types: HashMap<*const RecordVal, (Rc<RecordVal>, String)>,
+    /// Names the "did you mean" search for undefined names may still compare: each search reads
+    /// every name in scope, so a file of thousands of distinct unknown names among thousands of
+    /// items would cost their product (20 000 of each: two minutes). Past the budget the errors
+    /// stay, without the suggestion.
+    suggestion_budget: usize,
 }
+
+/// Names compared by all "did you mean" searches for undefined names of one check: about a
+/// second's work, far beyond what a program written by hand needs.
+const SUGGESTION_BUDGET: usize = 20_000_000;
 
 const MAX_INLINE_DEPTH: usize = 32;
 
@@ -228,6 +237,7 @@ impl<'m> Evaluator<'m> {
             lints: Vec::new(),
             inline_depth: 0,
             record_types: HashMap::new(),
+            suggestion_budget: SUGGESTION_BUDGET,
         }
     }
 
