@@ -588,52 +588,37 @@ fn carried_values_are_recorded() {
 
 /// Split pools: rank 0 computes `hint`, which rank 1's update needs, and then has long work of
 /// its own (`big.update`) that rank 1 does not wait for.
-const SPLIT_SEND_FIRST: &str = r#"
-import std.algo { bradley_terry }
-import std.models { tiny_gpt }
-import std.task.digits { reverse_task }
+/// `big` (rank 0) computes `bonus` for `small` (rank 1), then runs a long update of its own.
+const SEND_FIRST: &str = include_str!("programs/send_first.rl");
 
-dataset reverse = reverse_task(digits: 4)
-
-cluster local = cpu(devices: 2)
-
-model big: RewardModel {
-  arch  = tiny_gpt(layers: 8, hidden: 256, heads: 4, vocab: reverse.vocab, max_len: 16)
-  init  = random(seed: 0)
-  optim = adamw(lr: 1e-4)
-}
-model small: RewardModel {
-  arch  = tiny_gpt(layers: 1, hidden: 16, heads: 2, vocab: reverse.vocab, max_len: 16)
-  init  = random(seed: 1)
-  optim = adamw(lr: 1e-4)
+/// The same without the kernel: rank 0 sends `big.score`'s output itself.
+fn split_send_first() -> String {
+    let text = SEND_FIRST
+        .replace("    let bonus = hint * 2.0\n", "")
+        .replace("s + bonus,", "s + hint,");
+    assert_ne!(text, SEND_FIRST, "the program changed: update the edit");
+    text
 }
 
-place big   on local[0..1] with dp(1)
-place small on local[1..2] with dp(1)
-
-pipeline split(steps = 2) {
-  loop step in 0..steps {
-    let pairs = reverse.preferences(32)
-    let hint  = big.score(pairs)
-    big.update(pairs, epochs: 4) { s -> bradley_terry(s, pairs.group, pairs.chosen) }
-    small.update(pairs, epochs: 1) { s -> bradley_terry(s + hint, pairs.group, pairs.chosen) }
-    log { hint: mean(hint) }
-  }
+/// Where the simulated step has the op labelled `label` start and end (seconds).
+fn simulated_span(plan: &Plan, label: &str) -> (f64, f64) {
+    let costs = rlc_plan::cost::PlanCosts::new(plan, &rlc_plan::cost::CostParams::cpu()).unwrap();
+    let timeline = rlc_plan::simulate::simulate_step(plan, &costs, &|_| true).unwrap();
+    timeline
+        .lanes
+        .iter()
+        .flat_map(|l| &l.bars)
+        .find(|b| b.label == label)
+        .map(|b| (b.start, b.end))
+        .unwrap_or_else(|| panic!("no bar `{label}`"))
 }
-"#;
 
 /// A short kernel whose result another rank waits for runs before the sender's long update,
 /// although the update's own path to the end of the step is the longer one: placing the update
 /// first would delay the receiver by all of it (the longest-path rule alone chose the update).
 #[test]
 fn a_short_op_feeding_another_rank_goes_before_a_longer_path() {
-    let text = SPLIT_SEND_FIRST
-        .replace(
-            "    big.update(",
-            "    let bonus = hint * 2.0\n    big.update(",
-        )
-        .replace("s + hint,", "s + bonus,");
-    let plan = plan_of_text("split_kernel_first.rl", &text);
+    let plan = plan_of_text("send_first.rl", SEND_FIRST);
     let kernel = op_labelled(&plan, "kernel mul");
     let long = op_labelled(&plan, "big.update");
     assert!(plan.ops[kernel as usize].ranks.contains(0));
@@ -644,19 +629,11 @@ fn a_short_op_feeding_another_rank_goes_before_a_longer_path() {
         "rank 0 runs `bonus` only after its own update: {:?}",
         plan.programs
     );
-    let costs = rlc_plan::cost::PlanCosts::new(&plan, &rlc_plan::cost::CostParams::cpu()).unwrap();
-    let timeline = rlc_plan::simulate::simulate_step(&plan, &costs, &|_| true).unwrap();
-    let bar = |label: &str| {
-        timeline
-            .lanes
-            .iter()
-            .flat_map(|l| &l.bars)
-            .find(|b| b.label == label)
-            .unwrap_or_else(|| panic!("no bar `{label}`"))
-            .clone()
-    };
-    let (long, needs) = (bar("big.update"), bar("small.update"));
-    assert!(needs.start < long.end, "{needs:?} waits for {long:?}");
+    let (long, needs) = (
+        simulated_span(&plan, "big.update"),
+        simulated_span(&plan, "small.update"),
+    );
+    assert!(needs.0 < long.1, "{needs:?} waits for {long:?}");
 }
 
 /// The op of `plan` with this label.
@@ -687,7 +664,7 @@ fn position_in(plan: &Plan, rank: u32, op: u32) -> usize {
 /// the sender still works. (Order facts and simulated times: nothing here is measured.)
 #[test]
 fn a_rank_sends_before_its_unrelated_long_work() {
-    let plan = plan_of_text("split_send_first.rl", SPLIT_SEND_FIRST);
+    let plan = plan_of_text("split_send_first.rl", &split_send_first());
     let send = op_labelled(&plan, "transfer hint big→small");
     let long = op_labelled(&plan, "big.update");
     let needs = op_labelled(&plan, "small.update");
@@ -701,27 +678,19 @@ fn a_rank_sends_before_its_unrelated_long_work() {
     );
     assert!(position_in(&plan, 1, send) < position_in(&plan, 1, needs));
 
-    let costs = rlc_plan::cost::PlanCosts::new(&plan, &rlc_plan::cost::CostParams::cpu()).unwrap();
-    let timeline = rlc_plan::simulate::simulate_step(&plan, &costs, &|_| true).unwrap();
-    let bar = |label: &str| {
-        timeline
-            .lanes
-            .iter()
-            .flat_map(|l| &l.bars)
-            .find(|b| b.label == label)
-            .unwrap_or_else(|| panic!("no bar `{label}`"))
-            .clone()
-    };
-    let (long, needs) = (bar("big.update"), bar("small.update"));
+    let (long, needs) = (
+        simulated_span(&plan, "big.update"),
+        simulated_span(&plan, "small.update"),
+    );
     assert!(
-        needs.start < long.end,
+        needs.0 < long.1,
         "small.update starts at {} s, after big.update ends at {} s",
-        needs.start,
-        long.end
+        needs.0,
+        long.1
     );
     // Same bytes on every lowering.
     assert_eq!(
         plan.to_json(),
-        plan_of_text("split_send_first.rl", SPLIT_SEND_FIRST).to_json()
+        plan_of_text("split_send_first.rl", &split_send_first()).to_json()
     );
 }

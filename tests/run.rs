@@ -997,43 +997,9 @@ fn a_stage_started_from_a_checkpoint_verifies_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Two roles on their own devices: `big` (rank 0) computes a value `small` (rank 1) needs, then
-/// trains for a long time on its own. The plan orders rank 0's work by the critical path, so
-/// the kernel and the send come before `big.update`.
+/// Two roles on their own devices; rank 0 computes what rank 1 needs before its own long update.
 #[cfg(feature = "runtime")]
-const SEND_FIRST: &str = r#"
-import std.algo { bradley_terry }
-import std.models { tiny_gpt }
-import std.task.digits { reverse_task }
-
-dataset reverse = reverse_task(digits: 4)
-cluster local = cpu(devices: 2)
-
-model big: RewardModel {
-  arch  = tiny_gpt(layers: 4, hidden: 128, heads: 4, vocab: reverse.vocab, max_len: 16)
-  init  = random(seed: 0)
-  optim = adamw(lr: 1e-4)
-}
-model small: RewardModel {
-  arch  = tiny_gpt(layers: 1, hidden: 16, heads: 2, vocab: reverse.vocab, max_len: 16)
-  init  = random(seed: 1)
-  optim = adamw(lr: 1e-4)
-}
-
-place big   on local[0..1] with dp(1)
-place small on local[1..2] with dp(1)
-
-pipeline split(steps = 2) {
-  loop step in 0..steps {
-    let pairs = reverse.preferences(32)
-    let hint  = big.score(pairs)
-    let bonus = hint * 2.0
-    big.update(pairs, epochs: 8) { s -> bradley_terry(s, pairs.group, pairs.chosen) }
-    small.update(pairs, epochs: 1) { s -> bradley_terry(s + bonus, pairs.group, pairs.chosen) }
-    log { hint: mean(hint) }
-  }
-}
-"#;
+const SEND_FIRST: &str = include_str!("programs/send_first.rl");
 
 /// `rlc run --trace` records every op each rank ran, in the plan's order for that rank; and the
 /// receiving rank starts its update while the sender still runs its own long one (before the
