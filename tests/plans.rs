@@ -694,3 +694,64 @@ fn a_rank_sends_before_its_unrelated_long_work() {
         plan_of_text("split_send_first.rl", &split_send_first()).to_json()
     );
 }
+
+/// The main example's `old_logp = policy.logprobs(rollout)` reads the rollout `policy.generate`
+/// sampled this step, before the policy's update: it is marked to take the sampler's log-probs
+/// (`from_sampling`: the generate op). `reference.logprobs` is another model's and runs its
+/// forward. A rollout the policy was updated on since it was sampled is not marked, nor is a
+/// `bf16` policy's (its sampler's and forward's log-probs need not agree to f32 rounding).
+#[test]
+fn the_policy_takes_its_sampled_log_probs_and_the_reference_does_not() {
+    let marks = |plan: &Plan| -> Vec<(String, Option<u32>)> {
+        plan.ops
+            .iter()
+            .filter_map(|op| match &op.kind {
+                OpKind::Logprobs { from_sampling, .. } => Some((op.label.clone(), *from_sampling)),
+                _ => None,
+            })
+            .collect()
+    };
+    let plan = plan_of("examples/grpo_digits.rl");
+    let generate = plan
+        .ops
+        .iter()
+        .find(|op| op.label == "policy.generate")
+        .expect("a generate")
+        .id;
+    assert_eq!(
+        marks(&plan),
+        [
+            ("policy.logprobs".to_string(), Some(generate)),
+            ("reference.logprobs".to_string(), None)
+        ]
+    );
+    let text = std::fs::read_to_string(root().join("examples/grpo_digits.rl")).unwrap();
+    let bf16 = text.replacen(
+        "model policy: CausalLM {",
+        "model policy: CausalLM {\n  precision = bf16",
+        1,
+    );
+    assert_ne!(bf16, text);
+    let plan = plan_of_text("examples/grpo_digits.rl", &bf16);
+    assert!(
+        marks(&plan).iter().all(|(_, m)| m.is_none()),
+        "{:?}",
+        marks(&plan)
+    );
+    // Log-probs read after the update: the weights have changed since the sampling.
+    let after = text.replacen(
+        "    log {\n",
+        "    let new_logp = policy.logprobs(rollout)\n    log {\n      after: token_mean(new_logp, rollout.mask),\n",
+        1,
+    );
+    assert_ne!(after, text);
+    let plan = plan_of_text("examples/grpo_digits.rl", &after);
+    assert_eq!(
+        marks(&plan),
+        [
+            ("policy.logprobs".to_string(), Some(generate)),
+            ("reference.logprobs".to_string(), None),
+            ("policy.logprobs".to_string(), None)
+        ]
+    );
+}

@@ -986,6 +986,11 @@ pub enum OpKind {
         role: String,
         batch: Option<u64>,
         micro: Option<u64>,
+        /// The `generate` op (of the same role, in the same step, on weights no update has
+        /// changed since) whose sampler's log-probs of the response tokens this op returns
+        /// instead of running a forward pass. Set by the compiler for `f32` roles only.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_sampling: Option<u32>,
     },
     Values {
         role: String,

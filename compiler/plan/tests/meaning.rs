@@ -1,6 +1,7 @@
 //! The loader validates what a plan means, not only its shape: a hand edit of any field that
 //! would silently change or void the job (a count of 0, sizes that disagree, a missing edge, an
-//! arch the cluster cannot hold) is a coded error (P0007–P0010) whose message names the field.
+//! arch the cluster cannot hold, sampled log-probs taken from an op that did not sample them) is
+//! a coded error (P0007–P0010) whose message names the field.
 //! Each test builds a real plan from an example, edits one field of its JSON and loads it.
 
 use rlc_diagnostics::Files;
@@ -485,4 +486,33 @@ fn the_largest_rank_is_refused_without_a_panic() {
     let codes: Vec<&str> = errors.iter().map(|e| e.code.as_str()).collect();
     assert_eq!(codes, ["P0004"], "{errors:#?}");
     assert!(errors[0].message.contains("4294967295"), "{}", errors[0]);
+}
+
+#[test]
+fn sampled_log_probs_from_an_op_that_did_not_sample_them() {
+    // The main example's `policy.logprobs` takes the log-probs `policy.generate` sampled.
+    let json: Value = serde_json::from_str(&plan_of(GRPO).to_json()).unwrap();
+    let policy = op(&json, "logprobs", Some("policy"));
+    let generate = op(&json, "generate", Some("policy"));
+    assert_eq!(
+        json["ops"][policy]["kind"]["from_sampling"],
+        json!(generate)
+    );
+    let path = format!("/ops/{policy}/kind/from_sampling");
+    // An op that is not a generate, one that does not exist.
+    for bad in [json!(0), json!(policy), json!(9999)] {
+        let errors = edited(GRPO, |j| j["ops"][policy]["kind"]["from_sampling"] = bad);
+        only(&errors, "P0009", &path, "from_sampling");
+    }
+    // The reference's log-probs are another model's: not those `policy.generate` sampled.
+    let reference = op(&json, "logprobs", Some("reference"));
+    let errors = edited(GRPO, |j| {
+        j["ops"][reference]["kind"]["from_sampling"] = json!(generate)
+    });
+    only(
+        &errors,
+        "P0009",
+        &format!("/ops/{reference}/kind/from_sampling"),
+        "from_sampling",
+    );
 }

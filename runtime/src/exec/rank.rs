@@ -403,7 +403,17 @@ impl<'j> Rank<'j> {
                     OpKind::Values { .. } => Output::Values,
                     _ => Output::Scores,
                 };
-                let result = tch::no_grad(|| rollout::output(model, what, rollout, &Tape::new()))?;
+                let sampled = match &op.kind {
+                    OpKind::Logprobs {
+                        from_sampling: Some(_),
+                        ..
+                    } => rollout::sampled_logprobs(rollout),
+                    _ => None,
+                };
+                let result = match sampled {
+                    Some(logprobs) => logprobs,
+                    None => tch::no_grad(|| rollout::output(model, what, rollout, &Tape::new()))?,
+                };
                 self.set(op, Val::Tensor(result));
             }
             OpKind::Kernel { .. } => {

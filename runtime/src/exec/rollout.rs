@@ -77,6 +77,8 @@ pub fn rollout(
     let prompt_len = out.prompt_ids.size()[1];
     let ids = Tensor::cat(&[&out.prompt_ids, &response], 1);
     let attention = Tensor::cat(&[&out.prompt_mask, &response.ones_like()], 1);
+    // 0 in the columns added after the generated width (masked, as the padding there is).
+    let sampled = out.token_logprobs.constant_pad_nd([0, pad]);
     Ok(Rollout {
         fields: vec![
             ("prompt".into(), out.prompt_ids),
@@ -85,12 +87,27 @@ pub fn rollout(
             ("mask".into(), mask),
             ("last".into(), last),
             ("group".into(), group),
+            (SAMPLED_LOGPROBS.into(), sampled),
         ],
         ids,
         attention,
         prompt_len,
         response_len: how.max_new,
     })
+}
+
+/// The rollout field that holds the log-probs the sampler computed, `[R, max_new]` float32 (no
+/// program can name it: it is not an identifier).
+pub const SAMPLED_LOGPROBS: &str = "sampled logprobs";
+
+/// The log-probs of `r`'s response tokens as the sampler computed them: what a `logprobs` op
+/// marked `from_sampling` returns instead of a forward pass. `RLC_FORWARD_LOGPROBS=1` turns the
+/// reuse off (every `logprobs` runs its forward), for comparing the two.
+pub fn sampled_logprobs(r: &Rollout) -> Option<Tensor> {
+    if std::env::var_os("RLC_FORWARD_LOGPROBS").is_some_and(|v| v == "1") {
+        return None;
+    }
+    r.field(SAMPLED_LOGPROBS).map(Tensor::shallow_clone)
 }
 
 /// `[rows, max_new]`: true in the columns added after the generated `width`.

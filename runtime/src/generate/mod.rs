@@ -109,6 +109,10 @@ pub struct Rollout {
     pub group_ids: Tensor,
     /// `[R, N, V]` float32 when `return_logits` was set.
     pub logits: Option<Tensor>,
+    /// `[R, N]` float32: the log-probability of each response token under the model's raw
+    /// logits (before temperature, top-k or top-p), as a forward pass over the rollout gives it
+    /// (up to rounding); for the tokens after a row's EOS, that of the padding it holds.
+    pub token_logprobs: Tensor,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -264,6 +268,7 @@ struct Decoder<'a, M: Decode + ?Sized> {
     tokens: Vec<Tensor>,
     alive: Vec<Tensor>,
     logits: Vec<Tensor>,
+    logprobs: Vec<Tensor>,
 }
 
 impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
@@ -291,6 +296,7 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
             tokens: Vec::new(),
             alive: Vec::new(),
             logits: Vec::new(),
+            logprobs: Vec::new(),
         }
     }
 
@@ -306,6 +312,12 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
             if self.config.return_logits {
                 self.logits.push(next_logits.to_kind(Kind::Float));
             }
+            self.logprobs.push(
+                next_logits
+                    .log_softmax(-1, Kind::Float)
+                    .gather(1, &token.unsqueeze(1), false)
+                    .squeeze_dim(1),
+            );
             if let Some(eos) = self.config.eos_token_id {
                 finished = finished.logical_or(&token.eq(eos));
             }
@@ -387,6 +399,7 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
                 .config
                 .return_logits
                 .then(|| Tensor::stack(&self.logits, 1)),
+            token_logprobs: Tensor::stack(&self.logprobs, 1),
         }
     }
 }

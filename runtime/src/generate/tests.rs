@@ -68,6 +68,46 @@ fn greedy_tokens_match_the_arg_max_of_a_full_forward_pass() {
     assert_eq!(rows(&predicted), rows(&rollout.response_ids));
 }
 
+/// The log-probs the sampler records are those of the model's raw logits (not the tempered,
+/// truncated distribution it drew from) at the sampled tokens: what a forward pass over the
+/// rollout gives, to rounding (the KV-cached decode sums in another order), padding after EOS
+/// included. A `logprobs` op marked `from_sampling` returns them instead of that forward pass.
+#[test]
+fn sampled_log_probs_are_those_of_a_forward_pass() {
+    let (_, model) = policy(15);
+    let (ids, mask) = prompts();
+    let config = GenerateConfig {
+        max_new: 6,
+        samples_per_prompt: 3,
+        sampling: SamplingConfig {
+            temperature: 0.7,
+            top_k: Some(20),
+            top_p: Some(0.9),
+        },
+        eos_token_id: Some(7),
+        pad_token_id: 0,
+        seed: 3,
+        ..GenerateConfig::default()
+    };
+    let rollout = generate(&model, &ids, &mask, &config).unwrap();
+    let width = rollout.response_ids.size()[1];
+    assert_eq!(rollout.token_logprobs.size(), [9, width]);
+    let sequence = Tensor::cat(&[&rollout.prompt_ids, &rollout.response_ids], 1);
+    let full_mask = Tensor::cat(
+        &[&rollout.prompt_mask, &rollout.response_ids.ones_like()],
+        1,
+    );
+    let prompt_len = rollout.prompt_ids.size()[1];
+    let forward = model
+        .logprobs(&sequence, &full_mask)
+        .narrow(1, prompt_len - 1, width);
+    let err = (&forward - &rollout.token_logprobs)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(err <= 1e-5, "sampled and forward log-probs differ by {err}");
+}
+
 #[test]
 fn response_mask_covers_tokens_up_to_and_including_eos() {
     let (_, model) = policy(13);

@@ -603,6 +603,7 @@ impl<'a> Lowerer<'a> {
                 role: role.clone(),
                 batch,
                 micro: layout.micro,
+                from_sampling: None,
             },
             prog::Op::Values => OpKind::Values {
                 role: role.clone(),

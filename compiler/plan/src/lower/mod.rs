@@ -23,6 +23,7 @@
 
 mod dataflow;
 mod instances;
+mod reuse;
 mod schedule;
 mod syncs;
 mod transfers;
@@ -381,6 +382,7 @@ impl<'a> Lowerer<'a> {
         };
         // The ranks' order weighs ops by the cost model's durations (one second each when a
         // cluster carries no device speed).
+        reuse::sampling_logprobs(&mut plan);
         let all_cpu = plan.clusters.iter().all(|c| c.is_cpu);
         let seconds =
             crate::cost::PlanCosts::new(&plan, &crate::cost::CostParams::defaults(all_cpu))

@@ -9,7 +9,9 @@
 //!   `accumulation` and `optimizer_steps` against what they are derived from, `hidden` against
 //!   `heads`, `parameters` against `arch`);
 //! - P0009 ([`PlanCode::MissingEdge`]): an op reads a value without the data edge from its
-//!   producer (`edges: []`), or an edge that no input matches;
+//!   producer (`edges: []`), or an edge that no input matches, or a `logprobs` takes the
+//!   sampler's log-probs (`from_sampling`) from an op that is not the same role's `generate`
+//!   that produced the rollout it reads;
 //! - P0010 ([`PlanCode::TooLarge`]): a size beyond what the plan's cluster can hold: a parameter
 //!   count or byte size past 64 bits, or more bytes of weights (and, for `generate`, of KV
 //!   cache) per device than a device has.
@@ -406,6 +408,26 @@ fn data_ranks(plan: &Plan, op: &Op) -> Option<u64> {
     (n > 0).then_some(n)
 }
 
+/// Op `g` is a `generate` of `role` whose rollout `op` reads (as is, or re-laid by transfers).
+fn samples_for(plan: &Plan, op: &Op, role: &str, g: u32) -> bool {
+    let Some(input) = op.inputs.first().filter(|i| i.field.is_none()) else {
+        return false;
+    };
+    let mut value = input.value;
+    // Each step back goes to an earlier op: at most as many steps as there are ops.
+    for _ in 0..=plan.ops.len() {
+        let Some(producer) = plan.values.get(value as usize).and_then(|v| v.producer) else {
+            return false;
+        };
+        match plan.ops.get(producer as usize).map(|p| &p.kind) {
+            Some(OpKind::Transfer { value: v, .. }) => value = *v,
+            Some(OpKind::Generate { role: r, .. }) => return producer == g && r == role,
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// The rows of the op's first input (the prompts or rollout a role op reads).
 fn input_rows(plan: &Plan, op: &Op) -> Option<(u64, String)> {
     let input = op.inputs.first()?;
@@ -575,6 +597,21 @@ fn operation(plan: &Plan, i: usize, op: &Op, sizes: &[Option<RoleSize>], out: &m
             let ok = counts(out, &[("batch", *batch), ("micro", *micro)]);
             if ok {
                 batch_reads(out, *batch, 1);
+            }
+            if let OpKind::Logprobs {
+                role,
+                from_sampling: Some(g),
+                ..
+            } = &op.kind
+                && !samples_for(plan, op, role, *g)
+            {
+                out.push(err(
+                    PlanCode::MissingEdge,
+                    format!("{kind}/from_sampling"),
+                    format!(
+                        "`{label}` takes the log-probs sampled by op {g} (`from_sampling`), but op {g} is not the `{role}.generate` that produced the rollout it reads"
+                    ),
+                ));
             }
         }
         OpKind::Update {
