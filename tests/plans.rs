@@ -725,6 +725,15 @@ fn the_policy_takes_its_sampled_log_probs_and_the_reference_does_not() {
             ("reference.logprobs".to_string(), None)
         ]
     );
+    // The cost model charges the marked op no forward pass: it costs less than the reference's.
+    let costs = rlc_plan::cost::PlanCosts::new(&plan, &rlc_plan::cost::CostParams::cpu()).unwrap();
+    let seconds = |label: &str| costs.op_seconds[op_labelled(&plan, label) as usize];
+    assert!(
+        seconds("policy.logprobs") * 10.0 < seconds("reference.logprobs"),
+        "{} s against {} s",
+        seconds("policy.logprobs"),
+        seconds("reference.logprobs")
+    );
     let text = std::fs::read_to_string(root().join("examples/grpo_digits.rl")).unwrap();
     let bf16 = text.replacen(
         "model policy: CausalLM {",

@@ -211,6 +211,12 @@ class Job:
         if functions != expected_fns:
             raise Mismatch(f"the plan's kernels are {functions}, expected {expected_fns}")
 
+        # rlc takes the policy's `old_logp` from the sampler where the plan says so
+        # (`from_sampling`); the PyTorch side then does the same, so both run the same job.
+        self.sampled_old_logp = any(
+            op["kind"]["op"] == "logprobs" and op["kind"].get("from_sampling") is not None for op in ops
+        )
+
         sample = one("sample")
         self.prompts = sample["count"]
         dataset = {d["name"]: d for d in plan["datasets"]}[sample["dataset"]]["source"]
@@ -666,9 +672,10 @@ def main():
     ap.add_argument("--window", type=int, default=10)
     ap.add_argument("--out", default=None, help="where to keep the rlc run and both sides' metrics")
     ap.add_argument(
-        "--reuse-sampling-logp",
+        "--forward-old-logp",
         action="store_true",
-        help="PyTorch side: old_logp from the sampling distribution, not a second forward pass",
+        help="both sides compute old_logp by a second forward pass (by default each takes the "
+        "sampler's log-probs where the plan marks the op `from_sampling`)",
     )
     ap.add_argument("--check-only", action="store_true", help="check the example and plan, then stop")
     args = ap.parse_args()
@@ -711,7 +718,11 @@ def main():
     shutil.copy2(args.rlc, out / "bin" / "rlc-run")
     args.rlc = str(out / "bin" / "rlc-run")
     rlc_dir = out / "rlc"
-    ptj = PyTorchJob(torch, job, args.seed, args.reuse_sampling_logp)
+    reuse = job.sampled_old_logp and not args.forward_old_logp
+    if args.forward_old_logp:
+        os.environ["RLC_FORWARD_LOGPROBS"] = "1"
+    print(f"old_logp: {'the sampler' if reuse else 'a forward pass'} on both sides", flush=True)
+    ptj = PyTorchJob(torch, job, args.seed, reuse)
     torch_rows, rlc_rows = [], []
     torch_firsts, rlc_firsts = set(), set()
     done = 0

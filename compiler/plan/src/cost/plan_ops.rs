@@ -110,6 +110,11 @@ impl PlanCosts {
                     prompt_len: count(*prompt_len),
                     max_new: count(*max_new),
                 }),
+                // The sampler's log-probs: no forward pass, only the rollout's field.
+                OpKind::Logprobs {
+                    from_sampling: Some(_),
+                    ..
+                } => None,
                 OpKind::Logprobs { batch, .. }
                 | OpKind::Values { batch, .. }
                 | OpKind::Score { batch, .. } => Some(PhaseWork::Forward {
