@@ -405,6 +405,7 @@ pub fn run(opts: &Options) -> std::io::Result<Summary> {
         .map(|(_, v)| v.clone())
         .collect();
     plans.extend(seed_plans(&files));
+    let mut streams: Vec<String> = Vec::new();
     if programs.is_empty() || plans.is_empty() {
         // Every input is a mutation of a corpus program or plan: with none there is nothing to
         // mutate (the default folders are relative to the repository root).
@@ -434,10 +435,14 @@ pub fn run(opts: &Options) -> std::io::Result<Summary> {
     while index < opts.runs {
         let n = batch.min(opts.runs - index);
         let results = {
-            let (programs, plans, texts, dict) = (&programs, &plans, &texts, &dict);
-            pool.run_generated(n, &move |k| {
-                generate(opts.seed, index + k, programs, plans, texts, dict)
-            })
+            let corpus = Corpus {
+                programs: &programs,
+                plans: &plans,
+                streams: &streams,
+                texts: &texts,
+                dict: &dict,
+            };
+            pool.run_generated(n, &move |k| generate(opts.seed, index + k, &corpus))
         };
         for (input, outcome, took) in results {
             summary.slowest = summary.slowest.max(took);
@@ -452,6 +457,7 @@ pub fn run(opts: &Options) -> std::io::Result<Summary> {
                         match input.kind {
                             Kind::Program => programs.push((input.path, input.text)),
                             Kind::Plan => plans.push(input.text),
+                            Kind::Lsp => streams.push(input.text),
                             Kind::Probe => {}
                         }
                     }
@@ -475,29 +481,47 @@ pub fn run(opts: &Options) -> std::io::Result<Summary> {
     Ok(summary)
 }
 
-/// Input `i` of the campaign: a mutation of a program (five in six) or a plan of the corpus.
-fn generate(
-    seed: u64,
-    i: u64,
-    programs: &[(String, String)],
-    plans: &[String],
-    texts: &[String],
-    dict: &Dictionary,
-) -> Input {
+/// What inputs are made from.
+struct Corpus<'a> {
+    programs: &'a [(String, String)],
+    plans: &'a [String],
+    /// LSP byte streams: sessions around the corpus's programs, and inputs that were new.
+    streams: &'a [String],
+    texts: &'a [String],
+    dict: &'a Dictionary,
+}
+
+/// Input `i` of the campaign: a mutation of a plan of the corpus (one in six), of an LSP stream
+/// (one in eight of the others), or of a program.
+fn generate(seed: u64, i: u64, c: &Corpus) -> Input {
     let mut rng = Rng::for_input(seed, i);
-    if !plans.is_empty() && rng.one_in(6) {
-        let parent = rng.pick(plans);
+    if !c.plans.is_empty() && rng.one_in(6) {
+        let parent = rng.pick(c.plans);
         return Input {
             kind: Kind::Plan,
             path: "plan.json".into(),
-            text: mutate::mutate_plan(&mut rng, parent, dict),
+            text: mutate::mutate_plan(&mut rng, parent, c.dict),
         };
     }
-    let (path, parent) = rng.pick(programs);
+    if rng.one_in(8) {
+        // Half the time a session around a program of the corpus, else a stream already kept;
+        // mutated as text (the number mutations reach `Content-Length`).
+        let parent = if c.streams.is_empty() || rng.one_in(2) {
+            crate::lsp_wire::session(&rng.pick(c.programs).1)
+        } else {
+            rng.pick(c.streams).clone()
+        };
+        return Input {
+            kind: Kind::Lsp,
+            path: "stream.lsp".into(),
+            text: mutate::mutate_program(&mut rng, &parent, c.texts, c.dict),
+        };
+    }
+    let (path, parent) = rng.pick(c.programs);
     Input {
         kind: Kind::Program,
         path: path.clone(),
-        text: mutate::mutate_program(&mut rng, parent, texts, dict),
+        text: mutate::mutate_program(&mut rng, parent, c.texts, c.dict),
     }
 }
 
@@ -650,6 +674,7 @@ pub fn replay(opts: &Options, paths: &[PathBuf]) -> std::io::Result<Vec<(PathBuf
         let kind = match p.extension().and_then(|e| e.to_str()) {
             Some("json") => Kind::Plan,
             Some("probe") => Kind::Probe,
+            Some("lsp") => Kind::Lsp,
             _ => Kind::Program,
         };
         let input = Input {

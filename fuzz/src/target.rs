@@ -2,7 +2,8 @@
 //! formatted again), checked with everything it imports, its diagnostics rendered (human and
 //! JSON), and a clean program lowered to a plan (the planner decides `auto` placements), which
 //! is written and loaded back. A plan file is loaded (deserialised and validated) and, when
-//! valid, costed and simulated as `rlc plan` does.
+//! valid, costed and simulated as `rlc plan` does. An LSP stream is read frame by frame by
+//! `rlc lsp`'s own reader.
 //!
 //! Every function here returns an outcome; a panic is caught by the caller.
 
@@ -18,6 +19,8 @@ pub enum Kind {
     /// Fails on purpose as its text says (`panic`, `hang`, `memory`, `stack`): the harness's
     /// own test that each kind of failure is caught and classified.
     Probe = 2,
+    /// A byte stream a client sends `rlc lsp`, read by the server's wire reader.
+    Lsp = 3,
 }
 
 impl Kind {
@@ -26,6 +29,7 @@ impl Kind {
             0 => Some(Kind::Program),
             1 => Some(Kind::Plan),
             2 => Some(Kind::Probe),
+            3 => Some(Kind::Lsp),
             _ => None,
         }
     }
@@ -35,6 +39,7 @@ impl Kind {
             Kind::Program => "rl",
             Kind::Plan => "json",
             Kind::Probe => "probe",
+            Kind::Lsp => "lsp",
         }
     }
 }
@@ -59,6 +64,7 @@ pub fn run(kind: Kind, path: &str, text: &str, files: &BTreeMap<String, String>)
         Kind::Program => program(path, text, files, &mut h),
         Kind::Plan => plan(text, &mut h),
         Kind::Probe => probe(text.trim()),
+        Kind::Lsp => crate::lsp_wire::read_all(text.as_bytes(), &mut h),
     }
     h.finish()
 }
