@@ -5,6 +5,8 @@
 # 30 minutes on a 2-core machine (docs/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One build, run once: incremental caches would only add gigabytes to the build folder.
+export CARGO_INCREMENTAL=0
 
 step() { printf '\n== %s\n' "$*"; }
 
