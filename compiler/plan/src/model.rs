@@ -11,6 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::fmt;
 
+mod verifier;
+pub use verifier::{OnError, Verifier, VerifierEndpoint, WorkerLimits};
+
 /// The plan format version this crate writes and reads.
 pub const PLAN_VERSION: u32 = 2;
 
@@ -43,6 +46,9 @@ pub struct Plan {
     /// order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub carried: Vec<Carried>,
+    /// External rewards the pipeline calls (`verify` ops name them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verifiers: Vec<Verifier>,
     /// The program's own source files (std is built into `rlc`), so that `rlc run plan.json`
     /// can evaluate its `fn`s and loss closures. `rlc build` fills it; lowering leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1015,6 +1021,17 @@ pub enum OpKind {
         /// Works on groups of rows (`group_*`): a group must not straddle two data ranks.
         grouped: bool,
     },
+    /// An external reward: the plan's verifier `verifier` scores each data rank's rows (decoded
+    /// prompt and response, token ids, the dataset row's other fields). Inputs: the rollout;
+    /// outputs: the reward `f32[B]`, then each of the verifier's metrics.
+    Verify {
+        verifier: String,
+        /// The dataset whose rows the rollout's prompts came from (their fields are sent).
+        dataset: String,
+        /// Row fields each request carries besides the text and tokens.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        fields: Vec<String>,
+    },
     Update {
         role: String,
         batch: Option<u64>,
@@ -1074,6 +1091,7 @@ impl OpKind {
             OpKind::Values { .. } => "values",
             OpKind::Score { .. } => "score",
             OpKind::Kernel { .. } => "kernel",
+            OpKind::Verify { .. } => "verify",
             OpKind::Update { .. } => "update",
             OpKind::Transfer { .. } => "transfer",
             OpKind::WeightSync { .. } => "weight_sync",

@@ -420,6 +420,12 @@ impl<'j> Rank<'j> {
                 let result = self.kernel(op, step)?;
                 self.set(op, Val::Tensor(result));
             }
+            OpKind::Verify { verifier, .. } => {
+                return Err(RunError::Unsupported(format!(
+                    "`{}`: external verifiers (`{verifier}`) do not run yet",
+                    op.label
+                )));
+            }
             OpKind::Update { .. } => self.update(op, step)?,
             OpKind::Log { fields } => {
                 for field in fields {

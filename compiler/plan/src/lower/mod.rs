@@ -378,6 +378,8 @@ impl<'a> Lowerer<'a> {
             edges: flow.edges,
             programs: Vec::new(),
             carried: self.carried.clone(),
+            // Filled from the program's `verifier` declarations once the language has them.
+            verifiers: Vec::new(),
             sources: None,
         };
         // The ranks' order weighs ops by the cost model's durations (one second each when a

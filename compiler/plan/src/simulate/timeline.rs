@@ -49,9 +49,11 @@ impl BarKind {
             OpKind::Update { .. } => BarKind::Train,
             OpKind::Kernel { .. } => BarKind::Kernel,
             OpKind::Transfer { .. } | OpKind::WeightSync { .. } => BarKind::Communication,
-            OpKind::Sample { .. } | OpKind::Checkpoint { .. } | OpKind::Log { .. } => {
-                BarKind::Other
-            }
+            // Host work: the verifier's workers run beside the devices.
+            OpKind::Sample { .. }
+            | OpKind::Verify { .. }
+            | OpKind::Checkpoint { .. }
+            | OpKind::Log { .. } => BarKind::Other,
         }
     }
 
