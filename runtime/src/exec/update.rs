@@ -157,12 +157,31 @@ impl Rank<'_> {
                             }
                         }
                     }
-                    let Some(training) = state.training.as_ref() else {
+                    let Some((clip, schedule)) = state
+                        .training
+                        .as_ref()
+                        .map(|t| (t.clip, t.schedule.clone()))
+                    else {
                         continue;
                     };
-                    let (clip, schedule) = (training.clip, training.schedule.clone());
-                    let params = training.optimizer.params();
                     let comm = self.comm(op)?;
+                    // A whole model's flat gradient: one all-reduce, one norm, one fused step.
+                    if matches!(state.model, Model::Whole(_))
+                        && let Some(adam) = state.adam_mut()
+                        && let Some(mut grads) = adam.flat_grads()
+                    {
+                        if comm.world_size() > 1 {
+                            grads = comm.all_reduce(&grads, ReduceOp::Mean)?;
+                        }
+                        crate::optim::clip_flat(&mut grads, clip);
+                        let lr = schedule.lr(adam.steps());
+                        adam.step_flat(lr, &grads);
+                        continue;
+                    }
+                    let params = state
+                        .training
+                        .as_ref()
+                        .map_or_else(Vec::new, |t| t.optimizer.params());
                     // FSDP reduced its gradient shards over the data ranks in its backward pass.
                     if comm.world_size() > 1 && !matches!(state.model, Model::Fsdp(_)) {
                         tch::no_grad(|| -> Result<()> {

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use tch::{Tensor, nn};
 
+use super::flat::FlatLayout;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AdamWConfig {
     pub beta1: f64,
@@ -63,6 +65,23 @@ pub struct AdamW {
     config: AdamWConfig,
     params: Vec<ParamState>,
     steps: u64,
+    /// Set by [`AdamW::flattened`]: the parameters and both moments live in flat buffers (each
+    /// `ParamState` tensor is a view of its span).
+    flat: Option<Flat>,
+}
+
+#[derive(Debug)]
+struct Flat {
+    layout: FlatLayout,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+}
+
+#[cfg(test)]
+impl Flat {
+    fn layout_params(&self) -> &Tensor {
+        self.layout.params()
+    }
 }
 
 impl AdamW {
@@ -96,7 +115,41 @@ impl AdamW {
             config,
             params,
             steps: 0,
+            flat: None,
         }
+    }
+
+    /// Moves the parameters' data and the moments into flat buffers, so that a step is a few
+    /// kernels over the whole model (the same arithmetic, element for element). Unchanged when
+    /// the parameters differ in kind or device.
+    pub fn flattened(mut self) -> Self {
+        if self.flat.is_some() || self.steps != 0 {
+            return self;
+        }
+        let params: Vec<(&Tensor, bool)> =
+            self.params.iter().map(|s| (&s.param, s.decay)).collect();
+        let Some(layout) = FlatLayout::adopt(&params) else {
+            return self;
+        };
+        let (exp_avg, exp_avg_sq) = (layout.zeros(), layout.zeros());
+        for (i, state) in self.params.iter_mut().enumerate() {
+            state.exp_avg = layout.view(&exp_avg, i);
+            state.exp_avg_sq = layout.view(&exp_avg_sq, i);
+        }
+        self.flat = Some(Flat {
+            layout,
+            exp_avg,
+            exp_avg_sq,
+        });
+        self
+    }
+
+    /// Every gradient in one flat tensor, in the parameters' order (a copy), when the
+    /// parameters are flat and all have one: reduce and clip it, then [`AdamW::step_flat`].
+    pub fn flat_grads(&self) -> Option<Tensor> {
+        let flat = self.flat.as_ref()?;
+        let params: Vec<&Tensor> = self.params.iter().map(|s| &s.param).collect();
+        flat.layout.gather_grads(&params)
     }
 
     /// All trainable variables of `vs`, in name order so the state layout is deterministic.
@@ -107,7 +160,7 @@ impl AdamW {
             .filter(|(_, t)| t.requires_grad())
             .collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
-        Self::new(params, config)
+        Self::new(params, config).flattened()
     }
 
     pub fn params(&self) -> Vec<Tensor> {
@@ -130,6 +183,9 @@ impl AdamW {
 
     /// One update with learning rate `lr`; parameters without a gradient are skipped.
     pub fn step(&mut self, lr: f64) {
+        if let Some(grads) = self.flat_grads() {
+            return self.step_flat(lr, &grads);
+        }
         self.steps += 1;
         let AdamWConfig {
             beta1,
@@ -167,6 +223,46 @@ impl AdamW {
                 let update = &state.exp_avg / denom * (lr / bias_correction1);
                 let _ = state.param.f_sub_(&update).expect("parameter update");
             }
+        });
+    }
+
+    /// One update of flat parameters with `grads`, the flat gradient [`AdamW::flat_grads`]
+    /// gave (reduced and clipped as the caller needs): the per-parameter arithmetic of
+    /// [`AdamW::step`] on the whole buffer at once.
+    ///
+    /// # Panics
+    /// When the parameters are not flat (a caller's bug: `flat_grads` returned `None`).
+    pub fn step_flat(&mut self, lr: f64, grads: &Tensor) {
+        self.steps += 1;
+        let AdamWConfig {
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+        } = self.config;
+        let bias_correction1 = 1.0 - beta1.powf(self.steps as f64);
+        let bias_correction2_sqrt = (1.0 - beta2.powf(self.steps as f64)).sqrt();
+        let flat = self.flat.as_mut().expect("step_flat on flat parameters");
+        tch::no_grad(|| {
+            if weight_decay != 0.0 {
+                flat.layout.decay(1.0 - lr * weight_decay);
+            }
+            let _ = flat
+                .exp_avg
+                .f_lerp_(grads, 1.0 - beta1)
+                .expect("first moment");
+            let _ = flat.exp_avg_sq.f_mul_scalar_(beta2).expect("second moment");
+            let _ = flat
+                .exp_avg_sq
+                .f_add_(&(grads * grads * (1.0 - beta2)))
+                .expect("second moment");
+            let denom = flat.exp_avg_sq.sqrt() / bias_correction2_sqrt + eps;
+            let update = &flat.exp_avg / denom * (lr / bias_correction1);
+            let _ = flat
+                .layout
+                .params_mut()
+                .f_sub_(&update)
+                .expect("parameter update");
         });
     }
 
@@ -218,10 +314,13 @@ impl AdamW {
                 ))
             })
             .collect::<Result<Vec<_>, OptimError>>()?;
-        for (state, (exp_avg, exp_avg_sq)) in self.params.iter_mut().zip(restored) {
-            state.exp_avg = exp_avg;
-            state.exp_avg_sq = exp_avg_sq;
-        }
+        // Copied in, not swapped: flat moments are views of one buffer.
+        tch::no_grad(|| {
+            for (state, (exp_avg, exp_avg_sq)) in self.params.iter_mut().zip(restored) {
+                state.exp_avg.copy_(&exp_avg);
+                state.exp_avg_sq.copy_(&exp_avg_sq);
+            }
+        });
         self.steps = steps;
         Ok(())
     }
@@ -383,5 +482,128 @@ mod tests {
             (got[0] - 0.9).abs() < 1e-6 && (got[1] - 1.1).abs() < 1e-6,
             "{got:?}"
         );
+    }
+
+    /// A matrix, a vector and a 3-d tensor with fixed values; the matrix and the 3-d tensor
+    /// are decayed, the vector is not.
+    fn mixed_params() -> Vec<(String, Tensor)> {
+        let make = |n: i64, shape: &[i64], offset: f64| {
+            (Tensor::arange(n, (Kind::Float, tch::Device::Cpu)) * 0.37 + offset)
+                .sin()
+                .view(shape)
+                .set_requires_grad(true)
+        };
+        vec![
+            ("a.weight".into(), make(12, &[3, 4], 0.1)),
+            ("b.bias".into(), make(5, &[5], 0.7)),
+            ("c.kernel".into(), make(24, &[2, 3, 4], -0.4)),
+        ]
+    }
+
+    fn shallow(params: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
+        params
+            .iter()
+            .map(|(n, p)| (n.clone(), p.shallow_clone()))
+            .collect()
+    }
+
+    /// A loss whose gradient differs per element and changes as the parameters move.
+    fn wavy_loss(params: &[(String, Tensor)]) -> Tensor {
+        params
+            .iter()
+            .map(|(_, p)| (p * p * 0.5 + p.sin() * 0.3).sum(Kind::Float))
+            .fold(Tensor::from(0.0f32), |a, b| a + b)
+    }
+
+    fn train(adam: &mut AdamW, params: &[(String, Tensor)], steps: usize) {
+        for step in 0..steps {
+            adam.zero_grad();
+            wavy_loss(params).backward();
+            adam.step(0.05 / (1.0 + step as f64));
+        }
+    }
+
+    fn decayed() -> AdamWConfig {
+        AdamWConfig {
+            weight_decay: 0.1,
+            ..AdamWConfig::default()
+        }
+    }
+
+    #[test]
+    fn flat_steps_equal_the_per_parameter_steps_bit_for_bit() {
+        let (plain_params, flat_params) = (mixed_params(), mixed_params());
+        let mut plain = AdamW::new(shallow(&plain_params), decayed());
+        let mut flat = AdamW::new(shallow(&flat_params), decayed()).flattened();
+        assert!(flat.flat.is_some() && plain.flat.is_none());
+        train(&mut plain, &plain_params, 6);
+        train(&mut flat, &flat_params, 6);
+        for ((name, p), (_, q)) in plain_params.iter().zip(&flat_params) {
+            assert_eq!(p.size(), q.size(), "{name}");
+            assert!(p.equal(q), "{name} differs after flat steps");
+        }
+        for ((name, m), (_, n)) in plain.state_tensors().iter().zip(flat.state_tensors()) {
+            assert!(m.equal(&n), "moment {name} differs");
+        }
+    }
+
+    #[test]
+    fn flattening_makes_every_parameter_a_view_of_one_buffer() {
+        let params = mixed_params();
+        let before: Vec<Tensor> = params.iter().map(|(_, p)| p.detach().copy()).collect();
+        let adam = AdamW::new(shallow(&params), decayed()).flattened();
+        for ((name, p), old) in params.iter().zip(&before) {
+            assert!(p.equal(old), "{name}: flattening changed its values");
+        }
+        // Writing through the buffer is seen by the model's own tensors.
+        let _ = adam
+            .flat
+            .as_ref()
+            .unwrap()
+            .layout_params()
+            .shallow_clone()
+            .fill_(0.0);
+        for (name, p) in &params {
+            assert_eq!(p.abs().sum(Kind::Double).double_value(&[]), 0.0, "{name}");
+        }
+    }
+
+    #[test]
+    fn flat_state_restores_and_continues_identically() {
+        let params = mixed_params();
+        let mut adam = AdamW::new(shallow(&params), decayed()).flattened();
+        train(&mut adam, &params, 3);
+        let saved: HashMap<String, Tensor> = adam.state_tensors().into_iter().collect();
+        let saved_params: Vec<Tensor> = params.iter().map(|(_, p)| p.detach().copy()).collect();
+        train(&mut adam, &params, 2);
+
+        let resumed_params: Vec<(String, Tensor)> = params
+            .iter()
+            .zip(saved_params)
+            .map(|((n, _), p)| (n.clone(), p.set_requires_grad(true)))
+            .collect();
+        let mut resumed = AdamW::new(shallow(&resumed_params), decayed()).flattened();
+        resumed.load_state(3, &saved).unwrap();
+        train(&mut resumed, &resumed_params, 2);
+        for ((name, p), (_, q)) in params.iter().zip(&resumed_params) {
+            assert!(p.equal(q), "{name}: the resumed flat run diverged");
+        }
+    }
+
+    #[test]
+    fn a_parameter_without_a_gradient_is_skipped_as_before() {
+        let (plain_params, flat_params) = (mixed_params(), mixed_params());
+        let mut plain = AdamW::new(shallow(&plain_params), decayed());
+        let mut flat = AdamW::new(shallow(&flat_params), decayed()).flattened();
+        // Only the first parameter enters the loss.
+        for (adam, params) in [(&mut plain, &plain_params), (&mut flat, &flat_params)] {
+            wavy_loss(&params[..1]).backward();
+            assert!(adam.flat_grads().is_none());
+            adam.step(0.05);
+        }
+        for ((name, p), (_, q)) in plain_params.iter().zip(&flat_params) {
+            assert!(p.equal(q), "{name}");
+        }
+        assert!(flat_params[1].1.equal(&mixed_params()[1].1), "skipped");
     }
 }

@@ -44,6 +44,25 @@ pub fn clip_to(params: &[Tensor], norm: f64, max_norm: f64) {
     }
 }
 
+/// [`clip_grad_norm`] on one flat gradient (every parameter's, concatenated): the norm is the
+/// same sum of squares in `f64`; returns it before clipping.
+pub fn clip_flat(grads: &mut Tensor, max_norm: f64) -> f64 {
+    let norm = grads
+        .pow_tensor_scalar(2)
+        .sum(Kind::Double)
+        .double_value(&[])
+        .sqrt();
+    let factor = max_norm / (norm + 1e-6);
+    if factor < 1.0 {
+        tch::no_grad(|| {
+            let _ = grads
+                .f_mul_scalar_(factor)
+                .expect("scaling a gradient in place");
+        });
+    }
+    norm
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

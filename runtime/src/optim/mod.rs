@@ -3,8 +3,9 @@
 
 mod adamw;
 mod clip;
+mod flat;
 mod schedule;
 
 pub use adamw::{AdamW, AdamWConfig, OptimError};
-pub use clip::{clip_grad_norm, clip_to, grad_norm, scale_grads};
+pub use clip::{clip_flat, clip_grad_norm, clip_to, grad_norm, scale_grads};
 pub use schedule::Schedule;
