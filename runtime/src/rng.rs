@@ -6,19 +6,29 @@
 
 use tch::Tensor;
 
-/// SplitMix64: tiny state, full 64-bit period, good enough for weight init and sampling.
+/// SplitMix64: tiny state, full 64-bit period, good enough for weight init and sampling. Its
+/// state after `n` draws is `seed + n·γ`, so any point of a stream is reached in one step
+/// ([`Rng::skip`]): a rank draws its slice of a weight without drawing the rest.
 #[derive(Debug, Clone)]
 pub struct Rng {
     state: u64,
 }
+
+/// SplitMix64's increment γ.
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
         Self { state: seed }
     }
 
+    /// Moves the stream on by `draws` calls of [`Rng::next_u64`] (a [`Rng::normal`] is two).
+    pub fn skip(&mut self, draws: u64) {
+        self.state = self.state.wrapping_add(draws.wrapping_mul(GAMMA));
+    }
+
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.state = self.state.wrapping_add(GAMMA);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -73,6 +83,17 @@ mod tests {
         let c = Rng::new(8).next_u64();
         assert_eq!(a, b);
         assert_ne!(a[0], c);
+    }
+
+    #[test]
+    fn skipping_lands_where_drawing_does() {
+        let mut drawn = Rng::new(11);
+        for _ in 0..1000 {
+            drawn.next_u64();
+        }
+        let mut skipped = Rng::new(11);
+        skipped.skip(1000);
+        assert_eq!(drawn.next_u64(), skipped.next_u64());
     }
 
     #[test]

@@ -4,26 +4,30 @@
 //!
 //! Under `dp` a rank holds the whole model ([`Model::Whole`]); under `tp(n)` its tensor-parallel
 //! shard ([`Model::Tp`]), under `fsdp(n)` its flat shards ([`Model::Fsdp`]), under `pp(n)` its
-//! pipeline stage ([`Model::Pp`]), each cut from the same initial full weights and borrowing the
-//! rank's communicators. Weights and optimizer moments leave and enter a role as full tensors under
+//! pipeline stage ([`Model::Pp`]), borrowing the rank's communicators. A sharded rank
+//! materialises its shard alone (`parallel::materialise`): seeded weights are drawn and Hugging
+//! Face weights read for its elements only, bit for bit the shard the whole model would give;
+//! an rlc checkpoint is still read whole and cut. Weights and optimizer moments leave and enter a role as full tensors under
 //! Hugging Face names, so a checkpoint is the same folder whatever the layout.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use rlc_plan::Plan;
-use rlc_plan::model::{Init, Role, RoleKind};
+use rlc_plan::model::{Init, Layout, Role, RoleKind};
 use tch::{Device, Tensor, nn};
 
 use super::error::{Result, RunError};
 use crate::collectives::Communicator;
 use crate::generate::Decode;
+use crate::model::init::{Parameter, parameters};
 use crate::model::{Heads, ModelConfig, Transformer};
 use crate::optim::{AdamW, AdamWConfig, Schedule};
 use crate::parallel::RankGroups;
 use crate::parallel::fsdp::Fsdp;
+use crate::parallel::materialise::{Cut, Seeded, WeightSource, coord_of, rank_shards};
 use crate::parallel::pp::PipelineModel;
-use crate::parallel::shards::stage_holds;
+use crate::parallel::shards::{Coord, stage_holds};
 use crate::parallel::tp::{Split, TpTransformer};
 
 /// A role's model on one rank, in the layout of its instance.
@@ -78,19 +82,20 @@ impl<'c> RoleState<'c> {
             .role(name)
             .ok_or_else(|| RunError::Plan(format!("no role `{name}`")))?;
         let heads = heads_of(role);
-        let (whole_vs, whole) = initial_weights(plan, role, heads, source_dir, device, 0)?;
-        let shapes = whole_vs
-            .variables()
-            .into_iter()
-            .map(|(name, t)| (name, t.size()))
-            .collect();
+        let layout = groups.layout;
+        let sharded = layout.tp > 1 || layout.fsdp > 1 || layout.pp > 1;
+        let initial = initial_weights(plan, role, heads, source_dir, device, sharded, 0)?;
+        let shapes = initial.shapes();
         let settings = super::settings::role(plan, name, optimizer_steps)?;
         // A frozen role has no optimizer; its config is never stepped.
         let adamw = settings
             .training
             .as_ref()
             .map_or_else(AdamWConfig::default, |t| t.adamw.clone());
-        let layout = groups.layout;
+        let weights_refused = |message: String| RunError::Weights {
+            role: name.to_string(),
+            message,
+        };
         let (mut vs, model, groups) = if layout.pp > 1 {
             if heads != Heads::POLICY {
                 return Err(RunError::Unsupported(format!(
@@ -99,8 +104,25 @@ impl<'c> RoleState<'c> {
                     role.kind, layout.pp
                 )));
             }
-            let weights: BTreeMap<String, Tensor> = whole_vs.variables().into_iter().collect();
-            let model = PipelineModel::new(&weights, whole.config(), &groups.pp)
+            // A stage holds its parameters whole.
+            let stages = Layout::new(1, 1, 1, layout.pp);
+            let coord = Coord {
+                pp: groups.pp_rank as i64,
+                dp: 0,
+                fsdp: 0,
+                tp: 0,
+            };
+            let weights = initial
+                .shards(&stages, coord, device)
+                .map_err(weights_refused)?;
+            let weights: BTreeMap<String, Tensor> = weights
+                .into_iter()
+                .map(|(n, t)| {
+                    let shape = shapes.get(&n).cloned().unwrap_or_default();
+                    (n, t.reshape(shape))
+                })
+                .collect();
+            let model = PipelineModel::new(&weights, initial.config(), &groups.pp)
                 .map_err(|e| RunError::Unsupported(format!("`{name}` under pipelining: {e}")))?;
             (
                 nn::VarStore::new(device),
@@ -115,19 +137,25 @@ impl<'c> RoleState<'c> {
                     role.kind, layout.fsdp
                 )));
             }
-            let weights: BTreeMap<String, Tensor> = whole_vs.variables().into_iter().collect();
-            let model = Fsdp::for_rank(&weights, whole.config(), groups, adamw.clone())
+            let local = initial
+                .shards(&layout, coord_of(groups), device)
+                .map_err(weights_refused)?;
+            let model = Fsdp::from_shards(&local, initial.config(), groups, adamw.clone())
                 .map_err(|e| RunError::Unsupported(format!("`{name}` under FSDP: {e}")))?;
             (nn::VarStore::new(device), Model::Fsdp(model), Some(groups))
         } else if layout.tp > 1 {
-            let weights: BTreeMap<String, Tensor> = whole_vs.variables().into_iter().collect();
+            let local = initial
+                .shards(&layout, coord_of(groups), device)
+                .map_err(weights_refused)?;
             let vs = nn::VarStore::new(device);
-            let model = TpTransformer::new(&vs.root(), &weights, whole.config(), heads, &groups.tp)
-                .map_err(|e| {
-                    RunError::Unsupported(format!("`{name}` under tensor parallelism: {e}"))
-                })?;
+            let model =
+                TpTransformer::from_shards(&vs.root(), &local, initial.config(), heads, &groups.tp)
+                    .map_err(|e| {
+                        RunError::Unsupported(format!("`{name}` under tensor parallelism: {e}"))
+                    })?;
             (vs, Model::Tp(model), Some(groups))
         } else {
+            let (whole_vs, whole) = initial.into_whole(role, heads, device)?;
             (whole_vs, Model::Whole(whole), None)
         };
         let training = match settings.training {
@@ -497,16 +525,91 @@ fn heads_of(role: &Role) -> Heads {
     }
 }
 
+/// A role's weights before training: a whole model, or (for a sharded layout, when the init
+/// can be read a piece at a time) a source each rank reads its own shard from.
+enum Initial {
+    Whole(nn::VarStore, Transformer),
+    Sliced {
+        config: ModelConfig,
+        params: Vec<Parameter>,
+        source: Box<dyn WeightSource>,
+    },
+}
+
+impl Initial {
+    fn config(&self) -> &ModelConfig {
+        match self {
+            Initial::Whole(_, model) => model.config(),
+            Initial::Sliced { config, .. } => config,
+        }
+    }
+
+    /// Every parameter's full shape by name.
+    fn shapes(&self) -> BTreeMap<String, Vec<i64>> {
+        match self {
+            Initial::Whole(vs, _) => vs
+                .variables()
+                .into_iter()
+                .map(|(name, t)| (name, t.size()))
+                .collect(),
+            Initial::Sliced { params, .. } => params
+                .iter()
+                .map(|p| (p.name.clone(), p.shape.clone()))
+                .collect(),
+        }
+    }
+
+    /// The rank at `coord` of `layout`'s shards, flat (`parallel::materialise::rank_shards`);
+    /// from a whole model, cut from it.
+    fn shards(
+        &self,
+        layout: &Layout,
+        coord: Coord,
+        device: Device,
+    ) -> std::result::Result<BTreeMap<String, Tensor>, String> {
+        let config = self.config();
+        let cut;
+        let (source, params): (&dyn WeightSource, Vec<Parameter>) = match self {
+            Initial::Whole(vs, model) => {
+                cut = vs.variables().into_iter().collect::<BTreeMap<_, _>>();
+                (&Cut(&cut), parameters(config, model.heads()))
+            }
+            Initial::Sliced { params, source, .. } => (source.as_ref(), params.clone()),
+        };
+        rank_shards(source, &params, config, layout, coord, device).map_err(|e| e.to_string())
+    }
+
+    /// The whole model (a sliced source is read whole).
+    fn into_whole(
+        self,
+        role: &Role,
+        heads: Heads,
+        device: Device,
+    ) -> Result<(nn::VarStore, Transformer)> {
+        match self {
+            Initial::Whole(vs, model) => Ok((vs, model)),
+            Initial::Sliced { config, .. } => Err(RunError::Plan(format!(
+                "`{}`: a {heads:?} model of {config:?} was opened for shards on {device:?}, \
+                 then asked for whole",
+                role.name
+            ))),
+        }
+    }
+}
+
 /// The role's weights before training: seeded random, a copy of another role's initial
-/// weights (`frozen(policy)`), or a Hugging Face folder.
+/// weights (`frozen(policy)`), a Hugging Face folder, or an rlc checkpoint. Under a `sharded`
+/// layout seeded and Hugging Face weights are opened as sources of shards, so that no rank
+/// builds the whole model; a checkpoint is read whole, then cut.
 fn initial_weights(
     plan: &Plan,
     role: &Role,
     heads: Heads,
     source_dir: &Path,
     device: Device,
+    sharded: bool,
     depth: usize,
-) -> Result<(nn::VarStore, Transformer)> {
+) -> Result<Initial> {
     match &role.init {
         Init::Random { seed } => {
             let arch = role
@@ -514,33 +617,57 @@ fn initial_weights(
                 .as_ref()
                 .ok_or_else(|| RunError::Plan(format!("`{}` has no architecture", role.name)))?;
             let config = super::settings::model_config(arch);
+            if sharded {
+                config
+                    .validate()
+                    .map_err(|e| RunError::Plan(format!("`{}`: {e}", role.name)))?;
+                return Ok(Initial::Sliced {
+                    params: parameters(&config, heads),
+                    config,
+                    source: Box::new(Seeded { seed: *seed }),
+                });
+            }
             let vs = nn::VarStore::new(device);
             let model = Transformer::new(&vs.root(), &config, heads, *seed)
                 .map_err(|e| RunError::Plan(format!("`{}`: {e}", role.name)))?;
-            Ok((vs, model))
+            Ok(Initial::Whole(vs, model))
         }
         Init::CopyOf { role: source } if depth < 8 => {
             let source = plan
                 .role(source)
                 .ok_or_else(|| RunError::Plan(format!("no role `{source}`")))?;
-            initial_weights(plan, source, heads, source_dir, device, depth + 1)
+            initial_weights(plan, source, heads, source_dir, device, sharded, depth + 1)
         }
         Init::HuggingFace { path } => {
             let refused = |message: String| RunError::Weights {
                 role: role.name.clone(),
                 message,
             };
-            let (vs, model) = crate::hf::load_model(&source_dir.join(path), heads, device)
-                .map_err(|e| refused(e.to_string()))?;
+            let dir = source_dir.join(path);
+            let initial = if sharded {
+                let (config, params, slices) =
+                    crate::hf::open_slices(&dir, heads).map_err(|e| refused(e.to_string()))?;
+                Initial::Sliced {
+                    config,
+                    params,
+                    source: Box::new(slices),
+                }
+            } else {
+                let (vs, model) = crate::hf::load_model(&dir, heads, device)
+                    .map_err(|e| refused(e.to_string()))?;
+                Initial::Whole(vs, model)
+            };
             // The model is built from config.json; an `arch` that asks for other positions
             // would be silently ignored.
             if let Some(arch) = &role.arch {
-                super::settings::same_positions(arch, model.config()).map_err(refused)?;
+                super::settings::same_positions(arch, initial.config()).map_err(refused)?;
             }
-            Ok((vs, model))
+            Ok(initial)
         }
         Init::Checkpoint { path } => {
-            super::ckpt::initial_from_checkpoint(&source_dir.join(path), role, heads, device)
+            let (vs, model) =
+                super::ckpt::initial_from_checkpoint(&source_dir.join(path), role, heads, device)?;
+            Ok(Initial::Whole(vs, model))
         }
         other => Err(RunError::Unsupported(format!(
             "initialising `{}` from {other:?}",

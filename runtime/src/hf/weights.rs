@@ -8,15 +8,15 @@ use tch::{Tensor, nn};
 
 use super::HfError;
 
-const SINGLE_FILE: &str = "model.safetensors";
-const INDEX_FILE: &str = "model.safetensors.index.json";
+pub(super) const SINGLE_FILE: &str = "model.safetensors";
+pub(super) const INDEX_FILE: &str = "model.safetensors.index.json";
 
 /// Heads that causal-LM checkpoints do not carry; they keep their init when absent.
-const OPTIONAL: [&str; 2] = ["value_head.weight", "score.weight"];
+pub(super) const OPTIONAL: [&str; 2] = ["value_head.weight", "score.weight"];
 
 #[derive(Debug, Deserialize)]
-struct ShardIndex {
-    weight_map: BTreeMap<String, String>,
+pub(super) struct ShardIndex {
+    pub(super) weight_map: BTreeMap<String, String>,
 }
 
 /// A checkpoint tensor and the file it came from (for errors).
@@ -78,7 +78,7 @@ pub fn load_weights(vs: &mut nn::VarStore, dir: &Path) -> Result<(), HfError> {
 
 /// Tensors a checkpoint may hold that a model need not have: a tied or absent LM head, and the
 /// rotary frequencies some old exports saved.
-fn ignorable(name: &str) -> bool {
+pub(super) fn ignorable(name: &str) -> bool {
     name == "lm_head.weight" || name.ends_with("rotary_emb.inv_freq")
 }
 

@@ -1,7 +1,7 @@
 //! The building blocks of one decoder layer. Parameters are registered under the Hugging Face
 //! Llama names relative to the `nn::Path` each block is given.
 
-use tch::{Kind, Tensor, nn};
+use tch::{Device, Kind, Tensor, nn};
 
 use super::cache::LayerCache;
 use super::config::ModelConfig;
@@ -11,9 +11,23 @@ use crate::rng::Rng;
 /// Standard deviation of the random init (the `initializer_range` of Llama/Qwen2 configs).
 pub const INIT_STD: f64 = 0.02;
 
-/// A weight of `shape` drawn from N(0, INIT_STD²) with the model's own generator.
-pub fn normal_var(path: &nn::Path, name: &str, shape: &[i64], rng: &mut Rng) -> Tensor {
-    path.var_copy(name, &rng.normal_tensor(shape, INIT_STD))
+/// How a model being built fills its N(0, INIT_STD²) weights.
+pub(crate) enum Draw {
+    /// Drawn in registration order from the model's own generator (seeded random init; the
+    /// order `model::init::parameters` lists).
+    Seeded(Rng),
+    /// Left without elements: a skeleton whose weights are set later, one unit at a time
+    /// (FSDP), so that building it never holds the whole model.
+    Skeleton,
+}
+
+/// A weight of `shape` drawn from N(0, INIT_STD²) with the model's own generator (a zero-element
+/// variable in a skeleton).
+pub(crate) fn normal_var(path: &nn::Path, name: &str, shape: &[i64], rng: &mut Draw) -> Tensor {
+    match rng {
+        Draw::Seeded(rng) => path.var_copy(name, &rng.normal_tensor(shape, INIT_STD)),
+        Draw::Skeleton => path.var_copy(name, &Tensor::zeros([0], (Kind::Float, Device::Cpu))),
+    }
 }
 
 #[derive(Debug)]
@@ -47,7 +61,7 @@ pub struct Linear {
 }
 
 impl Linear {
-    pub fn new(path: &nn::Path, inputs: i64, outputs: i64, bias: bool, rng: &mut Rng) -> Self {
+    pub fn new(path: &nn::Path, inputs: i64, outputs: i64, bias: bool, rng: &mut Draw) -> Self {
         let weight = normal_var(path, "weight", &[outputs, inputs], rng);
         let bias = bias.then(|| path.zeros("bias", &[outputs]));
         Self { weight, bias }
@@ -67,7 +81,7 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn new(path: &nn::Path, config: &ModelConfig, rng: &mut Rng) -> Self {
+    pub fn new(path: &nn::Path, config: &ModelConfig, rng: &mut Draw) -> Self {
         Self {
             gate_proj: Linear::new(&(path / "gate_proj"), config.hidden, config.ffn, false, rng),
             up_proj: Linear::new(&(path / "up_proj"), config.hidden, config.ffn, false, rng),
@@ -94,7 +108,7 @@ pub struct Attention {
 }
 
 impl Attention {
-    pub fn new(path: &nn::Path, config: &ModelConfig, rng: &mut Rng) -> Self {
+    pub fn new(path: &nn::Path, config: &ModelConfig, rng: &mut Draw) -> Self {
         let (hidden, head_dim) = (config.hidden, config.head_dim());
         let kv_width = config.kv_heads * head_dim;
         let bias = config.qkv_bias;
@@ -208,7 +222,7 @@ pub struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    pub fn new(path: &nn::Path, config: &ModelConfig, rng: &mut Rng) -> Self {
+    pub fn new(path: &nn::Path, config: &ModelConfig, rng: &mut Draw) -> Self {
         Self {
             input_layernorm: RmsNorm::new(
                 &(path / "input_layernorm"),

@@ -3,6 +3,7 @@
 
 mod cache;
 mod config;
+pub mod init;
 mod layers;
 mod rope;
 mod transformer;
@@ -14,7 +15,7 @@ pub use transformer::{Heads, Transformer, token_logprobs};
 
 // The blocks a model is built from, for the parallel layouts that rebuild it in shards.
 pub(crate) use cache::LayerCache;
-pub(crate) use layers::{DecoderLayer, HeadCounts, RmsNorm, grouped_attention};
+pub(crate) use layers::{DecoderLayer, Draw, HeadCounts, RmsNorm, grouped_attention};
 pub(crate) use rope::{Rope, RopeAngles};
 pub(crate) use transformer::{add_positions, attention_bias, token_positions};
 

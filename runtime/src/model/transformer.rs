@@ -5,7 +5,7 @@ use tch::{Kind, Tensor, nn};
 
 use super::cache::KvCache;
 use super::config::{ConfigError, ModelConfig, Positions};
-use super::layers::{DecoderLayer, RmsNorm, normal_var};
+use super::layers::{DecoderLayer, Draw, RmsNorm, normal_var};
 use super::rope::Rope;
 use crate::rng::Rng;
 
@@ -65,8 +65,27 @@ impl Transformer {
         heads: Heads,
         seed: u64,
     ) -> Result<Self, ConfigError> {
+        Self::build(root, config, heads, Draw::Seeded(Rng::new(seed)))
+    }
+
+    /// The model's blocks with every N(0, σ²) weight a zero-element variable (norms and biases
+    /// hold their init: they are vectors): parameters to be set whole later, and no memory for
+    /// the model's matrices meanwhile.
+    pub(crate) fn skeleton(
+        root: &nn::Path,
+        config: &ModelConfig,
+        heads: Heads,
+    ) -> Result<Self, ConfigError> {
+        Self::build(root, config, heads, Draw::Skeleton)
+    }
+
+    fn build(
+        root: &nn::Path,
+        config: &ModelConfig,
+        heads: Heads,
+        mut rng: Draw,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let mut rng = Rng::new(seed);
         let trunk = root / "model";
         let embed_tokens = normal_var(
             &(&trunk / "embed_tokens"),

@@ -8,6 +8,7 @@
 pub mod combined;
 pub mod fsdp;
 pub mod groups;
+pub mod materialise;
 pub mod pp;
 pub mod reshard;
 pub mod shards;

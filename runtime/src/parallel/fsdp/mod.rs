@@ -31,7 +31,7 @@ use tch::{Kind, Tensor, nn};
 
 use crate::collectives::{CollectiveError, Communicator, ReduceOp};
 use crate::model::{
-    ConfigError, Heads, ModelConfig, RopeAngles, Transformer, add_positions, attention_bias,
+    ConfigError, Heads, ModelConfig, RopeAngles, Transformer, add_positions, attention_bias, init,
     token_logprobs, token_positions,
 };
 use crate::optim::{AdamW, AdamWConfig, clip_to};
@@ -181,34 +181,109 @@ impl<'c> Fsdp<'c> {
         replicas: &'c Communicator,
         adamw: AdamWConfig,
     ) -> Result<Self, FsdpError> {
+        let (rank, world) = (shards.rank(), shards.world_size());
+        Self::build(
+            weights,
+            config,
+            shards,
+            replicas,
+            adamw,
+            |full, spec, kind| {
+                if full.size() != spec.shape {
+                    return Err(FsdpError::WeightShape {
+                        name: spec.name.clone(),
+                        expected: spec.shape.clone(),
+                        found: full.size(),
+                    });
+                }
+                Ok(flat::take_shard(&full.to_kind(kind), spec, rank, world))
+            },
+        )
+    }
+
+    /// As [`Fsdp::new`] from this rank's shards alone: `local` holds, under each parameter's
+    /// name, the flat elements `parallel::shards::holding` gives this rank's FSDP coordinate
+    /// (its unpadded chunk of the flattened parameter), as `parallel::materialise::rank_shards`
+    /// makes them. No rank ever holds a full weight.
+    pub fn from_shards(
+        local: &BTreeMap<String, Tensor>,
+        config: &ModelConfig,
+        groups: &'c RankGroups,
+        adamw: AdamWConfig,
+    ) -> Result<Self, FsdpError> {
+        let layout = groups.layout;
+        if layout.tp != 1 || layout.pp != 1 {
+            return Err(FsdpError::Layout {
+                tp: layout.tp,
+                pp: layout.pp,
+            });
+        }
+        let (shards, replicas) = (&groups.fsdp, &groups.dp);
+        let (rank, world) = (shards.rank() as i64, shards.world_size() as i64);
+        Self::build(
+            local,
+            config,
+            shards,
+            replicas,
+            adamw,
+            |piece, spec, kind| {
+                let chunk = crate::parallel::shards::fsdp_chunk(spec.numel, world, rank);
+                let len = chunk.end - chunk.start;
+                if piece.numel() as i64 != len {
+                    return Err(FsdpError::WeightShape {
+                        name: spec.name.clone(),
+                        expected: vec![len],
+                        found: piece.size(),
+                    });
+                }
+                // Zero padding, as `take_shard` pads.
+                Ok(piece
+                    .reshape([-1])
+                    .to_kind(kind)
+                    .constant_pad_nd([0, spec.shard - len]))
+            },
+        )
+    }
+
+    /// The model over `shards` whose every parameter's shard `shard_of` makes from what
+    /// `weights` holds under its name (given the parameter's layout and kind); the skeleton's
+    /// blocks hold no matrix meanwhile.
+    fn build(
+        weights: &BTreeMap<String, Tensor>,
+        config: &ModelConfig,
+        shards: &'c Communicator,
+        replicas: &'c Communicator,
+        adamw: AdamWConfig,
+        shard_of: impl Fn(&Tensor, &ParamSpec, Kind) -> Result<Tensor, FsdpError>,
+    ) -> Result<Self, FsdpError> {
         let device = weights
             .values()
             .next()
             .map_or(tch::Device::Cpu, Tensor::device);
         let vs = nn::VarStore::new(device);
-        // The skeleton's random values are dropped below; only its blocks are used.
-        let skeleton = Transformer::new(&vs.root(), config, Heads::POLICY, 0)?;
+        // The skeleton's matrices have no elements; its blocks read gathered ones.
+        let skeleton = Transformer::skeleton(&vs.root(), config, Heads::POLICY)?;
+        let shapes: BTreeMap<String, Vec<i64>> = init::parameters(config, Heads::POLICY)
+            .into_iter()
+            .map(|p| (p.name, p.shape))
+            .collect();
         let variables: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
         if let Some(name) = weights.keys().find(|n| !variables.contains_key(*n)) {
             return Err(FsdpError::UnexpectedWeight(name.clone()));
         }
-        let (rank, world) = (shards.rank(), shards.world_size());
+        let world = shards.world_size();
         let mut params = Vec::with_capacity(variables.len());
         for (name, mut var) in variables {
-            let full = weights
+            let given = weights
                 .get(&name)
                 .ok_or_else(|| FsdpError::MissingWeight(name.clone()))?;
-            if full.size() != var.size() {
-                return Err(FsdpError::WeightShape {
-                    name,
-                    expected: var.size(),
-                    found: full.size(),
-                });
-            }
-            let spec = ParamSpec::new(name, var.size(), world);
-            let shard =
-                tch::no_grad(|| flat::take_shard(&full.to_kind(var.kind()), &spec, rank, world))
-                    .set_requires_grad(true);
+            let shape = shapes
+                .get(&name)
+                .ok_or_else(|| FsdpError::UnexpectedWeight(name.clone()))?;
+            let spec = ParamSpec::new(name, shape.clone(), world);
+            let shard = tch::no_grad(|| shard_of(given, &spec, var.kind()))?
+                .to_device(device)
+                .set_requires_grad(true);
             // A defined zero gradient from the start, accumulated into in place.
             shard.sum(Kind::Float).f_mul_scalar(0.0)?.f_backward()?;
             var.set_data(&Tensor::empty([0], (var.kind(), device)));

@@ -7,7 +7,7 @@ use tch::{Tensor, nn};
 use super::stage::Stage;
 use crate::collectives::CollectiveError;
 use crate::model::{
-    DecoderLayer, LayerCache, ModelConfig, Positions, RmsNorm, RopeAngles, add_positions,
+    DecoderLayer, Draw, LayerCache, ModelConfig, Positions, RmsNorm, RopeAngles, add_positions,
 };
 use crate::parallel::Tape;
 use crate::rng::Rng;
@@ -108,7 +108,7 @@ pub(crate) fn plain_parts<'c>(
     let embed_tokens = || (&trunk / "embed_tokens").zeros("weight", &matrix);
     let embedding = stage.is_first().then(embed_tokens);
     // Only placeholders are drawn: the generator's values are overwritten.
-    let mut rng = Rng::new(0);
+    let mut rng = Draw::Seeded(Rng::new(0));
     let layers = stage
         .layers
         .clone()
