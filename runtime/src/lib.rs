@@ -19,3 +19,4 @@ pub mod parallel;
 pub mod report;
 pub mod rng;
 pub mod tensor_file;
+pub mod verify;

@@ -48,6 +48,17 @@ pub enum RunError {
     /// `--resume` cannot continue the run in the folder as asked.
     #[error("cannot resume: {0}")]
     Resume(String),
+    /// A verifier gave no score for a sample and its declaration says `on_error: fail`.
+    #[error("verifier `{verifier}` failed on sample {sample} at step {step}: {cause}")]
+    Verifier {
+        verifier: String,
+        step: u64,
+        sample: u64,
+        cause: String,
+    },
+    /// A verifier's workers cannot start.
+    #[error("{message}")]
+    VerifierStart { message: String },
     /// An option of the run does not fit this machine.
     #[error("{0}")]
     Options(String),

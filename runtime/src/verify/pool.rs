@@ -1,0 +1,276 @@
+//! A verifier's pool: `workers` long-lived workers (processes, or concurrent connections to an
+//! HTTP server), requests of up to `batch` items spread over them concurrently, each response
+//! matched to its request by id and checked item by item. A worker that crashed, hung or wrote
+//! something that is not a response is dropped; the next request its slot serves starts a new
+//! one.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rlc_plan::model::{Verifier, VerifierEndpoint};
+
+use super::http::HttpTarget;
+use super::protocol::{self, Item, ItemResult};
+use super::worker::{Fault, Worker, WorkerSpec};
+
+/// One item's score, or why it has none (the cause, for messages).
+pub type Outcome = Result<Scored, String>;
+
+/// A finite reward and the declared metrics, in declaration order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    pub reward: f32,
+    pub metrics: Vec<f32>,
+}
+
+enum Target {
+    Program(WorkerSpec),
+    Http(HttpTarget),
+}
+
+#[derive(Default)]
+struct Slot {
+    worker: Option<Worker>,
+}
+
+pub struct Pool {
+    verifier: Verifier,
+    target: Target,
+    slots: Vec<Mutex<Slot>>,
+    next_id: AtomicU64,
+    /// The no-network warning was given.
+    warned: AtomicBool,
+    /// Workers started after the first ones (after a fault).
+    restarts: AtomicU64,
+}
+
+impl Pool {
+    /// Starts `verifier`'s workers now (a program that cannot start is an error here, before
+    /// anything is scored). Relative paths in its command start from `base_dir`.
+    pub fn start(verifier: &Verifier, base_dir: &Path) -> Result<Pool, String> {
+        let name = &verifier.name;
+        let fail = |e: String| format!("verifier `{name}`: {e}");
+        if verifier.workers == 0 || verifier.batch == 0 || verifier.timeout_ms == 0 {
+            return Err(fail(
+                "workers, batch and timeout must be at least 1".to_string(),
+            ));
+        }
+        let target = match &verifier.endpoint {
+            VerifierEndpoint::Program { command } => Target::Program(WorkerSpec {
+                name: name.clone(),
+                command: resolve(command, base_dir),
+                limits: verifier.limits.clone(),
+            }),
+            VerifierEndpoint::Http { url } => Target::Http(HttpTarget::parse(url).map_err(fail)?),
+        };
+        let pool = Pool {
+            verifier: verifier.clone(),
+            target,
+            slots: (0..verifier.workers).map(|_| Mutex::default()).collect(),
+            next_id: AtomicU64::new(0),
+            warned: AtomicBool::new(false),
+            restarts: AtomicU64::new(0),
+        };
+        if let Target::Program(spec) = &pool.target {
+            for slot in &pool.slots {
+                let worker = pool.spawn(spec).map_err(fail)?;
+                slot.lock().unwrap_or_else(|e| e.into_inner()).worker = Some(worker);
+            }
+        }
+        Ok(pool)
+    }
+
+    pub fn verifier(&self) -> &Verifier {
+        &self.verifier
+    }
+
+    /// Workers started again after a fault, so far.
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// The process ids of the live workers (for tests and diagnostics).
+    pub fn pids(&self) -> Vec<Option<u32>> {
+        self.slots
+            .iter()
+            .map(|s| {
+                let slot = s.lock().unwrap_or_else(|e| e.into_inner());
+                slot.worker.as_ref().map(Worker::pid)
+            })
+            .collect()
+    }
+
+    /// Scores `items`: one outcome per item, in order. Requests of up to `batch` items go to the
+    /// workers concurrently; never blocks longer than the timeout per request a worker serves.
+    pub fn score(&self, items: &[Item]) -> Vec<Outcome> {
+        let chunks: Vec<&[Item]> = items.chunks(self.verifier.batch as usize).collect();
+        if chunks.len() <= 1 {
+            return chunks
+                .first()
+                .map(|c| self.request(&self.slots[0], c))
+                .unwrap_or_default();
+        }
+        let next = AtomicUsize::new(0);
+        let threads = self.slots.len().min(chunks.len());
+        let mut done: Vec<(usize, Vec<Outcome>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = self.slots[..threads]
+                .iter()
+                .map(|slot| {
+                    let (next, chunks) = (&next, &chunks);
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(chunk) = chunks.get(i) else { break };
+                            mine.push((i, self.request(slot, chunk)));
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        done.sort_by_key(|(i, _)| *i);
+        let out: Vec<Outcome> = done.into_iter().flat_map(|(_, o)| o).collect();
+        debug_assert_eq!(out.len(), items.len());
+        out
+    }
+
+    fn spawn(&self, spec: &WorkerSpec) -> Result<Worker, String> {
+        let (worker, refused) = Worker::spawn(spec)?;
+        if let Some(why) = refused
+            && !self.warned.swap(true, Ordering::Relaxed)
+        {
+            eprintln!(
+                "warning: verifier `{}`: the OS does not let rlc cut its workers off the network \
+                 ({why}); they run with network access",
+                self.verifier.name
+            );
+        }
+        Ok(worker)
+    }
+
+    /// One request of `items` on `slot`'s worker: an outcome per item.
+    fn request(&self, slot: &Mutex<Slot>, items: &[Item]) -> Vec<Outcome> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let line = protocol::encode(id, items);
+        let timeout = Duration::from_millis(self.verifier.timeout_ms);
+        let all = |cause: String| vec![Err(cause); items.len()];
+        let answer = match &self.target {
+            Target::Http(target) => target.post(&line, timeout),
+            Target::Program(spec) => {
+                let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                if slot.worker.is_none() {
+                    match self.spawn(spec) {
+                        Ok(w) => {
+                            self.restarts.fetch_add(1, Ordering::Relaxed);
+                            slot.worker = Some(w);
+                        }
+                        Err(e) => return all(format!("no worker: {e}")),
+                    }
+                }
+                let worker = slot.worker.as_mut().expect("started above");
+                let cpu = self.verifier.limits.cpu_seconds;
+                match worker.call(&line, timeout, cpu) {
+                    Ok(text) => match self.check(&text, id, items.len()) {
+                        Ok(outcomes) => return outcomes,
+                        // Out of step with the protocol: start afresh.
+                        Err((cause, restart)) => {
+                            let cause = format!("worker {}{cause}", worker.pid());
+                            if restart {
+                                slot.worker = None;
+                            }
+                            return all(cause);
+                        }
+                    },
+                    Err(Fault(cause)) => {
+                        let cause = format!("worker {} {cause}", worker.pid());
+                        slot.worker = None;
+                        return all(cause);
+                    }
+                }
+            }
+        };
+        match answer.and_then(|text| self.check(&text, id, items.len()).map_err(|(c, _)| c)) {
+            Ok(outcomes) => outcomes,
+            Err(cause) => all(format!("the server {}", cause.trim_start())),
+        }
+    }
+
+    /// A response line → the outcome of each of `count` items, or the cause of failing them
+    /// all and whether the worker must be started again.
+    fn check(&self, text: &str, id: u64, count: usize) -> Result<Vec<Outcome>, (String, bool)> {
+        let response = protocol::decode(text).map_err(|e| (format!(" {e}"), true))?;
+        if response.id != id {
+            return Err((
+                format!(" answered request {} when asked request {id}", response.id),
+                true,
+            ));
+        }
+        if let Some(error) = response.error {
+            return Err((format!(" answered with an error: {error}"), false));
+        }
+        let results = response.results.unwrap_or_default();
+        if results.len() != count {
+            return Err((
+                format!(" returned {} results for {count} items", results.len()),
+                false,
+            ));
+        }
+        Ok(results.into_iter().map(|r| self.item(r)).collect())
+    }
+
+    fn item(&self, r: ItemResult) -> Outcome {
+        if let Some(error) = r.error {
+            return Err(format!("error: {error}"));
+        }
+        let finite = |what: &str, v: Option<f64>| -> Result<f32, String> {
+            let v = v.ok_or_else(|| format!("the result has no {what}"))?;
+            let f = v as f32;
+            if f.is_finite() {
+                Ok(f)
+            } else {
+                Err(format!("the {what} is not a finite f32 ({v})"))
+            }
+        };
+        let reward = finite("reward", r.reward)?;
+        let metrics = self
+            .verifier
+            .metrics
+            .iter()
+            .map(|m| {
+                finite(
+                    &format!("metric `{m}`"),
+                    r.metrics.get(m).copied().flatten(),
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Scored { reward, metrics })
+    }
+}
+
+/// The command with its relative paths made absolute from `base`: a program path with a `/`,
+/// and each argument that names an existing file or folder under `base`. A bare program name is
+/// looked up on `PATH`.
+pub fn resolve(command: &[String], base: &Path) -> Vec<String> {
+    let base: PathBuf = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+    command
+        .iter()
+        .enumerate()
+        .map(|(i, arg)| {
+            let path = Path::new(arg);
+            let relative = !arg.is_empty() && path.is_relative();
+            let program_path = i == 0 && arg.contains('/');
+            if relative && (program_path || (i > 0 && base.join(path).exists())) {
+                base.join(path).to_string_lossy().into_owned()
+            } else {
+                arg.clone()
+            }
+        })
+        .collect()
+}
