@@ -238,6 +238,9 @@ pub enum DatasetSource {
         path: String,
         field: String,
         tokenizer: Option<String>,
+        /// `keep: [...]`: the other fields of each line the run keeps (verifiers read them).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keep: Vec<String>,
     },
 }
 

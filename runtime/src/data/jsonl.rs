@@ -1,6 +1,7 @@
 //! `jsonl(path, field)`: a fixed set of prompts, one JSON object per line, written as text in the
 //! task alphabet (see `tokens`), or in any text a Hugging Face model's `tokenizer.json` encodes.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -17,6 +18,8 @@ const TARGET_FIELD: &str = "target";
 pub struct JsonlPrompts {
     path: PathBuf,
     samples: Vec<Sample>,
+    /// The fields the dataset keeps (`keep: [...]`) of each sample, by row: what verifiers read.
+    fields: Vec<BTreeMap<String, String>>,
     /// Token ids are below this: the task vocabulary's, or the tokenizer's.
     vocab: i64,
     specials: Specials,
@@ -36,7 +39,20 @@ impl JsonlPrompts {
     /// Reads `path`, taking each line's prompt from `field`. Blank lines are skipped (a trailing
     /// newline is common) but still counted, so line numbers in errors match an editor's.
     pub fn load(path: &Path, field: &str) -> Result<JsonlPrompts, DataError> {
-        JsonlPrompts::load_with(path, field, Encoder::Task)
+        JsonlPrompts::load_with(path, field, &[], Encoder::Task)
+    }
+
+    /// Like [`load`](Self::load) (or [`load_with_tokenizer`](Self::load_with_tokenizer) with a
+    /// tokenizer), also keeping each line's fields named in `keep` as text (a string as it is,
+    /// any other JSON value as its JSON text); a line without one of them is an error.
+    pub fn load_keeping(
+        path: &Path,
+        field: &str,
+        keep: &[String],
+        tokenizer: Option<&HfTokenizer>,
+    ) -> Result<JsonlPrompts, DataError> {
+        let encoder = tokenizer.map_or(Encoder::Task, Encoder::Hf);
+        JsonlPrompts::load_with(path, field, keep, encoder)
     }
 
     /// Like [`load`](Self::load), encoding the text with a Hugging Face `tokenizer`: any text it
@@ -46,28 +62,38 @@ impl JsonlPrompts {
         field: &str,
         tokenizer: &HfTokenizer,
     ) -> Result<JsonlPrompts, DataError> {
-        JsonlPrompts::load_with(path, field, Encoder::Hf(tokenizer))
+        JsonlPrompts::load_with(path, field, &[], Encoder::Hf(tokenizer))
     }
 
-    fn load_with(path: &Path, field: &str, encoder: Encoder) -> Result<JsonlPrompts, DataError> {
+    fn load_with(
+        path: &Path,
+        field: &str,
+        keep: &[String],
+        encoder: Encoder,
+    ) -> Result<JsonlPrompts, DataError> {
         let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
             path: path.to_path_buf(),
             source,
         })?;
         // A UTF-8 byte-order mark (some editors on Windows start files with one) is not text.
         let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-        let samples = text
+        let (mut samples, fields): (Vec<Sample>, Vec<_>) = text
             .lines()
             .enumerate()
             .filter(|(_, line)| !line.trim().is_empty())
             .map(|(i, line)| {
-                parse_line(line, field, encoder).map_err(|problem| DataError::Line {
+                parse_line(line, field, keep, encoder).map_err(|problem| DataError::Line {
                     path: path.to_path_buf(),
                     line: i + 1,
                     problem,
                 })
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
+        for (row, sample) in samples.iter_mut().enumerate() {
+            sample.row = Some(row as u64);
+        }
         if samples.is_empty() {
             return Err(DataError::Empty {
                 path: path.to_path_buf(),
@@ -87,9 +113,15 @@ impl JsonlPrompts {
         Ok(JsonlPrompts {
             path: path.to_path_buf(),
             samples,
+            fields,
             vocab,
             specials,
         })
+    }
+
+    /// The kept fields of row `row` (`Sample::row`).
+    pub fn fields(&self, row: u64) -> Option<&BTreeMap<String, String>> {
+        self.fields.get(usize::try_from(row).ok()?)
     }
 
     pub fn path(&self) -> &Path {
@@ -118,8 +150,14 @@ impl JsonlPrompts {
     }
 }
 
-/// One line → a sample, or what is wrong with it (the caller adds file and line).
-fn parse_line(line: &str, field: &str, encoder: Encoder) -> Result<Sample, String> {
+/// One line → a sample and its kept fields, or what is wrong with it (the caller adds file and
+/// line).
+fn parse_line(
+    line: &str,
+    field: &str,
+    keep: &[String],
+    encoder: Encoder,
+) -> Result<(Sample, BTreeMap<String, String>), String> {
     let value: Value = serde_json::from_str(line).map_err(|e| format!("invalid JSON: {e}"))?;
     let object = value
         .as_object()
@@ -169,7 +207,20 @@ fn parse_line(line: &str, field: &str, encoder: Encoder) -> Result<Sample, Strin
             target
         }
     };
-    Ok(Sample { prompt, target })
+    let kept = keep
+        .iter()
+        .map(|name| match object.get(name) {
+            Some(Value::String(s)) => Ok((name.clone(), s.clone())),
+            Some(other) => Ok((name.clone(), other.to_string())),
+            None => Err(format!("no field `{name}` (the dataset keeps it)")),
+        })
+        .collect::<Result<_, _>>()?;
+    let sample = Sample {
+        prompt,
+        target,
+        row: None,
+    };
+    Ok((sample, kept))
 }
 
 fn describe(value: &Value) -> &'static str {

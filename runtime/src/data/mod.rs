@@ -53,6 +53,9 @@ pub struct Sample {
     /// The answer tokens followed by EOS (where the tokenizer has one); empty when the source has
     /// no reference answer.
     pub target: Vec<i64>,
+    /// The sample's row in a fixed dataset (a JSONL file's prompts, in file order): where its
+    /// other fields are (`JsonlPrompts::fields`). `None` for drawn task samples.
+    pub row: Option<u64>,
 }
 
 /// The ids a source's text ends an answer and pads with.
@@ -97,6 +100,17 @@ impl Source {
         tokenizer: &crate::hf::HfTokenizer,
     ) -> Result<Source, DataError> {
         JsonlPrompts::load_with_tokenizer(path, field, tokenizer).map(Source::Jsonl)
+    }
+
+    /// `jsonl(path, field, keep: [...])`, in the task alphabet or through `tokenizer`, keeping
+    /// the named fields of each line for verifiers.
+    pub fn jsonl_keeping(
+        path: &Path,
+        field: &str,
+        keep: &[String],
+        tokenizer: Option<&crate::hf::HfTokenizer>,
+    ) -> Result<Source, DataError> {
+        JsonlPrompts::load_keeping(path, field, keep, tokenizer).map(Source::Jsonl)
     }
 
     /// The vocabulary the prompts are written in: the task's, or the tokenizer's.

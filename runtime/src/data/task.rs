@@ -115,7 +115,11 @@ impl Task {
         };
         prompt.push(EQUALS);
         target.push(EOS);
-        Sample { prompt, target }
+        Sample {
+            prompt,
+            target,
+            row: None,
+        }
     }
 }
 

@@ -295,6 +295,38 @@ fn score_is_the_fraction_of_matching_target_positions() {
     let no_target = Sample {
         prompt: vec![BOS],
         target: vec![],
+        row: None,
     };
     assert_eq!(score(&[EOS], &no_target), 0.0);
+}
+
+#[test]
+fn jsonl_keeps_the_named_fields_of_each_row_as_text() {
+    let file = TempFile::new(
+        "{\"prompt\": \"12+5=\", \"answer\": \"17\", \"level\": 3}\n\n\
+         {\"prompt\": \"1+1=\", \"answer\": \"2\", \"level\": {\"a\": 1}}\n",
+    );
+    let keep = ["answer".to_string(), "level".to_string()];
+    let Source::Jsonl(prompts) = Source::jsonl_keeping(&file.0, "prompt", &keep, None).unwrap()
+    else {
+        panic!("a JSONL source")
+    };
+    let rows: Vec<Option<u64>> = prompts.samples().iter().map(|s| s.row).collect();
+    assert_eq!(rows, [Some(0), Some(1)]);
+    let second = prompts.fields(1).unwrap();
+    assert_eq!(second["answer"], "2");
+    assert_eq!(
+        second["level"], "{\"a\":1}",
+        "other JSON values as their JSON text"
+    );
+    assert_eq!(prompts.fields(0).unwrap()["level"], "3");
+    assert!(prompts.fields(2).is_none());
+    // A line without a kept field is an error naming the line and the field.
+    let err = Source::jsonl_keeping(&file.0, "prompt", &["missing".to_string()], None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 1") && err.contains("no field `missing` (the dataset keeps it)"),
+        "{err}"
+    );
 }

@@ -18,6 +18,8 @@ pub struct Job<'a> {
     pub modules: &'a Modules,
     /// Each dataset the plan samples, by the name the pipeline uses.
     pub sources: BTreeMap<String, Source>,
+    /// The Hugging Face tokenizer of each dataset that has one (verifiers decode text with it).
+    pub tokenizers: BTreeMap<String, HfTokenizer>,
     /// The loss closure of each `update` op, by op id.
     pub losses: BTreeMap<u32, &'a Closure>,
     /// Iterations of the step loop.
@@ -28,11 +30,16 @@ impl<'a> Job<'a> {
     /// `source_dir`: the root file's folder, which relative dataset paths start from.
     pub fn new(plan: &'a Plan, modules: &'a Modules, source_dir: &Path) -> Result<Job<'a>> {
         let mut sources = BTreeMap::new();
+        let mut tokenizers = BTreeMap::new();
         for op in &plan.ops {
             if let OpKind::Sample { dataset, .. } = &op.kind
                 && !sources.contains_key(dataset)
             {
-                sources.insert(dataset.clone(), dataset_source(plan, dataset, source_dir)?);
+                let (source, tokenizer) = dataset_source(plan, dataset, source_dir)?;
+                sources.insert(dataset.clone(), source);
+                if let Some(tokenizer) = tokenizer {
+                    tokenizers.insert(dataset.clone(), tokenizer);
+                }
             }
         }
         let closures = update_closures(modules)?;
@@ -56,6 +63,7 @@ impl<'a> Job<'a> {
             plan,
             modules,
             sources,
+            tokenizers,
             losses: updates.into_iter().zip(closures).collect(),
             steps,
         })
@@ -102,9 +110,13 @@ fn collect_expr<'a>(expr: &'a Expr, out: &mut Vec<&'a Closure>) {
     }
 }
 
-/// The prompt source the plan lists as `name`. Relative paths start from `source_dir`, the
-/// root file's folder.
-fn dataset_source(plan: &Plan, name: &str, source_dir: &Path) -> Result<Source> {
+/// The prompt source the plan lists as `name`, and its tokenizer where it has one. Relative
+/// paths start from `source_dir`, the root file's folder.
+fn dataset_source(
+    plan: &Plan,
+    name: &str,
+    source_dir: &Path,
+) -> Result<(Source, Option<HfTokenizer>)> {
     let fail = |message: String| RunError::Dataset {
         name: name.to_string(),
         message,
@@ -112,25 +124,28 @@ fn dataset_source(plan: &Plan, name: &str, source_dir: &Path) -> Result<Source> 
     let dataset = plan
         .dataset(name)
         .ok_or_else(|| fail("the plan lists no such dataset".into()))?;
-    let source = match &dataset.source {
+    match &dataset.source {
         DatasetSource::Task { task, digits } => Source::task(
             task.as_str(),
             i64::try_from(*digits).map_err(|_| fail(format!("{digits} digits")))?,
-        ),
+        )
+        .map(|source| (source, None)),
         DatasetSource::Jsonl {
             path,
             field,
-            tokenizer: None,
-        } => Source::jsonl(&source_dir.join(path), field),
-        DatasetSource::Jsonl {
-            path,
-            field,
-            tokenizer: Some(dir),
+            tokenizer,
+            keep,
         } => {
-            let tokenizer = HfTokenizer::load(&source_dir.join(dir))
-                .map_err(|e| fail(format!("its tokenizer: {e}")))?;
-            Source::jsonl_with_tokenizer(&source_dir.join(path), field, &tokenizer)
+            let tokenizer = tokenizer
+                .as_ref()
+                .map(|dir| {
+                    HfTokenizer::load(&source_dir.join(dir))
+                        .map_err(|e| fail(format!("its tokenizer: {e}")))
+                })
+                .transpose()?;
+            Source::jsonl_keeping(&source_dir.join(path), field, keep, tokenizer.as_ref())
+                .map(|source| (source, tokenizer))
         }
-    };
-    source.map_err(|e| fail(e.to_string()))
+    }
+    .map_err(|e| fail(e.to_string()))
 }

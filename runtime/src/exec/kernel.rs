@@ -144,6 +144,7 @@ impl Rank<'_> {
             let sample = data::Sample {
                 prompt: Vec::new(),
                 target,
+                row: None,
             };
             scores.push(data::score(response, &sample) as f32);
         }

@@ -32,8 +32,10 @@ mod supervised;
 mod transfer;
 mod update;
 mod values;
+mod verify;
 
 pub use error::RunError;
+pub use verify::failures_key;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! One rank's interpreter: runs its program's steps, in order, once per loop iteration.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rlc_plan::model::{Carried, Input, Instance, Op, OpKind, RankProgram, ShardMove, Split, Step};
@@ -79,6 +79,10 @@ pub struct Rank<'j> {
     >,
     /// With `--trace`: the run's clock origin and the ops this rank has run so far.
     pub(super) trace: Option<(Instant, Vec<Span>)>,
+    /// The root file's folder (verifier commands' relative paths start there).
+    pub(super) source_dir: PathBuf,
+    /// The worker pool of each verifier this rank has called, started on its first call.
+    pub(super) verifiers: BTreeMap<String, crate::verify::Pool>,
 }
 
 impl<'j> Rank<'j> {
@@ -173,6 +177,8 @@ impl<'j> Rank<'j> {
             fused: Default::default(),
             fused_cuda: Default::default(),
             trace: None,
+            source_dir: source_dir.to_path_buf(),
+            verifiers: BTreeMap::new(),
         })
     }
 
@@ -420,12 +426,7 @@ impl<'j> Rank<'j> {
                 let result = self.kernel(op, step)?;
                 self.set(op, Val::Tensor(result));
             }
-            OpKind::Verify { verifier, .. } => {
-                return Err(RunError::Unsupported(format!(
-                    "`{}`: external verifiers (`{verifier}`) do not run yet",
-                    op.label
-                )));
-            }
+            OpKind::Verify { .. } => self.verify(op, step, out)?,
             OpKind::Update { .. } => self.update(op, step)?,
             OpKind::Log { fields } => {
                 for field in fields {

@@ -73,6 +73,11 @@ pub fn rollout(
     let target = Tensor::from_slice(&targets.concat())
         .view([rows, how.max_new])
         .to_device(device);
+    let dataset_rows: Vec<i64> = samples
+        .iter()
+        .flat_map(|s| std::iter::repeat_n(s.row.map_or(-1, |r| r as i64), how.n as usize))
+        .collect();
+    let dataset_rows = Tensor::from_slice(&dataset_rows).to_device(device);
     let group = &out.group_ids + first;
     let prompt_len = out.prompt_ids.size()[1];
     let ids = Tensor::cat(&[&out.prompt_ids, &response], 1);
@@ -88,6 +93,7 @@ pub fn rollout(
             ("last".into(), last),
             ("group".into(), group),
             (SAMPLED_LOGPROBS.into(), sampled),
+            (DATASET_ROW.into(), dataset_rows),
         ],
         ids,
         attention,
@@ -99,6 +105,10 @@ pub fn rollout(
 /// The rollout field that holds the log-probs the sampler computed, `[R, max_new]` float32 (no
 /// program can name it: it is not an identifier).
 pub const SAMPLED_LOGPROBS: &str = "sampled logprobs";
+
+/// The rollout field that holds each row's row in its dataset (`Sample::row`, -1 for none),
+/// `[R]` int64: where a verifier finds the row's other fields (no program can name it).
+pub const DATASET_ROW: &str = "dataset row";
 
 /// The log-probs of `r`'s response tokens as the sampler computed them: what a `logprobs` op
 /// marked `from_sampling` returns instead of a forward pass. `RLC_FORWARD_LOGPROBS=1` turns the

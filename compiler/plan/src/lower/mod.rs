@@ -412,6 +412,7 @@ fn datasets(program: &Program, ops: &[Op]) -> Vec<Dataset> {
                     path: path.clone(),
                     field: field.clone(),
                     tokenizer: spec.tokenizer.clone(),
+                    keep: Vec::new(),
                 },
                 (kind, _, _) => DatasetSource::Task {
                     task: TaskKind::from_name(kind)?,

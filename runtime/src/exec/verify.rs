@@ -1,0 +1,174 @@
+//! `Verify` ops: this rank's rollout rows, decoded to text with their dataset's tokenizer and
+//! the row fields the verifier asks for, scored by the verifier's worker pool
+//! (`crate::verify`). The pool starts on the rank's first call and lives as long as the rank.
+
+use std::collections::BTreeMap;
+
+use rlc_plan::model::{Op, OpKind};
+use tch::{Device, Kind, Tensor};
+
+use super::error::{Result, RunError};
+use super::rank::{Rank, StepOutput};
+use super::rollout::DATASET_ROW;
+use super::values::{Rollout, Val};
+use crate::collectives::ReduceOp;
+use crate::data::{Source, tokens};
+use crate::hf::HfTokenizer;
+use crate::verify::{Item, Pool, apply};
+
+/// The metric that counts a verifier's failed samples in a step (over all data ranks).
+pub fn failures_key(verifier: &str) -> String {
+    format!("verifier/{verifier}/failures")
+}
+
+impl Rank<'_> {
+    pub(super) fn verify(&mut self, op: &Op, step: u64, out: &mut StepOutput) -> Result<()> {
+        let OpKind::Verify {
+            verifier,
+            dataset,
+            fields,
+        } = &op.kind
+        else {
+            return Err(RunError::Plan(format!("`{}` is not a verify op", op.label)));
+        };
+        let plan = self.job.plan;
+        let declaration = plan
+            .verifiers
+            .iter()
+            .find(|v| v.name == *verifier)
+            .ok_or_else(|| RunError::Plan(format!("no verifier `{verifier}`")))?;
+        let source = self.job.sources.get(dataset).ok_or_else(|| {
+            RunError::Plan(format!("`{}` reads no dataset `{dataset}`", op.label))
+        })?;
+        let tokenizer = self.job.tokenizers.get(dataset);
+        let rollout = self.rollout_input(op)?;
+        let items = items(rollout, source, tokenizer, fields, dataset)?;
+        let (index, _) = self.data_rank(op)?;
+        let first_sample = u64::from(index) * items.len() as u64;
+        if !self.verifiers.contains_key(verifier) {
+            let pool = Pool::start(declaration, &self.source_dir)
+                .map_err(|message| RunError::VerifierStart { message })?;
+            self.verifiers.insert(verifier.clone(), pool);
+        }
+        let outcomes = self.verifiers[verifier].score(&items);
+        let scores = apply(declaration, outcomes, first_sample, step)?;
+        let failures = self.all_reduce(op, &Tensor::from(scores.failures as f64), ReduceOp::Sum)?;
+        out.metrics
+            .push((failures_key(verifier), failures.double_value(&[])));
+        let tensors = scores.tensors(self.device);
+        if tensors.len() != op.outputs.len() {
+            return Err(RunError::Plan(format!(
+                "`{}` has {} outputs, verifier `{verifier}` gives a reward and {} metrics",
+                op.label,
+                op.outputs.len(),
+                declaration.metrics.len()
+            )));
+        }
+        for (&id, t) in op.outputs.iter().zip(tensors) {
+            self.values.insert(id, Val::Tensor(t));
+        }
+        Ok(())
+    }
+}
+
+/// What the verifier reads of each row of `r`.
+fn items(
+    r: &Rollout,
+    source: &Source,
+    tokenizer: Option<&HfTokenizer>,
+    fields: &[String],
+    dataset: &str,
+) -> Result<Vec<Item>> {
+    let rows = |t: &Tensor| -> Result<Vec<Vec<i64>>> {
+        Ok(Vec::<Vec<i64>>::try_from(
+            t.to_device(Device::Cpu).to_kind(Kind::Int64),
+        )?)
+    };
+    let field = |name: &str| {
+        r.field(name)
+            .ok_or_else(|| RunError::Plan(format!("a rollout has no field `{name}`")))
+    };
+    let prompt_attention = r.attention.narrow(1, 0, r.prompt_len);
+    let prompt_ids = rows(&r.ids.narrow(1, 0, r.prompt_len))?;
+    let prompt_mask = rows(&prompt_attention)?;
+    let responses = rows(field("response")?)?;
+    let response_mask = rows(field("mask")?)?;
+    let targets = rows(field("target")?)?;
+    let dataset_rows: Vec<i64> = match r.field(DATASET_ROW) {
+        Some(t) => Vec::<i64>::try_from(t.to_device(Device::Cpu).to_kind(Kind::Int64))?,
+        None => vec![-1; prompt_ids.len()],
+    };
+    let decode = |ids: &[i64]| -> Result<String> {
+        match tokenizer {
+            Some(t) => t.decode(ids, true).map_err(|e| RunError::Dataset {
+                name: dataset.to_string(),
+                message: format!("cannot decode a row for a verifier: {e}"),
+            }),
+            // The task alphabet, without its BOS, EOS and padding.
+            None => Ok(tokens::decode(
+                &ids.iter()
+                    .copied()
+                    .filter(|t| ![tokens::BOS, tokens::EOS, tokens::PAD].contains(t))
+                    .collect::<Vec<_>>(),
+            )),
+        }
+    };
+    let specials = source.specials();
+    let mut items = Vec::with_capacity(prompt_ids.len());
+    for i in 0..prompt_ids.len() {
+        let keep = |ids: &[i64], mask: &[i64]| -> Vec<i64> {
+            ids.iter()
+                .zip(mask)
+                .filter(|(_, m)| **m != 0)
+                .map(|(t, _)| *t)
+                .collect()
+        };
+        let prompt = keep(&prompt_ids[i], &prompt_mask[i]);
+        let response = keep(&responses[i], &response_mask[i]);
+        // The text stops before the end-of-answer token.
+        let text_end = specials
+            .eos
+            .and_then(|eos| response.iter().position(|&t| t == eos))
+            .unwrap_or(response.len());
+        let mut row_fields = BTreeMap::new();
+        for name in fields {
+            let value = match source {
+                Source::Task(_) if name == "answer" => {
+                    let target: Vec<i64> = targets[i]
+                        .iter()
+                        .copied()
+                        .take_while(|&t| Some(t) != specials.eos && t != specials.pad)
+                        .collect();
+                    decode(&target)?
+                }
+                Source::Task(_) => {
+                    return Err(RunError::Plan(format!(
+                        "dataset `{dataset}` (a task) has no field `{name}` (it has `answer`)"
+                    )));
+                }
+                Source::Jsonl(prompts) => {
+                    let row = u64::try_from(dataset_rows[i]).ok();
+                    row.and_then(|row| prompts.fields(row))
+                        .and_then(|f| f.get(name))
+                        .cloned()
+                        .ok_or_else(|| RunError::Dataset {
+                            name: dataset.to_string(),
+                            message: format!(
+                                "a row has no kept field `{name}` (add it to the dataset's \
+                                 `keep: [...]`)"
+                            ),
+                        })?
+                }
+            };
+            row_fields.insert(name.clone(), value);
+        }
+        items.push(Item {
+            prompt: decode(&prompt)?,
+            response: decode(&response[..text_end])?,
+            prompt_ids: prompt,
+            response_ids: response,
+            fields: row_fields,
+        });
+    }
+    Ok(items)
+}
