@@ -83,6 +83,9 @@ pub struct Rank<'j> {
     pub(super) source_dir: PathBuf,
     /// The worker pool of each verifier this rank has called, started on its first call.
     pub(super) verifiers: BTreeMap<String, crate::verify::Pool>,
+    /// This step's failed samples of each verifier (`verifier/<name>/failures`), reported after
+    /// the `log` fields.
+    pub(super) verifier_failures: Vec<(String, f64)>,
 }
 
 impl<'j> Rank<'j> {
@@ -179,6 +182,7 @@ impl<'j> Rank<'j> {
             trace: None,
             source_dir: source_dir.to_path_buf(),
             verifiers: BTreeMap::new(),
+            verifier_failures: Vec::new(),
         })
     }
 
@@ -223,6 +227,7 @@ impl<'j> Rank<'j> {
             }
         }
         self.carry_over(step)?;
+        out.metrics.append(&mut self.verifier_failures);
         out.metrics.extend(
             op_seconds
                 .into_iter()
@@ -426,7 +431,7 @@ impl<'j> Rank<'j> {
                 let result = self.kernel(op, step)?;
                 self.set(op, Val::Tensor(result));
             }
-            OpKind::Verify { .. } => self.verify(op, step, out)?,
+            OpKind::Verify { .. } => self.verify(op, step)?,
             OpKind::Update { .. } => self.update(op, step)?,
             OpKind::Log { fields } => {
                 for field in fields {

@@ -8,7 +8,7 @@ use rlc_plan::model::{Op, OpKind};
 use tch::{Device, Kind, Tensor};
 
 use super::error::{Result, RunError};
-use super::rank::{Rank, StepOutput};
+use super::rank::Rank;
 use super::rollout::DATASET_ROW;
 use super::values::{Rollout, Val};
 use crate::collectives::ReduceOp;
@@ -22,7 +22,7 @@ pub fn failures_key(verifier: &str) -> String {
 }
 
 impl Rank<'_> {
-    pub(super) fn verify(&mut self, op: &Op, step: u64, out: &mut StepOutput) -> Result<()> {
+    pub(super) fn verify(&mut self, op: &Op, step: u64) -> Result<()> {
         let OpKind::Verify {
             verifier,
             dataset,
@@ -53,8 +53,12 @@ impl Rank<'_> {
         let outcomes = self.verifiers[verifier].score(&items);
         let scores = apply(declaration, outcomes, first_sample, step)?;
         let failures = self.all_reduce(op, &Tensor::from(scores.failures as f64), ReduceOp::Sum)?;
-        out.metrics
-            .push((failures_key(verifier), failures.double_value(&[])));
+        let (key, failed) = (failures_key(verifier), failures.double_value(&[]));
+        match self.verifier_failures.iter_mut().find(|(k, _)| *k == key) {
+            // A verifier called twice in a step: the step's failures of both calls.
+            Some((_, total)) => *total += failed,
+            None => self.verifier_failures.push((key, failed)),
+        }
         let tensors = scores.tensors(self.device);
         if tensors.len() != op.outputs.len() {
             return Err(RunError::Plan(format!(
