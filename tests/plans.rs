@@ -764,3 +764,51 @@ fn the_policy_takes_its_sampled_log_probs_and_the_reference_does_not() {
         ]
     );
 }
+
+/// External rewards (#24): `rlc build` of a GRPO job whose reward is a `verifier` writes the
+/// declaration (defaults filled in) into `verifiers`, and one `verify` op on the kernels' ranks
+/// that reads the rollout and outputs the reward then the declared metric, each `f32[B]`;
+/// `scores.reward` and `scores.format` are those outputs wherever they are read (the advantage
+/// kernel, `log`). The snapshot is that part of the plan.
+#[test]
+fn verifier_plan() {
+    let path = "tests/programs/verifier_digits.rl";
+    let dir = tempdir("verifier");
+    let out = dir.join("plan.json");
+    let status = rlc()
+        .args(["build", path, "-o"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "`rlc build {path}` failed");
+    let mut plan: Plan = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    plan.sources = None;
+    assert_eq!(plan, plan_of(path), "the CLI writes the library's plan");
+    let verify: Vec<&Op> = plan
+        .ops
+        .iter()
+        .filter(|o| matches!(o.kind, OpKind::Verify { .. }))
+        .collect();
+    assert_eq!(verify.len(), 1, "one verify op");
+    let outputs = &verify[0].outputs;
+    let readers: Vec<serde_json::Value> = plan
+        .ops
+        .iter()
+        .filter(|o| o.inputs.iter().any(|i| outputs.contains(&i.value)))
+        .map(|o| serde_json::json!({ "label": o.label, "inputs": o.inputs }))
+        .collect();
+    assert!(
+        readers
+            .iter()
+            .any(|r| r["label"] == "kernel grpo_advantage"),
+        "the advantage reads the reward output: {readers:?}"
+    );
+    let excerpt = serde_json::json!({
+        "datasets": plan.datasets,
+        "verifiers": plan.verifiers,
+        "verify": verify,
+        "outputs": outputs.iter().map(|&v| &plan.values[v as usize]).collect::<Vec<_>>(),
+        "readers": readers,
+    });
+    insta::assert_snapshot!(serde_json::to_string_pretty(&excerpt).unwrap());
+}

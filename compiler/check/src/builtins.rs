@@ -97,7 +97,12 @@ pub fn lookup(name: &str) -> Option<Builtin> {
         "task" => b(Kind::Task, &[("kind", true), ("digits", false)]),
         "jsonl" => b(
             Kind::Jsonl,
-            &[("path", true), ("field", true), ("tokenizer", false)],
+            &[
+                ("path", true),
+                ("field", true),
+                ("tokenizer", false),
+                ("keep", false),
+            ],
         ),
         "random" => b(Kind::Random, &[("seed", true)]),
         "hf" => b(Kind::Hf, &[("path", true)]),
@@ -836,6 +841,7 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                 tokenizer_unusable: false,
                 vocab: Some(TASK_VOCAB),
                 prompt_len: Some(prompt_len),
+                keep: vec!["answer".into()],
                 origin: Origin {
                     file: ctx.file,
                     span: ctx.call,
@@ -846,6 +852,10 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
             let path = ctx.string(args, 0, "path")?;
             let field = ctx.string(args, 1, "field")?;
             let tokenizer = ctx.string(args, 2, "tokenizer")?;
+            let keep = match &args[3] {
+                None => Vec::new(),
+                Some((v, span)) => string_list(&ctx, v, *span, "keep")?,
+            };
             Ok(Val::Dataset(Rc::new(DatasetSpec {
                 name: path.clone(),
                 kind: "jsonl".into(),
@@ -856,6 +866,7 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                 tokenizer_unusable: false,
                 vocab: None,
                 prompt_len: None,
+                keep,
                 origin: Origin {
                     file: ctx.file,
                     span: ctx.call,
@@ -931,6 +942,56 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
             Ok(Val::Optim(Rc::new(o)))
         }
     }
+}
+
+/// `["a", "b"]`: a list of string literals (`keep:`, a verifier's `fields:` and `metrics:`),
+/// each a name (letters, digits, `_`), none twice.
+pub fn string_list(
+    ctx: &Ctx,
+    v: &Val,
+    span: Span,
+    what: &str,
+) -> Result<Vec<String>, Box<Diagnostic>> {
+    let Val::List(items) = v else {
+        return Err(ctx.fail(
+            Code::TypeMismatch,
+            format!(
+                "`{what}` is a list of names such as `[\"answer\"]`, found {}",
+                v.describe()
+            ),
+            span,
+            "not a list",
+        ));
+    };
+    let mut out: Vec<String> = Vec::new();
+    for item in items.iter() {
+        let Val::Str(Some(s)) = item else {
+            return Err(ctx.fail(
+                Code::TypeMismatch,
+                format!("`{what}` lists names as strings, found {}", item.describe()),
+                span,
+                "not a list of strings",
+            ));
+        };
+        if s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(ctx.fail(
+                Code::TypeMismatch,
+                format!("`{what}`: {s:?} is not a name (letters, digits and `_`)"),
+                span,
+                "not a name",
+            ));
+        }
+        if out.contains(s) {
+            return Err(ctx.fail(
+                Code::DuplicateName,
+                format!("`{what}` lists {s:?} twice"),
+                span,
+                "listed twice",
+            ));
+        }
+        out.push(s.clone());
+    }
+    Ok(out)
 }
 
 /// Tokens of the synthetic digit tasks: 0–9, `+`, `=`, BOS, EOS, PAD, and one spare.

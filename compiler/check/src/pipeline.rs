@@ -219,7 +219,7 @@ impl Evaluator<'_> {
                         .primary_label("not allowed in a pipeline"),
                 );
             }
-            StmtKind::Let { name, .. } => {
+            StmtKind::Let { name, value, .. } => {
                 if let Some(c) = carries.as_mut().and_then(|c| c.get(&name.name)) {
                     let decl = c.span;
                     self.diags.push(
@@ -238,6 +238,7 @@ impl Evaluator<'_> {
                     );
                 }
                 self.stmt_in_fn(frame, s);
+                self.note_verifier_binding(frame, &name.name, value);
             }
             StmtKind::Expr(_) => {
                 self.stmt_in_fn(frame, s);

@@ -493,6 +493,11 @@ pub struct Program {
     /// `ds.preferences(…)` call reads, by the call's file and span (a dataset may be imported
     /// under another name).
     pub dataset_calls: std::collections::BTreeMap<(FileId, Span), String>,
+    /// Every verifier the pipeline calls, by its item's name, as evaluated.
+    pub verifiers: std::collections::BTreeMap<String, crate::value::VerifierSpec>,
+    /// Each call of a verifier, by the call's file and span: the verifier's name and the
+    /// dataset the scored rollout's prompts came from.
+    pub verifier_calls: std::collections::BTreeMap<(FileId, Span), (String, String)>,
 }
 
 impl Program {
@@ -508,6 +513,34 @@ impl Program {
             .or_insert_with(|| dataset.clone());
         self.dataset_calls
             .insert((file, span), dataset.name.clone());
+    }
+
+    /// Records that the call at `span` of `file` runs `verifier` on rows of `dataset`.
+    pub fn record_verifier_call(
+        &mut self,
+        file: FileId,
+        span: Span,
+        verifier: &crate::value::VerifierSpec,
+        dataset: &crate::value::DatasetSpec,
+    ) {
+        self.verifiers
+            .entry(verifier.name.clone())
+            .or_insert_with(|| verifier.clone());
+        self.datasets
+            .entry(dataset.name.clone())
+            .or_insert_with(|| dataset.clone());
+        self.verifier_calls
+            .insert((file, span), (verifier.name.clone(), dataset.name.clone()));
+    }
+
+    /// The verifier the call at `span` of `file` runs, and the dataset whose rows it scores.
+    pub fn verifier_at(
+        &self,
+        file: FileId,
+        span: Span,
+    ) -> Option<(&crate::value::VerifierSpec, &crate::value::DatasetSpec)> {
+        let (v, d) = self.verifier_calls.get(&(file, span))?;
+        Some((self.verifiers.get(v)?, self.datasets.get(d)?))
     }
 
     /// The dataset the call at `span` of `file` reads.

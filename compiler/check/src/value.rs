@@ -3,6 +3,7 @@
 //! shape only). A scalar carries its constant when the program text decides it.
 
 use crate::program::{self, Origin};
+use rlc_diagnostics::Span;
 use std::fmt;
 use std::rc::Rc;
 
@@ -123,8 +124,51 @@ pub struct DatasetSpec {
     pub vocab: Option<i64>,
     /// Longest prompt in tokens, when the task fixes it.
     pub prompt_len: Option<i64>,
+    /// The row fields a verifier may ask for: `jsonl(…, keep: ["answer"])`'s, or a digit
+    /// task's `answer` (the target text).
+    pub keep: Vec<String>,
     pub origin: Origin,
 }
+
+/// A `verifier` declaration, its options evaluated (defaults filled in).
+///
+/// Defaults: `workers: 1`, `batch: 64`, `timeout: 60s`, `cpu:` the timeout rounded up to whole
+/// seconds, `memory: 1GiB`, `files: 64MiB`, `processes: 16`, `network: false`,
+/// `on_error: fail`, `fields: []`, `metrics: []`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VerifierSpec {
+    /// The item's name.
+    pub name: String,
+    pub endpoint: VerifierEndpoint,
+    pub workers: u32,
+    pub batch: u32,
+    pub timeout_ms: u64,
+    pub cpu_seconds: u64,
+    pub memory_bytes: u64,
+    pub file_bytes: u64,
+    pub processes: u64,
+    pub network: bool,
+    /// `on_error: zero`: a failed sample scores 0 (and is counted); `fail` stops the run.
+    pub on_error_zero: bool,
+    /// Row fields each request carries, with where each was written.
+    pub fields: Vec<(String, Span)>,
+    /// Named metrics besides the reward, in declaration order.
+    pub metrics: Vec<String>,
+    /// The declaration's name.
+    pub origin: Origin,
+}
+
+/// Where a verifier's scores come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum VerifierEndpoint {
+    /// `program("python3", "answer.py")`: the command and its arguments.
+    Program(Vec<String>),
+    /// `http("http://…")`.
+    Http(String),
+}
+
+/// The record name of a verifier's result when it declares metrics (`r.reward`, `r.format`).
+pub const VERIFIER_RESULT: &str = "VerifierResult";
 
 /// Prompts drawn from a dataset in one step.
 #[derive(Clone, Debug, PartialEq)]
@@ -179,6 +223,9 @@ pub enum Val {
     Init(Rc<InitVal>),
     Optim(Rc<program::Optimizer>),
     Dataset(Rc<DatasetSpec>),
+    Verifier(Rc<VerifierSpec>),
+    /// `["answer", "steps"]`
+    List(Rc<Vec<Val>>),
     Prompts(Rc<PromptsVal>),
     Model(usize),
     Fn(ItemRef),
@@ -216,6 +263,8 @@ impl Val {
             Val::Init(_) => "an initialisation".into(),
             Val::Optim(_) => "an optimiser".into(),
             Val::Dataset(_) => "a dataset".into(),
+            Val::Verifier(_) => "a verifier".into(),
+            Val::List(_) => "a list".into(),
             Val::Prompts(_) => "a batch of prompts".into(),
             Val::Model(_) => "a model".into(),
             Val::Fn(_) => "a function".into(),

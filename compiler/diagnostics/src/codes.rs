@@ -2,7 +2,7 @@
 //! code has an explain page (`explain/<ID>.md`) with what it means, why, a wrong and a fixed
 //! example. Ranges: E01xx syntax, E02xx names and modules, E03xx types, E04xx roles,
 //! E05xx placement, E06xx batch arithmetic, E07xx algorithm sanity, E08xx memory, E09xx the
-//! planner (`rlc plan`), W… warnings.
+//! planner (`rlc plan`), E10xx external rewards (`verifier`), W… warnings.
 
 use crate::Severity;
 use serde::Serialize;
@@ -124,6 +124,14 @@ codes! {
     OutOfMemory = "E0801", Error, "the estimate exceeds device memory";
     // The planner (`place … auto`).
     NoFeasibleLayout = "E0901", Error, "no layout of an `auto` placement fits";
+    // External rewards (`verifier`).
+    UnknownVerifierOption = "E1001", Error, "unknown verifier option";
+    VerifierSetting = "E1002", Error, "a verifier setting out of range";
+    VerifierField = "E1003", Error, "a verifier field the sampled dataset does not have";
+    VerifierNotRollout = "E1004", Error, "a verifier called on something that is not a rollout";
+    SequenceRewardPerToken = "E1005", Error, "a verifier's per-sequence reward where per-token rewards are needed";
+    VerifierRecordAsReward = "E1006", Error, "a verifier's result record used as its reward";
+    VerifierOutsidePipeline = "E1007", Error, "a verifier called outside a pipeline";
     // Wasteful plans.
     IdleDevices = "W0301", Warning, "devices no phase uses";
     UnusedPlacement = "W0302", Warning, "a placement for a phase the pipeline never runs";

@@ -578,6 +578,7 @@ impl<'m> Lowerer<'m> {
             ExprKind::Scan(scan) => self.scan(frame, scan, depth),
             ExprKind::Str(_) => Err(self.unsupported(frame, "a string")),
             ExprKind::Record(_) => Err(self.unsupported(frame, "a record")),
+            ExprKind::List(_) => Err(self.unsupported(frame, "a list")),
         }
     }
 

@@ -506,6 +506,25 @@ pub fn validate(plan: &Plan) -> Vec<PlanError> {
                 format!("no dataset `{dataset}` in `datasets`"),
             ));
         }
+        if let OpKind::Verify {
+            verifier, dataset, ..
+        } = &op.kind
+        {
+            if !plan.verifiers.iter().any(|v| &v.name == verifier) {
+                out.push(err(
+                    PlanCode::DanglingReference,
+                    format!("{path}/kind/verifier"),
+                    format!("no verifier `{verifier}` in `verifiers`"),
+                ));
+            }
+            if plan.dataset(dataset).is_none() {
+                out.push(err(
+                    PlanCode::DanglingReference,
+                    format!("{path}/kind/dataset"),
+                    format!("no dataset `{dataset}` in `datasets`"),
+                ));
+            }
+        }
         match &op.kind {
             OpKind::Transfer {
                 value,

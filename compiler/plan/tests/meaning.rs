@@ -516,3 +516,57 @@ fn sampled_log_probs_from_an_op_that_did_not_sample_them() {
         "from_sampling",
     );
 }
+
+const VERIFIER: &str = "tests/programs/verifier_digits.rl";
+
+/// External rewards (#24): a verifier's counts and limits of 0 (P0007), a `verify` op whose
+/// outputs are not the reward plus one per metric (P0008), and a `verify` op that names no
+/// plan verifier (P0002), each reported once at its field.
+#[test]
+fn verifier_settings_and_verify_ops() {
+    assert_eq!(rlc_plan::validate(&plan_of(VERIFIER)), Vec::new());
+    for field in ["workers", "batch", "timeout_ms"] {
+        let errors = edited(VERIFIER, |j| j["verifiers"][0][field] = json!(0));
+        only(&errors, "P0007", &format!("/verifiers/0/{field}"), field);
+    }
+    for field in ["cpu_seconds", "memory_bytes", "file_bytes", "processes"] {
+        let errors = edited(VERIFIER, |j| j["verifiers"][0]["limits"][field] = json!(0));
+        only(
+            &errors,
+            "P0007",
+            &format!("/verifiers/0/limits/{field}"),
+            field,
+        );
+    }
+    let errors = edited(VERIFIER, |j| {
+        j["verifiers"][0]["endpoint"]["command"] = json!([]);
+    });
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].code.as_str(), "P0007");
+    assert_eq!(errors[0].path, "/verifiers/0/endpoint/command");
+
+    // One metric declared: the op's outputs are the reward and that metric.
+    let errors = edited(VERIFIER, |j| {
+        j["verifiers"][0]["metrics"] = json!(["format", "steps"]);
+    });
+    let at = op(
+        &serde_json::from_str(&plan_of(VERIFIER).to_json()).unwrap(),
+        "verify",
+        None,
+    );
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].code.as_str(), "P0008");
+    assert_eq!(errors[0].path, format!("/ops/{at}/outputs"));
+    assert!(errors[0].message.contains("gives 3"), "{}", errors[0]);
+
+    let errors = edited(VERIFIER, |j| {
+        let at = op(j, "verify", None);
+        j["ops"][at]["kind"]["verifier"] = json!("judge");
+    });
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.code.as_str() == "P0002" && e.path.ends_with("/kind/verifier")),
+        "{errors:#?}"
+    );
+}

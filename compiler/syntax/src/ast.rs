@@ -38,6 +38,7 @@ pub enum ItemKind {
     Const(ConstDef),
     Place(Place),
     Pipeline(Pipeline),
+    Verifier(VerifierDef),
 }
 
 impl Item {
@@ -51,6 +52,7 @@ impl Item {
             ItemKind::Fn(f) => Some(&f.name),
             ItemKind::Const(c) => Some(&c.name),
             ItemKind::Pipeline(p) => Some(&p.name),
+            ItemKind::Verifier(v) => Some(&v.name),
             ItemKind::Import(_) | ItemKind::Place(_) => None,
         }
     }
@@ -67,6 +69,7 @@ impl Item {
             ItemKind::Const(_) => "let",
             ItemKind::Place(_) => "place",
             ItemKind::Pipeline(_) => "pipeline",
+            ItemKind::Verifier(_) => "verifier",
         }
     }
 }
@@ -103,7 +106,7 @@ impl ImportName {
     }
 }
 
-/// The right-hand side of `cluster`, `model` and `dataset`: `= expr` or `{ key = value … }`.
+/// The right-hand side of `cluster`, `model`, `dataset` and `verifier`: `= expr` or `{ key = value … }`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Definition {
     Expr(Expr),
@@ -140,6 +143,13 @@ pub struct Model {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Dataset {
+    pub name: Ident,
+    pub def: Definition,
+}
+
+/// `verifier answer = program("python3", "answer.py", workers: 2)`: an external reward.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VerifierDef {
     pub name: Ident,
     pub def: Definition,
 }
@@ -389,6 +399,8 @@ pub enum ExprKind {
     Paren(Box<Expr>),
     Record(Record),
     Scan(Box<Scan>),
+    /// `["answer", "steps"]`
+    List(Vec<Expr>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -429,10 +441,14 @@ pub enum Unit {
     GFLOPS,
     TFLOPS,
     PFLOPS,
+    /// milliseconds (durations are in seconds)
+    Millis,
+    Seconds,
+    Minutes,
 }
 
 impl Unit {
-    pub const ALL: [Unit; 14] = [
+    pub const ALL: [Unit; 17] = [
         Unit::KB,
         Unit::MB,
         Unit::GB,
@@ -447,6 +463,9 @@ impl Unit {
         Unit::GFLOPS,
         Unit::TFLOPS,
         Unit::PFLOPS,
+        Unit::Millis,
+        Unit::Seconds,
+        Unit::Minutes,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -465,6 +484,9 @@ impl Unit {
             Unit::GFLOPS => "GFLOPS",
             Unit::TFLOPS => "TFLOPS",
             Unit::PFLOPS => "PFLOPS",
+            Unit::Millis => "ms",
+            Unit::Seconds => "s",
+            Unit::Minutes => "min",
         }
     }
 
@@ -472,7 +494,27 @@ impl Unit {
         Unit::ALL.into_iter().find(|u| u.as_str() == name)
     }
 
-    /// The factor to the base unit (byte, byte/s or FLOP/s).
+    /// A duration (`ms`, `s`, `min`).
+    pub fn is_time(self) -> bool {
+        matches!(self, Unit::Millis | Unit::Seconds | Unit::Minutes)
+    }
+
+    /// A size in bytes (`KB` … `TiB`).
+    pub fn is_bytes(self) -> bool {
+        matches!(
+            self,
+            Unit::KB
+                | Unit::MB
+                | Unit::GB
+                | Unit::TB
+                | Unit::KiB
+                | Unit::MiB
+                | Unit::GiB
+                | Unit::TiB
+        )
+    }
+
+    /// The factor to the base unit (byte, byte/s, FLOP/s or second).
     pub fn scale(self) -> f64 {
         match self {
             Unit::KB => 1e3,
@@ -487,6 +529,9 @@ impl Unit {
             Unit::GFLOPS => 1e9,
             Unit::TFLOPS => 1e12,
             Unit::PFLOPS => 1e15,
+            Unit::Millis => 1e-3,
+            Unit::Seconds => 1.0,
+            Unit::Minutes => 60.0,
         }
     }
 }
@@ -653,6 +698,7 @@ pub const KEYWORDS: &[&str] = &[
     "emit",
     "true",
     "false",
+    "verifier",
 ];
 
 /// Words that are keywords only where the grammar names them.
@@ -663,4 +709,5 @@ pub const CONTEXTUAL_KEYWORDS: &[&str] = &[
 /// Keywords that start an item (the parser resumes after an error at the next one).
 pub const ITEM_KEYWORDS: &[&str] = &[
     "import", "pub", "cluster", "model", "dataset", "struct", "fn", "let", "place", "pipeline",
+    "verifier",
 ];

@@ -127,6 +127,14 @@ impl Lowerer<'_> {
                     def: self.definition(it.next().unwrap()),
                 })
             }
+            Rule::verifier_item => {
+                let mut it = body.into_inner();
+                let name = self.ident(it.next().unwrap());
+                ItemKind::Verifier(VerifierDef {
+                    name,
+                    def: self.definition(it.next().unwrap()),
+                })
+            }
             Rule::struct_item => {
                 let mut it = body.into_inner();
                 let name = self.ident(it.next().unwrap());
@@ -767,6 +775,7 @@ impl Lowerer<'_> {
             Rule::paren => ExprKind::Paren(Box::new(self.expr(pair.into_inner().next().unwrap()))),
             Rule::record => ExprKind::Record(self.record(pair)),
             Rule::scan_expr => ExprKind::Scan(Box::new(self.scan(pair))),
+            Rule::list => ExprKind::List(pair.into_inner().map(|e| self.expr(e)).collect()),
             r => unreachable!("grammar: unexpected primary {r:?}"),
         };
         Expr { kind, span }

@@ -6,7 +6,7 @@ use crate::grammar::Rule;
 use rlc_diagnostics::{Code, Diagnostic, FileId};
 use std::collections::BTreeSet;
 
-const ITEM_EXPECTED: &str = "an item (`import`, `cluster`, `model`, `dataset`, `struct`, `fn`, `let`, `place` or `pipeline`)";
+const ITEM_EXPECTED: &str = "an item (`import`, `cluster`, `model`, `dataset`, `verifier`, `struct`, `fn`, `let`, `place` or `pipeline`)";
 
 /// The token that stands at an error position.
 #[derive(Debug)]
@@ -117,6 +117,7 @@ fn expected_words(positives: &[Rule], tokens: &BTreeSet<String>) -> Vec<String> 
             | Rule::postfix_expr
             | Rule::paren
             | Rule::record
+            | Rule::list
             | Rule::scan_expr
             | Rule::neg_op
             | Rule::not_op => add(1, "an expression"),
@@ -127,6 +128,7 @@ fn expected_words(positives: &[Rule], tokens: &BTreeSet<String>) -> Vec<String> 
             | Rule::cluster_item
             | Rule::model_item
             | Rule::dataset_item
+            | Rule::verifier_item
             | Rule::struct_item
             | Rule::fn_item
             | Rule::const_item
@@ -704,7 +706,7 @@ pub(crate) fn diagnose(
         {
             diag = rename(diag, file, found.span, s).help(format!("did you mean `{s}`?"));
         } else {
-            diag = diag.help("a file is a list of items: `import`, `cluster`, `model`, `dataset`, `struct`, `fn`, `let`, `place`, `pipeline`");
+            diag = diag.help("a file is a list of items: `import`, `cluster`, `model`, `dataset`, `verifier`, `struct`, `fn`, `let`, `place`, `pipeline`");
         }
         return diag;
     }
@@ -777,13 +779,14 @@ fn open_string(src: &str, line_start: usize, at: usize) -> Option<usize> {
     open.filter(|&o| o <= at.max(line_start))
 }
 
-/// Whether `at` is inside the `{ key = value … }` block of a `cluster`, `model` or `dataset`.
+/// Whether `at` is inside the `{ key = value … }` block of a `cluster`, `model`, `dataset` or
+/// `verifier`.
 fn in_field_block(src: &str, item_start: usize, at: usize) -> bool {
     let Some((open, '{')) = unclosed_opener(src, item_start, at) else {
         return false;
     };
     let head = src[item_start..open].trim_start_matches("pub").trim_start();
-    ["cluster", "model", "dataset"]
+    ["cluster", "model", "dataset", "verifier"]
         .iter()
         .any(|k| head.starts_with(k))
 }

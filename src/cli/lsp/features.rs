@@ -501,6 +501,7 @@ fn item_kind(item: &Item) -> CompletionItemKind {
         ItemKind::Struct(_) => CompletionItemKind::STRUCT,
         ItemKind::Const(_) => CompletionItemKind::CONSTANT,
         ItemKind::Cluster(_) | ItemKind::Dataset(_) => CompletionItemKind::VARIABLE,
+        ItemKind::Verifier(_) => CompletionItemKind::FUNCTION,
         ItemKind::Import(_) | ItemKind::Place(_) => CompletionItemKind::MODULE,
     }
 }

@@ -247,6 +247,11 @@ fn exprs(e: &Expr, f: &mut dyn FnMut(Span, Span)) {
             exprs(rhs, f);
         }
         ExprKind::Paren(inner) => exprs(inner, f),
+        ExprKind::List(items) => {
+            for x in items {
+                exprs(x, f);
+            }
+        }
         ExprKind::Record(r) => {
             for field in &r.fields {
                 exprs(&field.value, f);

@@ -208,6 +208,7 @@ impl Walk<'_> {
             ItemKind::Import(import) => self.import(import),
             ItemKind::Cluster(c) => self.definition(&c.def),
             ItemKind::Dataset(d) => self.definition(&d.def),
+            ItemKind::Verifier(v) => self.definition(&v.def),
             ItemKind::Model(m) => {
                 self.find(&m.kind, None, Role::Type);
                 self.definition(&m.def);
@@ -444,6 +445,7 @@ impl Walk<'_> {
         }
         match &e.kind {
             ExprKind::Number(_) | ExprKind::Str(_) | ExprKind::Bool(_) => {}
+            ExprKind::List(items) => items.iter().for_each(|x| self.expr(x)),
             ExprKind::Name(ident) => self.use_name(ident, Role::Use),
             ExprKind::Member { base, name } => {
                 self.expr(base);

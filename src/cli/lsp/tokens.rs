@@ -128,7 +128,9 @@ fn classify(a: &Analysis, text: &str) -> HashMap<usize, (Kind, u32)> {
                     modifiers |= DEFAULT_LIBRARY;
                 }
                 match &m.item(*index).kind {
-                    ItemKind::Fn(_) | ItemKind::Pipeline(_) => Kind::Function,
+                    ItemKind::Fn(_) | ItemKind::Pipeline(_) | ItemKind::Verifier(_) => {
+                        Kind::Function
+                    }
                     ItemKind::Model(_) => Kind::Class,
                     ItemKind::Struct(_) => Kind::Struct,
                     ItemKind::Const(_) | ItemKind::Cluster(_) | ItemKind::Dataset(_) => {

@@ -96,6 +96,7 @@ impl Evaluator<'_> {
         self.no_closure(frame, closure);
         match f {
             Val::Fn(r) => self.call_fn(frame, e, r, args),
+            Val::Verifier(v) => self.verifier_call(frame, e, v, args),
             Val::Error => {
                 self.eval_args(frame, args);
                 Val::Error
@@ -257,6 +258,10 @@ impl Evaluator<'_> {
             }
             let want = self.type_expr(r.module, p.ty.as_ref().unwrap());
             let (Some(wt), Some(at)) = (want.as_tensor(), val.as_tensor()) else {
+                if want.as_tensor().is_some() && self.record_as_reward(frame, val, *span) {
+                    failed = true;
+                    continue;
+                }
                 if !want.is_error() && std::mem::discriminant(&want) != std::mem::discriminant(val)
                 {
                     failed = true;
@@ -289,6 +294,13 @@ impl Evaluator<'_> {
                 matches!(val, Val::Int(_) | Val::Float(_)),
             ) {
                 failed = true;
+                let arg_expr = &bound[f.params.iter().position(|q| std::ptr::eq(q, p)).unwrap()]
+                    .unwrap()
+                    .value;
+                if self.sequence_reward_per_token(frame, arg_expr, &wt, &at, (module.file, p.span))
+                {
+                    continue;
+                }
                 let code = if msg.dtype {
                     Code::DtypeMismatch
                 } else {
@@ -482,6 +494,11 @@ impl Evaluator<'_> {
         }
         if vals.iter().flatten().any(|(v, _)| v.is_error()) {
             return Val::Error;
+        }
+        for (v, span) in vals.iter().flatten() {
+            if self.record_as_reward(frame, v, *span) {
+                return Val::Error;
+            }
         }
         let ctx = builtins::Ctx {
             file: frame.file,
@@ -724,6 +741,7 @@ pub(super) fn collect_callees<'a>(s: &'a ast::Stmt, out: &mut Vec<&'a str>) {
                 walk(rhs, out);
             }
             ExprKind::Record(r) => r.fields.iter().for_each(|f| walk(&f.value, out)),
+            ExprKind::List(items) => items.iter().for_each(|x| walk(x, out)),
             ExprKind::Scan(scan) => {
                 scan.carries.iter().for_each(|c| walk(&c.init, out));
                 scan.body.stmts.iter().for_each(|s| collect_callees(s, out));

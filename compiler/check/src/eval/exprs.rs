@@ -70,6 +70,13 @@ impl Evaluator<'_> {
                 }))
             }
             ExprKind::Scan(scan) => self.scan(frame, scan, e.span),
+            ExprKind::List(items) => {
+                let vals: Vec<Val> = items.iter().map(|x| self.expr(frame, x)).collect();
+                if vals.iter().any(Val::is_error) {
+                    return Val::Error;
+                }
+                Val::List(Rc::new(vals))
+            }
         }
     }
 
@@ -394,6 +401,9 @@ impl Evaluator<'_> {
             return v;
         }
         let (Some(lt), Some(rt)) = (l.as_tensor(), r.as_tensor()) else {
+            if self.record_as_reward(frame, &l, ls) || self.record_as_reward(frame, &r, rs) {
+                return Val::Error;
+            }
             let what = if matches!(l, Val::Str(_)) || matches!(r, Val::Str(_)) {
                 "strings"
             } else {

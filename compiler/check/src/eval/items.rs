@@ -55,6 +55,7 @@ impl Evaluator<'_> {
             ItemKind::Cluster(c) => self.cluster(r, c),
             ItemKind::Model(md) => self.model(r, md),
             ItemKind::Dataset(d) => self.dataset(r, d),
+            ItemKind::Verifier(v) => self.verifier(r, v),
             ItemKind::Fn(_) => Val::Fn(r),
             _ => Val::Unit,
         };

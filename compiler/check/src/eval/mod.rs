@@ -19,6 +19,7 @@ mod exprs;
 mod functions;
 mod items;
 mod roles;
+mod verifiers;
 
 /// A local binding.
 #[derive(Debug)]
@@ -212,6 +213,10 @@ pub struct Evaluator<'m> {
     /// items would cost their product (20 000 of each: two minutes). Past the budget the errors
     /// stay, without the suggestion.
     suggestion_budget: usize,
+    /// The calls of verifiers (by file and span), and the pipeline's `let` names bound to their
+    /// results: where a per-sequence reward came from, for E1005.
+    verifier_exprs: BTreeSet<(FileId, Span)>,
+    verifier_names: BTreeSet<String>,
 }
 
 /// Names compared by all "did you mean" searches for undefined names of one check: about a
@@ -238,6 +243,8 @@ impl<'m> Evaluator<'m> {
             inline_depth: 0,
             record_types: HashMap::new(),
             suggestion_budget: SUGGESTION_BUDGET,
+            verifier_exprs: BTreeSet::new(),
+            verifier_names: BTreeSet::new(),
         }
     }
 
@@ -345,6 +352,7 @@ impl<'m> Evaluator<'m> {
                     ItemKind::Cluster(_)
                     | ItemKind::Model(_)
                     | ItemKind::Dataset(_)
+                    | ItemKind::Verifier(_)
                     | ItemKind::Const(_) => {
                         self.item_value(r);
                     }

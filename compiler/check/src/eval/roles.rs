@@ -651,6 +651,7 @@ pub(super) fn mentions(e: &Expr, names: &BTreeSet<String>) -> bool {
         ExprKind::Binary { lhs, rhs, .. } => mentions(lhs, names) || mentions(rhs, names),
         ExprKind::Paren(inner) => mentions(inner, names),
         ExprKind::Record(r) => r.fields.iter().any(|f| mentions(&f.value, names)),
+        ExprKind::List(items) => items.iter().any(|x| mentions(x, names)),
         ExprKind::Scan(s) => {
             s.carries.iter().any(|c| mentions(&c.init, names))
                 || s.body.stmts.iter().any(|st| stmt_mentions(st, names))

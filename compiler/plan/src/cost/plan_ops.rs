@@ -185,7 +185,13 @@ impl PlanCosts {
     }
 }
 
-/// Kernels, transfers, weight syncs, checkpoints, sampling and logging.
+/// Host time of one request to a verifier (a JSON line each way, a process's wake-up): the
+/// cost model's flat estimate of a `verify` op, which cannot know the user's program.
+pub const VERIFY_REQUEST_SECONDS: f64 = 2e-3;
+/// Host time a verifier spends on one sample of a request.
+pub const VERIFY_SAMPLE_SECONDS: f64 = 1e-3;
+
+/// Kernels, transfers, weight syncs, checkpoints, sampling, logging and verifiers.
 fn other_op(
     plan: &Plan,
     op: &Op,
@@ -305,6 +311,34 @@ fn other_op(
         OpKind::Checkpoint { instance: id, .. } => {
             let (weights, training) = plan.instance(id).map_or((0, 0), instance_state);
             (weights + training) as f64 / params.checkpoint_bandwidth
+        }
+        // Each data rank sends its rows in requests of `batch` samples, `workers` at a time:
+        // rounds × (a request's overhead + its samples), a flat host-time estimate.
+        OpKind::Verify { verifier, .. } => {
+            let Some(v) = plan.verifiers.iter().find(|v| &v.name == verifier) else {
+                return 0.0;
+            };
+            let rows = op
+                .outputs
+                .first()
+                .and_then(|&o| plan.values.get(o as usize))
+                .and_then(|val| match &val.ty {
+                    ValueType::Tensor(t) => match t.shape.first() {
+                        Some(Dim::Size(n)) => Some(*n),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .unwrap_or(1);
+            let ranks = instance
+                .and_then(placed)
+                .map_or(1, |p| u64::from(p.layout.data_ranks().max(1)));
+            let per_rank = rows.div_ceil(ranks);
+            let batch = u64::from(v.batch.max(1));
+            let requests = per_rank.div_ceil(batch);
+            let rounds = requests.div_ceil(u64::from(v.workers.max(1)));
+            rounds as f64
+                * (VERIFY_REQUEST_SECONDS + batch.min(per_rank) as f64 * VERIFY_SAMPLE_SECONDS)
         }
         _ => 0.0,
     }

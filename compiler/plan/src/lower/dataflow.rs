@@ -25,6 +25,12 @@ impl<'a> Lowerer<'a> {
                 if let Lowered::Value { id, field } = self.expr(value) {
                     if field.is_none() && self.values[id as usize].name.contains('#') {
                         self.values[id as usize].name = name.name.clone();
+                        // A verifier's metrics: `scores.format`.
+                        for (metric, v) in
+                            self.verify_outputs.get(&id).into_iter().flatten().skip(1)
+                        {
+                            self.values[*v as usize].name = format!("{}.{metric}", name.name);
+                        }
                     }
                     self.env.insert(name.name.clone(), id);
                 }
@@ -241,10 +247,10 @@ impl<'a> Lowerer<'a> {
                 }
             }
             ExprKind::Member { base, name } => match self.expr(base) {
-                Lowered::Value { id, field: None } => Lowered::Value {
-                    id,
-                    field: Some(name.name.clone()),
-                },
+                Lowered::Value { id, field: None } => {
+                    let (id, field) = self.output_of(id, Some(name.name.clone()));
+                    Lowered::Value { id, field }
+                }
                 _ => Lowered::Unknown,
             },
             ExprKind::Call {
@@ -293,6 +299,9 @@ impl<'a> Lowerer<'a> {
         args: &[ast::Arg],
         closure: Option<&ast::Closure>,
     ) -> Lowered {
+        if let Some((verifier, dataset)) = self.program.verifier_at(self.root_file, e.span) {
+            return self.verify(e, verifier, dataset, args);
+        }
         match &callee.kind {
             ExprKind::Member { base, name } => {
                 let base_l = self.expr(base);
@@ -374,6 +383,100 @@ impl<'a> Lowerer<'a> {
                 self.kernel(e, f.name.clone(), module, lowered, facts)
             }
             _ => Lowered::Unknown,
+        }
+    }
+
+    /// `answer(rollout)`: a `verify` op on the driver's ranks (each data rank scores its own
+    /// rows) whose outputs are the reward and then each metric, all `f32[B]`. With metrics the
+    /// call's value is the reward, and `output_of` maps `r.reward`, `r.format` to the outputs.
+    pub(super) fn verify(
+        &mut self,
+        e: &ast::Expr,
+        verifier: &rlc_check::value::VerifierSpec,
+        dataset: &rlc_check::value::DatasetSpec,
+        args: &[ast::Arg],
+    ) -> Lowered {
+        let Some(arg) = args.first() else {
+            return Lowered::Unknown;
+        };
+        let Lowered::Value {
+            id: rollout,
+            field: None,
+        } = self.expr(&arg.value)
+        else {
+            self.errors.push(lower_err(format!(
+                "the rollout `{}` scores is not a value of the step",
+                verifier.name
+            )));
+            return Lowered::Unknown;
+        };
+        let ty = self.type_at(e.span).map_or_else(
+            || ValueType::Opaque {
+                opaque: "unknown".into(),
+            },
+            |t| parse_type(t),
+        );
+        let reward_ty = if verifier.metrics.is_empty() {
+            ty
+        } else {
+            field_type(&ty, Some("reward"))
+        };
+        let rows = rows_of(&reward_ty);
+        let kind = OpKind::Verify {
+            verifier: verifier.name.clone(),
+            dataset: dataset.name.clone(),
+            fields: verifier.fields.iter().map(|(f, _)| f.clone()).collect(),
+        };
+        let driver = self.driver;
+        let ranks = self.instances[driver].ranks.clone();
+        let input = Input {
+            name: "rollout".into(),
+            value: rollout,
+            field: None,
+        };
+        let id = self.push_op(
+            format!("verify {}", verifier.name),
+            kind,
+            Some(driver),
+            ranks,
+            vec![input],
+        );
+        let reward = self.new_value(
+            format!("{}.reward#", verifier.name),
+            id,
+            reward_ty.clone(),
+            rows,
+        );
+        self.ops[id as usize].outputs.push(reward);
+        if !verifier.metrics.is_empty() {
+            let mut outputs = vec![("reward".to_string(), reward)];
+            for m in &verifier.metrics {
+                let v = self.new_value(
+                    format!("{}.{m}#", verifier.name),
+                    id,
+                    reward_ty.clone(),
+                    rows,
+                );
+                self.ops[id as usize].outputs.push(v);
+                outputs.push((m.clone(), v));
+            }
+            self.verify_outputs.insert(reward, outputs);
+        }
+        Lowered::Value {
+            id: reward,
+            field: None,
+        }
+    }
+
+    /// `value.field`: the output of a `verify` op the field names when `value` stands for a
+    /// verifier's result, else the field of the value.
+    pub(super) fn output_of(&self, value: u32, field: Option<String>) -> (u32, Option<String>) {
+        match (self.verify_outputs.get(&value), &field) {
+            (Some(outputs), Some(f)) => outputs
+                .iter()
+                .find(|(name, _)| name == f)
+                .map_or((value, field.clone()), |&(_, v)| (v, None)),
+            _ => (value, field),
         }
     }
 
@@ -632,10 +735,17 @@ impl<'a> Lowerer<'a> {
                         if let Some(&v) = self.env.get(&name)
                             && seen.insert((name.clone(), field.clone()))
                         {
+                            // `scores.format` of a verifier's result is an output of its own,
+                            // captured under the whole name.
+                            let (value, mapped) = self.output_of(v, field.clone());
+                            let name = match (&field, &mapped) {
+                                (Some(f), None) => format!("{name}.{f}"),
+                                _ => name.clone(),
+                            };
                             captures.push(Input {
-                                name: name.clone(),
-                                value: v,
-                                field,
+                                name,
+                                value,
+                                field: mapped,
                             });
                         }
                     }
@@ -962,6 +1072,7 @@ fn collect_calls(e: &ast::Expr, out: &mut Vec<(String, Vec<ast::Arg>)>) {
         }
         ExprKind::Paren(inner) => collect_calls(inner, out),
         ExprKind::Record(r) => r.fields.iter().for_each(|f| collect_calls(&f.value, out)),
+        ExprKind::List(items) => items.iter().for_each(|x| collect_calls(x, out)),
         ExprKind::Scan(s) => {
             s.carries.iter().for_each(|c| collect_calls(&c.init, out));
             collect_calls_block(&s.body, out);
@@ -1021,6 +1132,7 @@ fn collect_reads(e: &ast::Expr, out: &mut Vec<(String, Option<String>)>) {
         }
         ExprKind::Paren(inner) => collect_reads(inner, out),
         ExprKind::Record(r) => r.fields.iter().for_each(|f| collect_reads(&f.value, out)),
+        ExprKind::List(items) => items.iter().for_each(|x| collect_reads(x, out)),
         ExprKind::Scan(s) => {
             s.carries.iter().for_each(|c| collect_reads(&c.init, out));
             collect_reads_block(&s.body, out);

@@ -103,6 +103,9 @@ struct Lowerer<'a> {
     updates: BTreeMap<usize, u32>,
     /// Values the loop carries from one step to the next.
     carried: Vec<Carried>,
+    /// The outputs of each `verify` op whose verifier declares metrics, by its reward value:
+    /// `r.reward`, `r.format` read them (the pipeline binds `r` to the reward).
+    verify_outputs: BTreeMap<u32, Vec<(String, u32)>>,
     errors: Vec<LowerError>,
 }
 
@@ -269,6 +272,7 @@ impl<'a> Lowerer<'a> {
             fn_facts: BTreeMap::new(),
             updates: BTreeMap::new(),
             carried: Vec::new(),
+            verify_outputs: BTreeMap::new(),
             errors: Vec::new(),
         })
     }
@@ -364,6 +368,7 @@ impl<'a> Lowerer<'a> {
             })
             .collect();
         let datasets = datasets(program, &flow.ops);
+        let verifiers = verifiers(program, &flow.ops);
         let mut plan = Plan {
             version: PLAN_VERSION,
             pipeline: facts.name.clone(),
@@ -378,8 +383,7 @@ impl<'a> Lowerer<'a> {
             edges: flow.edges,
             programs: Vec::new(),
             carried: self.carried.clone(),
-            // Filled from the program's `verifier` declarations once the language has them.
-            verifiers: Vec::new(),
+            verifiers,
             sources: None,
         };
         // The ranks' order weighs ops by the cost model's durations (one second each when a
@@ -412,7 +416,7 @@ fn datasets(program: &Program, ops: &[Op]) -> Vec<Dataset> {
                     path: path.clone(),
                     field: field.clone(),
                     tokenizer: spec.tokenizer.clone(),
-                    keep: Vec::new(),
+                    keep: spec.keep.clone(),
                 },
                 (kind, _, _) => DatasetSource::Task {
                     task: TaskKind::from_name(kind)?,
@@ -422,6 +426,52 @@ fn datasets(program: &Program, ops: &[Op]) -> Vec<Dataset> {
             Some(Dataset {
                 name: name.to_string(),
                 source,
+            })
+        })
+        .collect()
+}
+
+/// The verifiers `ops` call, by name, as the checker evaluated them.
+fn verifiers(program: &Program, ops: &[Op]) -> Vec<Verifier> {
+    let called: BTreeSet<&str> = ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Verify { verifier, .. } => Some(verifier.as_str()),
+            _ => None,
+        })
+        .collect();
+    called
+        .into_iter()
+        .filter_map(|name| {
+            let v = program.verifiers.get(name)?;
+            Some(Verifier {
+                name: name.to_string(),
+                endpoint: match &v.endpoint {
+                    rlc_check::value::VerifierEndpoint::Program(command) => {
+                        VerifierEndpoint::Program {
+                            command: command.clone(),
+                        }
+                    }
+                    rlc_check::value::VerifierEndpoint::Http(url) => {
+                        VerifierEndpoint::Http { url: url.clone() }
+                    }
+                },
+                workers: v.workers,
+                batch: v.batch,
+                timeout_ms: v.timeout_ms,
+                limits: WorkerLimits {
+                    cpu_seconds: Some(v.cpu_seconds),
+                    memory_bytes: Some(v.memory_bytes),
+                    file_bytes: Some(v.file_bytes),
+                    processes: Some(v.processes),
+                    no_network: !v.network,
+                },
+                on_error: if v.on_error_zero {
+                    OnError::Zero
+                } else {
+                    OnError::Fail
+                },
+                metrics: v.metrics.clone(),
             })
         })
         .collect()

@@ -57,6 +57,7 @@ pub(super) fn check(plan: &Plan, out: &mut Vec<PlanError>) {
     for (i, op) in plan.ops.iter().enumerate() {
         operation(plan, i, op, &sizes, out);
     }
+    verifiers(plan, out);
     for (i, c) in plan.carried.iter().enumerate() {
         if c.every == Some(0) {
             out.push(zero(
@@ -67,6 +68,105 @@ pub(super) fn check(plan: &Plan, out: &mut Vec<PlanError>) {
         }
     }
     edges(plan, out);
+}
+
+/// The `verifiers`: counts and limits of at least 1 (P0007), and each `verify` op's rollout
+/// input and outputs — the reward, then one per metric (P0008).
+fn verifiers(plan: &Plan, out: &mut Vec<PlanError>) {
+    let mut names = BTreeSet::new();
+    for (i, v) in plan.verifiers.iter().enumerate() {
+        let path = format!("/verifiers/{i}");
+        if !names.insert(v.name.as_str()) {
+            out.push(err(
+                PlanCode::SizeMismatch,
+                format!("{path}/name"),
+                format!("verifier `{}` is listed twice", v.name),
+            ));
+        }
+        let what = format!("verifier `{}`", v.name);
+        let counts = [
+            (
+                "workers",
+                u64::from(v.workers),
+                "it has no worker to score with",
+            ),
+            (
+                "batch",
+                u64::from(v.batch),
+                "a request would carry no sample",
+            ),
+            ("timeout_ms", v.timeout_ms, "every request would time out"),
+        ];
+        for (field, n, consequence) in counts {
+            if n == 0 {
+                out.push(zero(
+                    format!("{path}/{field}"),
+                    field,
+                    &format!("{what}: {consequence}"),
+                ));
+            }
+        }
+        let limits = [
+            ("cpu_seconds", v.limits.cpu_seconds),
+            ("memory_bytes", v.limits.memory_bytes),
+            ("file_bytes", v.limits.file_bytes),
+            ("processes", v.limits.processes),
+        ];
+        for (field, n) in limits {
+            if n == Some(0) {
+                out.push(zero(
+                    format!("{path}/limits/{field}"),
+                    field,
+                    &format!("{what}: a worker limited to 0 can do nothing"),
+                ));
+            }
+        }
+        match &v.endpoint {
+            VerifierEndpoint::Program { command }
+                if command.first().is_none_or(String::is_empty) =>
+            {
+                out.push(err(
+                    PlanCode::OutOfRange,
+                    format!("{path}/endpoint/command"),
+                    format!("{what} has no command to run"),
+                ));
+            }
+            VerifierEndpoint::Http { url } if url.is_empty() => out.push(err(
+                PlanCode::OutOfRange,
+                format!("{path}/endpoint/url"),
+                format!("{what} has no URL"),
+            )),
+            _ => {}
+        }
+    }
+    for (i, op) in plan.ops.iter().enumerate() {
+        let OpKind::Verify { verifier, .. } = &op.kind else {
+            continue;
+        };
+        let Some(v) = plan.verifiers.iter().find(|v| &v.name == verifier) else {
+            continue;
+        };
+        let want = 1 + v.metrics.len();
+        if op.outputs.len() != want {
+            out.push(err(
+                PlanCode::SizeMismatch,
+                format!("/ops/{i}/outputs"),
+                format!(
+                    "`{}` has {} outputs; verifier `{verifier}` gives {want} (the reward and {} metrics)",
+                    op.label,
+                    op.outputs.len(),
+                    v.metrics.len()
+                ),
+            ));
+        }
+        if op.inputs.len() != 1 || op.inputs[0].name != "rollout" {
+            out.push(err(
+                PlanCode::SizeMismatch,
+                format!("/ops/{i}/inputs"),
+                format!("`{}` reads one input, `rollout`", op.label),
+            ));
+        }
+    }
 }
 
 /// P0007: `field` is 0.

@@ -136,6 +136,7 @@ impl Formatter<'_> {
             }
             ExprKind::Record(r) => self.record(r, reserve),
             ExprKind::Scan(s) => self.scan(e, s),
+            ExprKind::List(items) => self.list_literal(e, items, reserve),
         }
         self.p.last_end = self.p.last_end.max(self.end(e.span));
     }
@@ -250,6 +251,33 @@ impl Formatter<'_> {
             },
         );
         self.p.last_end = self.p.last_end.max(self.end(r.span));
+    }
+
+    /// Writes a list `[a, b]`, on one line if it fits, otherwise one element per line.
+    fn list_literal(&mut self, e: &Expr, items: &[Expr], reserve: usize) {
+        let flat = if self.p.has_comment(start(e.span), self.end(e.span)) {
+            None
+        } else {
+            let mut text = String::new();
+            flat_into(e, &mut text).map(|()| text)
+        };
+        if let Some(text) = flat
+            && (items.is_empty() || self.p.fits(text.chars().count() + reserve))
+        {
+            self.p.tok(&text, start(e.span), self.end(e.span));
+            return;
+        }
+        self.p.comments_before(start(e.span));
+        self.p.last_end = self.p.last_end.max(start(e.span) + 1);
+        self.list(
+            "[",
+            items,
+            "]",
+            self.end(e.span).saturating_sub(1),
+            |x| x.span,
+            |f, x| f.expr(x, 1),
+        );
+        self.p.last_end = self.p.last_end.max(self.end(e.span));
     }
 
     fn scan(&mut self, e: &Expr, s: &Scan) {
@@ -456,6 +484,16 @@ fn flat_into(e: &Expr, s: &mut String) -> Option<()> {
         }
         ExprKind::Record(r) => flat_record_into(r, s)?,
         ExprKind::Scan(_) => return None,
+        ExprKind::List(items) => {
+            s.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    s.push_str(", ");
+                }
+                flat_into(x, s)?;
+            }
+            s.push(']');
+        }
     }
     Some(())
 }

@@ -51,6 +51,10 @@ impl Formatter<'_> {
                 self.ident(&d.name);
                 self.definition(&d.def);
             }
+            ItemKind::Verifier(v) => {
+                self.ident(&v.name);
+                self.definition(&v.def);
+            }
             ItemKind::Struct(s) => self.struct_def(s, self.end(item.span)),
             ItemKind::Fn(f) => {
                 self.ident(&f.name);
@@ -623,6 +627,7 @@ fn grouped(prev: &Item, next: &Item) -> bool {
                 | ItemKind::Model(_)
                 | ItemKind::Cluster(_)
                 | ItemKind::Dataset(_)
+                | ItemKind::Verifier(_)
         )
 }
 

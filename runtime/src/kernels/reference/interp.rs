@@ -255,6 +255,7 @@ impl<'m> Interp<'m> {
             ExprKind::Scan(scan) => self.scan(frame, scan, depth),
             ExprKind::Str(_) => Err(self.err_unsupported(frame, "a string")),
             ExprKind::Record(_) => Err(self.err_unsupported(frame, "a record")),
+            ExprKind::List(_) => Err(self.err_unsupported(frame, "a list")),
         }
     }
 

@@ -1,0 +1,14 @@
+//! A `fn` is a tensor kernel: it cannot call a verifier.
+import std.algo { grpo_advantage, ppo_clip, token_mean }
+import std.models { tiny_gpt }
+import std.task.digits { reverse }
+
+cluster local = cpu(devices: 2)
+model policy: CausalLM { arch = tiny_gpt(vocab: reverse.vocab)  optim = adamw(lr: 3e-3) }
+place policy on local[0..2] with dp(2)
+
+verifier answer = program("python3", "answer.py")
+
+fn reward_of(r: Rollout) -> f32[B] {
+  answer(r)  //~ E1007
+}
