@@ -19,6 +19,10 @@ cluster big {
 dataset prompts = jsonl("data/prompts.jsonl", field: "prompt")
 dataset quoted = text("a \"quoted\" word\\n")
 
+/// An external reward: a program, its workers and limits.
+verifier answer = program("python3", "verifiers/answer.py", workers: 2, timeout: 10s,
+  memory: 512MiB, on_error: zero, fields: ["answer"], metrics: ["format"])
+
 /// The policy.
 model policy: CausalLM {
   init  = random(seed: 7)

@@ -57,7 +57,7 @@ module.exports = grammar({
 
     _item: ($) => choice(
       $.import_item, $.cluster_item, $.model_item, $.dataset_item, $.struct_item, $.fn_item,
-      $.const_item, $.place_item, $.pipeline_item,
+      $.const_item, $.place_item, $.pipeline_item, $.verifier_item,
     ),
 
     import_item: ($) => item(
@@ -76,6 +76,8 @@ module.exports = grammar({
       $._definition,
     ),
     dataset_item: ($) => item('dataset', field('name', $.identifier), $._definition),
+    // verifier answer = program("python3", "answer.py", workers: 2, timeout: 10s)
+    verifier_item: ($) => item('verifier', field('name', $.identifier), $._definition),
     _definition: ($) => choice(seq('=', field('value', $._expression)), field('body', $.field_block)),
     field_block: ($) => seq('{', repeat($.field), '}'),
     field: ($) => seq(field('name', $.identifier), '=', field('value', $._expression)),
@@ -157,7 +159,7 @@ module.exports = grammar({
 
     _expression: ($) => choice(
       $.binary_expression, $.unary_expression, $.call_expression, $.index_expression,
-      $.member_expression, $.scan_expression, $.record, $.parenthesized_expression,
+      $.member_expression, $.scan_expression, $.record, $.list, $.parenthesized_expression,
       $.number, $.string, $.boolean, $.identifier,
     ),
 
@@ -190,6 +192,8 @@ module.exports = grammar({
     parenthesized_expression: ($) => seq('(', $._expression, ')'),
     record: ($) => seq('{', commaSep($.record_field), '}'),
     record_field: ($) => seq(field('name', $.identifier), ':', field('value', $._expression)),
+    // `["answer", "steps"]`
+    list: ($) => seq('[', commaSep($._expression), ']'),
 
     // scan reverse over T with (next_v = 0.0, last = 0.0) { t -> … emit last }
     scan_expression: ($) => seq(
