@@ -21,7 +21,8 @@ dataset quoted = text("a \"quoted\" word\\n")
 
 /// An external reward: a program, its workers and limits.
 verifier answer = program("python3", "verifiers/answer.py", workers: 2, timeout: 10s,
-  memory: 512MiB, on_error: zero, fields: ["answer"], metrics: ["format"])
+  cpu: 2min, memory: 512MiB, on_error: zero, fields: ["answer"], metrics: ["format"])
+verifier rm = http("http://127.0.0.1:8000/score", timeout: 500ms)
 
 /// The policy.
 model policy: CausalLM {
