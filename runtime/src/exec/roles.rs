@@ -140,7 +140,7 @@ impl<'c> RoleState<'c> {
             let local = initial
                 .shards(&layout, coord_of(groups), device)
                 .map_err(weights_refused)?;
-            let model = Fsdp::from_shards(&local, initial.config(), groups, adamw.clone())
+            let model = Fsdp::from_shards(local, initial.config(), groups, adamw.clone())
                 .map_err(|e| RunError::Unsupported(format!("`{name}` under FSDP: {e}")))?;
             (nn::VarStore::new(device), Model::Fsdp(model), Some(groups))
         } else if layout.tp > 1 {
@@ -148,11 +148,16 @@ impl<'c> RoleState<'c> {
                 .shards(&layout, coord_of(groups), device)
                 .map_err(weights_refused)?;
             let vs = nn::VarStore::new(device);
-            let model =
-                TpTransformer::from_shards(&vs.root(), &local, initial.config(), heads, &groups.tp)
-                    .map_err(|e| {
-                        RunError::Unsupported(format!("`{name}` under tensor parallelism: {e}"))
-                    })?;
+            let model = TpTransformer::from_owned_shards(
+                &vs.root(),
+                local,
+                initial.config(),
+                heads,
+                &groups.tp,
+            )
+            .map_err(|e| {
+                RunError::Unsupported(format!("`{name}` under tensor parallelism: {e}"))
+            })?;
             (vs, Model::Tp(model), Some(groups))
         } else {
             let (whole_vs, whole) = initial.into_whole(role, heads, device)?;

@@ -182,6 +182,10 @@ impl<'c> Fsdp<'c> {
         adamw: AdamWConfig,
     ) -> Result<Self, FsdpError> {
         let (rank, world) = (shards.rank(), shards.world_size());
+        let weights = weights
+            .iter()
+            .map(|(name, t)| (name.clone(), t.shallow_clone()))
+            .collect();
         Self::build(
             weights,
             config,
@@ -204,9 +208,10 @@ impl<'c> Fsdp<'c> {
     /// As [`Fsdp::new`] from this rank's shards alone: `local` holds, under each parameter's
     /// name, the flat elements `parallel::shards::holding` gives this rank's FSDP coordinate
     /// (its unpadded chunk of the flattened parameter), as `parallel::materialise::rank_shards`
-    /// makes them. No rank ever holds a full weight.
+    /// makes them. No rank ever holds a full weight, and each piece is let go once its padded
+    /// shard is made.
     pub fn from_shards(
-        local: &BTreeMap<String, Tensor>,
+        local: BTreeMap<String, Tensor>,
         config: &ModelConfig,
         groups: &'c RankGroups,
         adamw: AdamWConfig,
@@ -246,10 +251,10 @@ impl<'c> Fsdp<'c> {
     }
 
     /// The model over `shards` whose every parameter's shard `shard_of` makes from what
-    /// `weights` holds under its name (given the parameter's layout and kind); the skeleton's
-    /// blocks hold no matrix meanwhile.
+    /// `weights` holds under its name (given the parameter's layout and kind), each taken out of
+    /// `weights` as it is used; the skeleton's blocks hold no matrix meanwhile.
     fn build(
-        weights: &BTreeMap<String, Tensor>,
+        mut weights: BTreeMap<String, Tensor>,
         config: &ModelConfig,
         shards: &'c Communicator,
         replicas: &'c Communicator,
@@ -275,13 +280,13 @@ impl<'c> Fsdp<'c> {
         let mut params = Vec::with_capacity(variables.len());
         for (name, mut var) in variables {
             let given = weights
-                .get(&name)
+                .remove(&name)
                 .ok_or_else(|| FsdpError::MissingWeight(name.clone()))?;
             let shape = shapes
                 .get(&name)
                 .ok_or_else(|| FsdpError::UnexpectedWeight(name.clone()))?;
             let spec = ParamSpec::new(name, shape.clone(), world);
-            let shard = tch::no_grad(|| shard_of(given, &spec, var.kind()))?
+            let shard = tch::no_grad(|| shard_of(&given, &spec, var.kind()))?
                 .to_device(device)
                 .set_requires_grad(true);
             // A defined zero gradient from the start, accumulated into in place.

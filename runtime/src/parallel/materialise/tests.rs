@@ -218,9 +218,9 @@ fn rank_models_from_shards_are_the_models_cut_from_the_whole() {
                     nn::VarStore::new(Device::Cpu),
                 );
                 let local = made(&layout, coord_of(&groups));
-                let mine = TpTransformer::from_shards(
+                let mine = TpTransformer::from_owned_shards(
                     &a.root(),
-                    &local,
+                    local,
                     config,
                     Heads::POLICY,
                     &groups.tp,
@@ -247,7 +247,7 @@ fn rank_models_from_shards_are_the_models_cut_from_the_whole() {
                 let full = &whole_model(config, Heads::POLICY, 5);
                 let local = made(&layout, coord_of(&groups));
                 let adamw = AdamWConfig::default();
-                let mine = Fsdp::from_shards(&local, config, &groups, adamw.clone()).unwrap();
+                let mine = Fsdp::from_shards(local, config, &groups, adamw.clone()).unwrap();
                 let old = Fsdp::for_rank(full, config, &groups, adamw).unwrap();
                 assert_same_bits(&mine.local_shards(), &old.local_shards(), "fsdp(4) model");
                 // The padded flat shards the optimizer steps, padding included.

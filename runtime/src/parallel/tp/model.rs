@@ -69,6 +69,25 @@ impl<'c> TpTransformer<'c> {
         )
     }
 
+    /// As [`TpTransformer::from_shards`], each shard becoming its variable without a copy (see
+    /// [`ShardLoader::from_owned_shards`]): what a rank materialising its initial shards uses.
+    pub fn from_owned_shards(
+        root: &nn::Path,
+        shards: BTreeMap<String, Tensor>,
+        config: &ModelConfig,
+        heads: Heads,
+        tp: &'c Communicator,
+    ) -> Result<Self, TpError> {
+        let empty = BTreeMap::new();
+        Self::load(
+            ShardLoader::from_owned_shards(root, shards, &empty, tp),
+            root,
+            config,
+            heads,
+            tp,
+        )
+    }
+
     fn load(
         mut loader: ShardLoader,
         root: &nn::Path,

@@ -70,6 +70,9 @@ pub struct ShardLoader<'a, 'p> {
     params: Vec<ShardedParam>,
     /// `weights` are this rank's shards (any shape, read in row-major order), not full tensors.
     local: bool,
+    /// This rank's shards given away ([`ShardLoader::from_owned_shards`]): each becomes its
+    /// variable as it is, without a copy (`weights` is then empty).
+    owned: Option<BTreeMap<String, Tensor>>,
 }
 
 impl<'a, 'p> ShardLoader<'a, 'p> {
@@ -86,6 +89,7 @@ impl<'a, 'p> ShardLoader<'a, 'p> {
             size: tp.world_size(),
             params: Vec::new(),
             local: false,
+            owned: None,
         }
     }
 
@@ -103,11 +107,28 @@ impl<'a, 'p> ShardLoader<'a, 'p> {
         }
     }
 
-    /// This rank's shard of `name` given as such, reshaped to `local` (its shape on this rank).
-    fn local_shard(&self, name: &str, local: &[i64]) -> Result<Tensor, TpError> {
-        let shard = self
-            .weights
-            .get(name)
+    /// As [`ShardLoader::from_shards`] from shards the loader keeps: each becomes its variable
+    /// without a copy, so that a rank materialising its shards holds each once (they must be
+    /// float32 on the var store's device, or they are converted).
+    pub fn from_owned_shards(
+        root: &'a nn::Path<'p>,
+        shards: BTreeMap<String, Tensor>,
+        empty: &'a BTreeMap<String, Tensor>,
+        tp: &Communicator,
+    ) -> Self {
+        Self {
+            owned: Some(shards),
+            ..Self::from_shards(root, empty, tp)
+        }
+    }
+
+    /// This rank's shard of `name` given as such, reshaped to `local` (its shape on this rank);
+    /// an owned one is taken out of the loader.
+    fn local_shard(&mut self, name: &str, local: &[i64]) -> Result<Tensor, TpError> {
+        let taken = self.owned.as_mut().and_then(|owned| owned.remove(name));
+        let shard = taken
+            .as_ref()
+            .or_else(|| self.weights.get(name))
             .ok_or_else(|| TpError::MissingWeight(name.to_string()))?;
         if shard.numel() as i64 != local.iter().product::<i64>() {
             return Err(TpError::WeightShape {
@@ -185,7 +206,14 @@ impl<'a, 'p> ShardLoader<'a, 'p> {
             }
         };
         let (path, leaf) = self.place(name)?;
-        let tensor = path.var_copy(&leaf, &shard.detach());
+        let tensor = match self.owned {
+            // The loader's own tensor becomes the variable.
+            Some(_) => {
+                let shard = shard.to_device(path.device()).to_kind(tch::Kind::Float);
+                path.add(&leaf, shard.detach(), true)
+            }
+            None => path.var_copy(&leaf, &shard.detach()),
+        };
         self.params.push(ShardedParam {
             name: name.to_string(),
             tensor: tensor.shallow_clone(),
