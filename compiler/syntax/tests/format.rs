@@ -354,3 +354,35 @@ fn numbers_strings_and_parentheses_as_written() {
         "let a = (1_000 + 3e-4) * 80GiB / ((2))\nlet b = \"a \\\"q\\\" // not a comment\"\n"
     );
 }
+
+/// `verifier` items and list literals (#24): a list stays on one line when it fits, else one
+/// element a line with its comments; a long declaration breaks its arguments like any call;
+/// consecutive verifiers may stand together.
+#[test]
+fn verifiers_and_lists() {
+    let src = r#"verifier answer = program( "python3","answer.py" , workers: 2, fields: [ "answer" ,"steps",] )
+verifier rm = http("http://127.0.0.1:8000/score", timeout: 30s, on_error: fail, fields: ["answer", "question", "steps"], metrics: ["format"])
+verifier commented = program("x", fields: [
+  // the reference
+  "answer",
+])
+"#;
+    let want = r#"verifier answer = program("python3", "answer.py", workers: 2, fields: ["answer", "steps"])
+verifier rm = http(
+  "http://127.0.0.1:8000/score",
+  timeout: 30s,
+  on_error: fail,
+  fields: ["answer", "question", "steps"],
+  metrics: ["format"],
+)
+verifier commented = program(
+  "x",
+  fields: [
+    // the reference
+    "answer",
+  ],
+)
+"#;
+    assert_eq!(fmt(src), want);
+    assert_eq!(fmt(want), want, "a fixed point");
+}
