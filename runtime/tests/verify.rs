@@ -542,9 +542,23 @@ def handle(req):
     assert_eq!(s.metrics[0], (256u64 << 20) as f32);
     assert_eq!(s.metrics[1], (1u64 << 20) as f32);
     // Where the OS refused the namespace the pool warned on stderr instead.
-    if unsafe { libc::geteuid() } == 0 || std::path::Path::new("/proc/self/ns/user").exists() {
+    if pool.isolated() {
         assert_eq!(s.metrics[2], 0.0, "no network");
+    } else {
+        assert_eq!(s.metrics[2], 1.0, "the network, as the warning said");
     }
+    // `network: true`: the same worker reaches the listener.
+    let open = Verifier {
+        limits: WorkerLimits {
+            no_network: false,
+            ..v.limits.clone()
+        },
+        ..v.clone()
+    };
+    let open = Pool::start(&open, &dir.0).unwrap();
+    let s = open.score(&items(&["where"])).remove(0).unwrap();
+    assert_eq!(s.metrics[2], 1.0, "with the network");
+    drop(open);
     drop(listener);
     // Writing past the file size limit fails (Python ignores SIGXFSZ and sees EFBIG).
     let c = pool.score(&items(&["big file"])).remove(0).unwrap_err();

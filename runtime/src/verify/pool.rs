@@ -91,6 +91,15 @@ impl Pool {
         self.restarts.load(Ordering::Relaxed)
     }
 
+    /// Whether every live worker runs without network (false where the OS refused the
+    /// namespace, or the declaration allows the network).
+    pub fn isolated(&self) -> bool {
+        self.slots.iter().all(|s| {
+            let slot = s.lock().unwrap_or_else(|e| e.into_inner());
+            slot.worker.as_ref().is_none_or(Worker::isolated)
+        })
+    }
+
     /// The process ids of the live workers (for tests and diagnostics).
     pub fn pids(&self) -> Vec<Option<u32>> {
         self.slots
