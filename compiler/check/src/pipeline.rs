@@ -158,7 +158,7 @@ impl Evaluator<'_> {
                         Val::Tensor(t) => t.is_scalar(),
                         _ => false,
                     };
-                    if !scalar {
+                    if !scalar && !self.record_as_reward(frame, &v, f.value.span) {
                         self.diags.push(
                             Diagnostic::new(
                                 Code::TypeMismatch,

@@ -17,5 +17,6 @@ pipeline train(steps = 10) {
     let adv = grpo_advantage(scores, rollout.group, rollout.mask)  //~ E1006
     policy.update(rollout) { logp -> token_mean(ppo_clip(logp, old_logp, adv, eps: 0.2), rollout.mask) }
     log { reward: mean(scores), format: mean(scores.format) }  //~ E1006
+    log { scores: scores }  //~ E1006
   }
 }

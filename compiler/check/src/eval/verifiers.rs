@@ -591,7 +591,7 @@ impl Evaluator<'_> {
     }
 
     /// E1006: a verifier's result record where a tensor is needed.
-    pub(super) fn record_as_reward(&mut self, frame: &Frame, v: &Val, span: Span) -> bool {
+    pub(crate) fn record_as_reward(&mut self, frame: &Frame, v: &Val, span: Span) -> bool {
         let Val::Record(r) = v else { return false };
         if r.name != VERIFIER_RESULT {
             return false;
