@@ -570,6 +570,37 @@ def handle(req):
     assert!(!cwd.exists(), "the working folder is removed");
 }
 
+#[test]
+fn the_cpu_limit_counts_each_request_alone() {
+    let dir = Dir::new("cpu");
+    let script = dir.script(
+        "cpu.py",
+        r#"
+def spin(seconds):
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+def handle(req):
+    import resource
+    print(resource.getrlimit(resource.RLIMIT_CPU), time.process_time(), file=sys.stderr, flush=True)
+    spin(float(req["items"][0]["response"]))
+    return ok(req, [{"reward": 1.0}])
+"#,
+    );
+    let mut v = verifier(python(script));
+    v.limits.cpu_seconds = Some(1);
+    v.timeout_ms = 20_000;
+    let pool = Pool::start(&v, &dir.0).unwrap();
+    // Two requests of 0.6 CPU seconds each: 1.2 s in all, but each within its 1 s.
+    for _ in 0..2 {
+        let out = pool.score(&items(&["0.6"]));
+        assert!(out[0].is_ok(), "{out:?}");
+    }
+    // One that would spin for a minute is stopped by the kernel, long before its timeout.
+    let c = pool.score(&items(&["60"])).remove(0).unwrap_err();
+    assert!(c.contains("CPU time limit (SIGXCPU)"), "{c}");
+}
+
 /// Serves `answers` HTTP requests on a local port: each answer is made from the request body.
 fn server(answer: fn(&str) -> Option<String>) -> (String, std::thread::JoinHandle<Vec<String>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -368,20 +368,27 @@ fn sandbox(limits: &WorkerLimits, netns: bool, maps: &IdMaps) -> std::io::Result
             return Err(std::io::Error::other("no network namespaces on this OS"));
         }
         let _ = maps;
-        let set = |resource, value: Option<u64>, slack: u64| -> std::io::Result<()> {
+        let set = |resource, value: Option<u64>, hard: bool| -> std::io::Result<()> {
             let Some(value) = value else { return Ok(()) };
-            let limit = libc::rlimit {
-                rlim_cur: value as libc::rlim_t,
-                rlim_max: value.saturating_add(slack) as libc::rlim_t,
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
             };
+            check(libc::getrlimit(resource, &mut limit))?;
+            // Never above the hard limit the worker inherits.
+            limit.rlim_cur = (value as libc::rlim_t).min(limit.rlim_max);
+            if hard {
+                limit.rlim_max = limit.rlim_cur;
+            }
             check(libc::setrlimit(resource, &limit))
         };
-        // CPU: SIGXCPU at the soft limit; the hard limit (a second later) is SIGKILL. The pool
-        // moves the soft limit before each request (`rearm_cpu`), so the limit is per request.
-        set(libc::RLIMIT_CPU, limits.cpu_seconds, 1)?;
-        set(libc::RLIMIT_AS, limits.memory_bytes, 0)?;
-        set(libc::RLIMIT_FSIZE, limits.file_bytes, 0)?;
-        set(libc::RLIMIT_NPROC, limits.processes, 0)?;
+        // CPU: SIGXCPU (fatal unless handled; then the timeout kills) at the soft limit. The hard
+        // limit stays, so that the pool can move the soft limit before each request without
+        // privileges (`rearm_cpu`): the limit counts each request alone.
+        set(libc::RLIMIT_CPU, limits.cpu_seconds, false)?;
+        set(libc::RLIMIT_AS, limits.memory_bytes, true)?;
+        set(libc::RLIMIT_FSIZE, limits.file_bytes, true)?;
+        set(libc::RLIMIT_NPROC, limits.processes, true)?;
     }
     Ok(())
 }
@@ -411,18 +418,19 @@ fn rearm_cpu(pid: u32, cpu: u64) {
     {
         let Some(used) = cpu_used(pid) else { return };
         let soft = used.ceil() as u64 + cpu;
-        let limit = libc::rlimit {
-            rlim_cur: soft as libc::rlim_t,
-            rlim_max: (soft + 1) as libc::rlim_t,
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
         };
-        // SAFETY: prlimit on our own child, with a valid struct.
+        // SAFETY: prlimit on our own child, with valid structs.
         unsafe {
-            libc::prlimit(
-                pid as libc::pid_t,
-                libc::RLIMIT_CPU,
-                &limit,
-                std::ptr::null_mut(),
-            );
+            let pid = pid as libc::pid_t;
+            if libc::prlimit(pid, libc::RLIMIT_CPU, std::ptr::null(), &mut limit) != 0 {
+                return;
+            }
+            // Only the soft limit moves: raising it needs no privilege up to the hard limit.
+            limit.rlim_cur = (soft as libc::rlim_t).min(limit.rlim_max);
+            libc::prlimit(pid, libc::RLIMIT_CPU, &limit, std::ptr::null_mut());
         }
     }
     #[cfg(not(target_os = "linux"))]
