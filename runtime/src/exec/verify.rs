@@ -176,3 +176,115 @@ fn items(
     }
     Ok(items)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// The shared Hugging Face fixtures (as `hf::tests` finds them).
+    fn fixture(name: &str) -> PathBuf {
+        std::env::var_os("RLC_HF_FIXTURES")
+            .map_or_else(
+                || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/hf"),
+                PathBuf::from,
+            )
+            .join(name)
+    }
+
+    /// Rows left-padded to one width, as `generate` lays them out.
+    fn left_padded(rows: &[&[i64]], pad: i64) -> (Tensor, Tensor) {
+        let width = rows.iter().map(|r| r.len()).max().unwrap();
+        let mut ids = Vec::new();
+        let mut mask = Vec::new();
+        for r in rows {
+            let n = width - r.len();
+            ids.extend(std::iter::repeat_n(pad, n).chain(r.iter().copied()));
+            mask.extend(std::iter::repeat_n(0i64, n).chain(std::iter::repeat_n(1, r.len())));
+        }
+        let shape = [rows.len() as i64, width as i64];
+        (
+            Tensor::from_slice(&ids).view(shape),
+            Tensor::from_slice(&mask).view(shape),
+        )
+    }
+
+    #[test]
+    fn rows_decode_with_the_dataset_tokenizer_and_carry_their_own_kept_fields() {
+        let tokenizer = HfTokenizer::load(&fixture("qwen2-tiny")).unwrap();
+        let dir = std::env::temp_dir().join(format!("rlc-verify-items-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rows.jsonl");
+        std::fs::write(
+            &file,
+            "{\"prompt\": \"7+8=\", \"answer\": \"15\"}\n\
+             {\"prompt\": \"reverse 90125 -> \", \"answer\": \"52109\"}\n",
+        )
+        .unwrap();
+        let keep = ["answer".to_string()];
+        let source = Source::jsonl_keeping(&file, "prompt", &keep, Some(&tokenizer)).unwrap();
+        let Source::Jsonl(prompts) = &source else {
+            unreachable!()
+        };
+        let specials = source.specials();
+        let eos = specials.eos.unwrap();
+        let [first, second] = prompts.samples() else {
+            panic!("two rows")
+        };
+        // Rollout row 0 is the file's second row, row 1 its first: fields follow the rows.
+        let (prompt_ids, prompt_mask) = left_padded(&[&second.prompt, &first.prompt], specials.pad);
+        let mut long = tokenizer.encode_plain("52109").unwrap();
+        long.push(eos);
+        let mut short = tokenizer.encode_plain("15").unwrap();
+        short.push(eos);
+        let width = long.len().max(short.len());
+        let mut response = Vec::new();
+        let mut mask = Vec::new();
+        for r in [&long, &short] {
+            response.extend(
+                r.iter()
+                    .copied()
+                    .chain(std::iter::repeat_n(specials.pad, width - r.len())),
+            );
+            mask.extend((0..width).map(|i| i < r.len()));
+        }
+        let shape = [2, width as i64];
+        let response = Tensor::from_slice(&response).view(shape);
+        let rollout = Rollout {
+            fields: vec![
+                ("response".into(), response.shallow_clone()),
+                ("mask".into(), Tensor::from_slice(&mask).view(shape)),
+                ("target".into(), response.zeros_like()),
+                (DATASET_ROW.into(), Tensor::from_slice(&[1i64, 0])),
+            ],
+            ids: Tensor::cat(&[&prompt_ids, &response], 1),
+            attention: Tensor::cat(&[&prompt_mask, &response.ones_like()], 1),
+            prompt_len: prompt_ids.size()[1],
+            response_len: width as i64,
+        };
+        let out = items(&rollout, &source, Some(&tokenizer), &keep, "rows").unwrap();
+        assert_eq!(out[0].prompt, "reverse 90125 -> ");
+        assert_eq!(out[0].prompt_ids, second.prompt, "no padding");
+        assert_eq!(out[0].response, "52109", "the text stops before EOS");
+        assert_eq!(out[0].response_ids, long, "the ids keep it");
+        assert_eq!(out[0].fields["answer"], "52109");
+        assert_eq!(out[1].prompt, "7+8=");
+        assert_eq!(out[1].response, "15");
+        assert_eq!(out[1].response_ids, short, "padding after EOS left out");
+        assert_eq!(out[1].fields["answer"], "15");
+        // A field the dataset does not keep is an error naming it.
+        let e = items(
+            &rollout,
+            &source,
+            Some(&tokenizer),
+            &["level".into()],
+            "rows",
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("no kept field `level`"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
