@@ -155,15 +155,7 @@ fn child(what: &str, hf_dir: &Path) {
             return;
         }
         "pp4" => {
-            let held: BTreeMap<String, Tensor> = shards()
-                .into_iter()
-                .map(|(n, t)| {
-                    let shape = &params.iter().find(|p| p.name == n).unwrap().shape;
-                    (n, t.reshape(shape.as_slice()))
-                })
-                .collect();
-            let model = PipelineModel::new(&held, &config, &rank.pp).unwrap();
-            drop(held);
+            let model = PipelineModel::from_owned(shards(), &config, &rank.pp).unwrap();
             report();
             drop(model);
             return;

@@ -115,14 +115,7 @@ impl<'c> RoleState<'c> {
             let weights = initial
                 .shards(&stages, coord, device)
                 .map_err(weights_refused)?;
-            let weights: BTreeMap<String, Tensor> = weights
-                .into_iter()
-                .map(|(n, t)| {
-                    let shape = shapes.get(&n).cloned().unwrap_or_default();
-                    (n, t.reshape(shape))
-                })
-                .collect();
-            let model = PipelineModel::new(&weights, initial.config(), &groups.pp)
+            let model = PipelineModel::from_owned(weights, initial.config(), &groups.pp)
                 .map_err(|e| RunError::Unsupported(format!("`{name}` under pipelining: {e}")))?;
             (
                 nn::VarStore::new(device),

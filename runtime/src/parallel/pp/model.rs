@@ -7,7 +7,8 @@ use tch::{Device, Tensor, nn};
 use super::parts::{StageParts, plain_parts};
 use super::{PipelineError, Stage};
 use crate::collectives::Communicator;
-use crate::model::{KvCache, ModelConfig, Rope, attention_bias, token_positions};
+use crate::model::init::parameters;
+use crate::model::{Heads, KvCache, ModelConfig, Rope, attention_bias, token_positions};
 use crate::parallel::Tape;
 
 /// The weight the first and the last stage both hold when the LM head is tied to it.
@@ -32,12 +33,64 @@ impl<'c> PipelineModel<'c> {
         config: &ModelConfig,
         pp: &'c Communicator,
     ) -> Result<Self, PipelineError> {
+        let device = weights.values().next().map_or(Device::Cpu, Tensor::device);
+        Self::build(config, pp, device, |name| {
+            weights.get(name).map(|w| (w.detach(), true))
+        })
+    }
+
+    /// This rank's stage from its own weights alone, given away: `weights` holds each of the
+    /// stage's parameters (any shape with its number of elements: the flat tensors
+    /// `parallel::materialise::rank_shards` makes), and each becomes its variable without a copy.
+    pub fn from_owned(
+        mut weights: BTreeMap<String, Tensor>,
+        config: &ModelConfig,
+        pp: &'c Communicator,
+    ) -> Result<Self, PipelineError> {
+        let device = weights.values().next().map_or(Device::Cpu, Tensor::device);
+        Self::build(config, pp, device, |name| {
+            weights.remove(name).map(|w| (w.detach(), false))
+        })
+    }
+
+    /// The stage's blocks, each variable set from what `take` gives for its name (with whether
+    /// it is borrowed, so copied, and must have the parameter's shape).
+    fn build(
+        config: &ModelConfig,
+        pp: &'c Communicator,
+        device: Device,
+        mut take: impl FnMut(&str) -> Option<(Tensor, bool)>,
+    ) -> Result<Self, PipelineError> {
         config.validate()?;
         let stage = Stage::new(config.layers, pp.world_size(), pp.rank())?;
-        let device = weights.values().next().map_or(Device::Cpu, Tensor::device);
         let vs = nn::VarStore::new(device);
         let parts = plain_parts(&vs.root(), config, &stage);
-        load_weights(&vs, weights)?;
+        let shapes: BTreeMap<String, Vec<i64>> = parameters(config, Heads::POLICY)
+            .into_iter()
+            .map(|p| (p.name, p.shape))
+            .collect();
+        for (name, mut var) in vs.variables() {
+            let (weight, borrowed) =
+                take(&name).ok_or_else(|| PipelineError::MissingWeight(name.clone()))?;
+            let expected = shapes.get(&name).cloned().unwrap_or_default();
+            let fits = match borrowed {
+                true => weight.size() == expected,
+                false => weight.numel() as i64 == expected.iter().product::<i64>(),
+            };
+            if !fits {
+                return Err(PipelineError::WeightShape {
+                    expected,
+                    found: weight.size(),
+                    name,
+                });
+            }
+            let value = weight
+                .reshape(expected.as_slice())
+                .to_device(device)
+                .to_kind(var.kind());
+            let value = if borrowed { value.copy() } else { value };
+            tch::no_grad(|| var.set_data(&value));
+        }
         Self::from_parts(config, pp, vs, parts)
     }
 
@@ -256,25 +309,4 @@ pub(crate) fn gather_stages(
         }
     }
     Ok(full)
-}
-
-/// Copies each variable of `vs` from the weight of the same name.
-fn load_weights(
-    vs: &nn::VarStore,
-    weights: &BTreeMap<String, Tensor>,
-) -> Result<(), PipelineError> {
-    for (name, mut var) in vs.variables() {
-        let weight = weights
-            .get(&name)
-            .ok_or_else(|| PipelineError::MissingWeight(name.clone()))?;
-        if weight.size() != var.size() {
-            return Err(PipelineError::WeightShape {
-                expected: var.size(),
-                found: weight.size(),
-                name,
-            });
-        }
-        tch::no_grad(|| var.f_copy_(weight))?;
-    }
-    Ok(())
 }

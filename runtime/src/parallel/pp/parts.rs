@@ -2,7 +2,7 @@
 //! Each is a trait so that a stage can hold plain layers or tensor-parallel ones alike; the
 //! plain implementations are the single-rank model's blocks.
 
-use tch::{Tensor, nn};
+use tch::{Device, Kind, Tensor, nn};
 
 use super::stage::Stage;
 use crate::collectives::CollectiveError;
@@ -10,7 +10,6 @@ use crate::model::{
     DecoderLayer, Draw, LayerCache, ModelConfig, Positions, RmsNorm, RopeAngles, add_positions,
 };
 use crate::parallel::Tape;
-use crate::rng::Rng;
 
 /// Token ids `[B, T]` at `positions` (`[B, T]`, real tokens before each) to hidden states
 /// `[B, T, hidden]`; the positions matter to a model with a learned position table only.
@@ -97,18 +96,18 @@ impl<'c> StageHead<'c> for LmHead {
 }
 
 /// The single-rank model's blocks for `stage`, registered under their Hugging Face names below
-/// `root`. Their values are placeholders, to be overwritten with the model's weights.
+/// `root`. Their matrices have no elements (norms and biases hold their init) until the stage's
+/// weights are set, so that building a stage never holds its weights twice.
 pub(crate) fn plain_parts<'c>(
     root: &nn::Path,
     config: &ModelConfig,
     stage: &Stage,
 ) -> StageParts<'c> {
     let trunk = root / "model";
-    let matrix = [config.vocab, config.hidden];
-    let embed_tokens = || (&trunk / "embed_tokens").zeros("weight", &matrix);
+    let empty = || Tensor::zeros([0], (Kind::Float, Device::Cpu));
+    let embed_tokens = || (&trunk / "embed_tokens").var_copy("weight", &empty());
     let embedding = stage.is_first().then(embed_tokens);
-    // Only placeholders are drawn: the generator's values are overwritten.
-    let mut rng = Draw::Seeded(Rng::new(0));
+    let mut rng = Draw::Skeleton;
     let layers = stage
         .layers
         .clone()
@@ -122,13 +121,13 @@ pub(crate) fn plain_parts<'c>(
             (Some(embedding), true) => embedding.shallow_clone(),
             // The last stage's own copy of the tied embedding.
             (None, true) => embed_tokens(),
-            (_, false) => (root / "lm_head").zeros("weight", &matrix),
+            (_, false) => (root / "lm_head").var_copy("weight", &empty()),
         };
         let norm = RmsNorm::new(&(&trunk / "norm"), config.hidden, config.norm_eps);
         Box::new(LmHead { norm, weight }) as Box<dyn StageHead<'c>>
     });
     let position_table = (stage.is_first() && config.positions == Positions::Learned)
-        .then(|| (&trunk / "embed_positions").zeros("weight", &[config.max_len, config.hidden]));
+        .then(|| (&trunk / "embed_positions").var_copy("weight", &empty()));
     StageParts {
         embedding: embedding.map(|tokens| {
             Box::new(Embedding {
