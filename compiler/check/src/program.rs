@@ -555,24 +555,22 @@ impl Program {
     /// The placement an operation of `model` runs on: its own phase's, else the role's, else
     /// (for log-probs and values of a trainable model) its training placement.
     pub fn placement_for(&self, model: usize, phase: Phase) -> Option<&Placement> {
-        let exact = self
-            .placements
-            .iter()
-            .find(|p| p.model == model && p.phase == Some(phase));
-        let role = || {
+        self.placement_index_for(model, phase)
+            .map(|index| &self.placements[index])
+    }
+
+    /// The index in `placements` of the placement [`Program::placement_for`] gives.
+    pub fn placement_index_for(&self, model: usize, phase: Phase) -> Option<usize> {
+        let find = |phase: Option<Phase>| {
             self.placements
                 .iter()
-                .find(|p| p.model == model && p.phase.is_none())
+                .position(|p| p.model == model && p.phase == phase)
         };
         let train = || {
             matches!(phase, Phase::Logprobs | Phase::Values)
-                .then(|| {
-                    self.placements
-                        .iter()
-                        .find(|p| p.model == model && p.phase == Some(Phase::Train))
-                })
+                .then(|| find(Some(Phase::Train)))
                 .flatten()
         };
-        exact.or_else(role).or_else(train)
+        find(Some(phase)).or_else(|| find(None)).or_else(train)
     }
 }

@@ -403,14 +403,6 @@ struct Estimated {
     call: usize,
 }
 
-fn placement_index(program: &Program, model: usize, phase: Phase) -> Option<usize> {
-    let found = program.placement_for(model, phase)?;
-    program
-        .placements
-        .iter()
-        .position(|p| std::ptr::eq(p, found))
-}
-
 /// Every distinct `(model, phase)` the pipeline runs that has an arch and a placement, ordered by
 /// `(model, phase)`.
 fn estimate_phases(program: &Program) -> Vec<Estimated> {
@@ -426,7 +418,7 @@ fn estimate_phases(program: &Program) -> Vec<Estimated> {
             continue;
         };
         let phase = call.op.phase();
-        let Some(placement) = placement_index(program, call.model, phase) else {
+        let Some(placement) = program.placement_index_for(call.model, phase) else {
             continue;
         };
         if program.placements[placement].auto {

@@ -22,12 +22,8 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
     // Which placements serve a phase that runs.
     let mut used = vec![false; program.placements.len()];
     for &(model, phase) in &ran {
-        if let Some(p) = program.placement_for(model, phase) {
-            used[program
-                .placements
-                .iter()
-                .position(|q| std::ptr::eq(q, p))
-                .unwrap()] = true;
+        if let Some(index) = program.placement_index_for(model, phase) {
+            used[index] = true;
         }
     }
     for (p, used) in program.placements.iter().zip(&used) {

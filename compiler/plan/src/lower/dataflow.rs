@@ -624,12 +624,7 @@ impl<'a> Lowerer<'a> {
     }
 
     pub(super) fn instance_for(&self, model: usize, phase: Phase) -> Option<usize> {
-        let p = self.program.placement_for(model, phase)?;
-        let index = self
-            .program
-            .placements
-            .iter()
-            .position(|q| std::ptr::eq(q, p))?;
+        let index = self.program.placement_index_for(model, phase)?;
         self.by_placement.get(&index).copied()
     }
 

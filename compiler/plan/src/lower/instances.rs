@@ -50,13 +50,8 @@ pub(super) fn place(program: &Program) -> Result<Placed, Vec<LowerError>> {
     for call in &pipeline.calls {
         let phase = call.op.phase();
         let model = &program.models[call.model];
-        match program.placement_for(call.model, phase) {
-            Some(p) => {
-                let index = program
-                    .placements
-                    .iter()
-                    .position(|q| std::ptr::eq(q, p))
-                    .expect("a placement of the program");
+        match program.placement_index_for(call.model, phase) {
+            Some(index) => {
                 used.entry(index).or_default().insert(phase);
             }
             None => errors.push(lower_err(format!(
@@ -152,14 +147,9 @@ pub(super) fn place(program: &Program) -> Result<Placed, Vec<LowerError>> {
             "the pipeline calls no role: nothing to place",
         )]);
     };
-    let driver_placement = program
-        .placement_for(driver_call.model, driver_call.op.phase())
-        .expect("checked above");
     let driver_index = program
-        .placements
-        .iter()
-        .position(|q| std::ptr::eq(q, driver_placement))
-        .expect("a placement");
+        .placement_index_for(driver_call.model, driver_call.op.phase())
+        .expect("checked above");
     let driver = by_placement[&driver_index];
     Ok(Placed {
         clusters,

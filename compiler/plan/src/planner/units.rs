@@ -133,13 +133,9 @@ pub fn job(checked: &rlc_check::Checked, program: &Program) -> Result<Job, Strin
         };
         let phase = call.op.phase();
         let (name, unit_phase, kind, cluster, devices) =
-            match program.placement_for(call.model, phase) {
-                Some(p) => {
-                    let at = program
-                        .placements
-                        .iter()
-                        .position(|q| std::ptr::eq(q, p))
-                        .expect("a placement of the program");
+            match program.placement_index_for(call.model, phase) {
+                Some(at) => {
+                    let p = &program.placements[at];
                     let name = match p.phase {
                         Some(ph) => format!("{}.{}", model.name, ph.as_str()),
                         None => model.name.clone(),
