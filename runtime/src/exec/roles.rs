@@ -37,8 +37,9 @@ pub enum Model<'c> {
     /// This rank's tensor-parallel shard; every rank of its TP group runs each call together.
     Tp(TpTransformer<'c>),
     /// This rank's flat ZeRO-3 shards (`fsdp`, `dp × fsdp`; LM-head models), with their own
-    /// AdamW; every rank of its FSDP group runs each call together.
-    Fsdp(Fsdp<'c>),
+    /// AdamW; every rank of its FSDP group runs each call together. Boxed: it is the largest
+    /// by far.
+    Fsdp(Box<Fsdp<'c>>),
     /// This rank's pipeline stage (`pp`, `dp × pp`; LM-head models) and the stage group: every
     /// stage runs each call together, the last one holds the outputs.
     Pp(PipelineModel<'c>, &'c Communicator),
@@ -135,7 +136,11 @@ impl<'c> RoleState<'c> {
                 .map_err(weights_refused)?;
             let model = Fsdp::from_shards(local, initial.config(), groups, adamw.clone())
                 .map_err(|e| RunError::Unsupported(format!("`{name}` under FSDP: {e}")))?;
-            (nn::VarStore::new(device), Model::Fsdp(model), Some(groups))
+            (
+                nn::VarStore::new(device),
+                Model::Fsdp(Box::new(model)),
+                Some(groups),
+            )
         } else if layout.tp > 1 {
             let local = initial
                 .shards(&layout, coord_of(groups), device)
@@ -289,7 +294,7 @@ impl<'c> RoleState<'c> {
         match &self.model {
             Model::Whole(m) => m,
             Model::Tp(m) => m,
-            Model::Fsdp(m) => m,
+            Model::Fsdp(m) => m.as_ref(),
             Model::Pp(m, _) => m,
         }
     }
@@ -419,7 +424,7 @@ impl<'c> RoleState<'c> {
                 .collect();
             let model = Fsdp::for_rank(&full, m.config(), groups, self.adamw.clone())
                 .map_err(|e| RunError::Plan(format!("{what}: {e}")))?;
-            self.model = Model::Fsdp(model);
+            self.model = Model::Fsdp(Box::new(model));
             return Ok(());
         }
         let vars = match &self.model {
