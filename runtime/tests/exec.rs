@@ -84,6 +84,7 @@ fn run_on(
         threads: Some(2),
         device,
         trace: false,
+        verify_in_place: false,
     };
     exec::run(&plan, &checked.modules, &options).map(|_| ())
 }

@@ -300,6 +300,7 @@ fn train(loss: &str, name: &str) -> [Vec<(String, Tensor)>; 2] {
         threads: Some(1),
         device: rlc_runtime::device::DeviceRequest::Cpu,
         trace: false,
+        verify_in_place: false,
     };
     exec::run(&plan, &checked.modules, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
     let weights = |step| {

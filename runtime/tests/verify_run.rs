@@ -19,9 +19,13 @@ sys.path.insert(0, sys.argv[1])
 import rlc_verifier
 HERE = os.path.dirname(os.path.abspath(__file__))
 CRASH = "crash" in sys.argv[2:]
+SLOW = "slow" in sys.argv[2:]
 def score(item):
     if CRASH:
         sys.exit(5)
+    if SLOW:
+        import time
+        time.sleep(0.1)
     with open(os.path.join(HERE, "items.jsonl"), "a") as f:
         f.write(json.dumps(item) + "\n")
     right = item["response"] == item["fields"]["answer"]
@@ -82,6 +86,10 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn run(source: &str, dir: &Path) -> Result<(), RunError> {
+    run_with(source, dir, false, false)
+}
+
+fn run_with(source: &str, dir: &Path, in_place: bool, trace: bool) -> Result<(), RunError> {
     let checked = common::checked("job.rl", source);
     let plan = rlc_plan::lower::lower(&checked).expect("the test program lowers");
     let options = RunOptions {
@@ -94,7 +102,8 @@ fn run(source: &str, dir: &Path) -> Result<(), RunError> {
         stop_after: None,
         threads: Some(2),
         device: DeviceRequest::Cpu,
-        trace: false,
+        trace,
+        verify_in_place: in_place,
     };
     exec::run(&plan, &checked.modules, &options).map(|_| ())
 }
@@ -203,6 +212,61 @@ fn a_jsonl_dataset_sends_the_fields_it_keeps() {
             answer.as_str(),
             "the row's own answer"
         );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With a verifier that takes 0.1 s per item, the policy's forward pass over the rollout (which
+/// does not read the reward) runs while the pool scores: in the trace its span starts after the
+/// verify op's and before the verify op's last result came back. Scoring in place
+/// (`verify_in_place`) puts it after; both give the same rewards and metrics.
+#[test]
+fn an_independent_forward_pass_runs_while_the_verifier_scores() {
+    let dir = scratch("overlap");
+    let source = program(
+        "dataset reverse = reverse_task(digits: 3)",
+        "fail",
+        ", \"slow\"",
+        1,
+    );
+    let spans = |dir: &Path| {
+        let spans = rlc_runtime::report::trace::read(&dir.join("run/trace.json")).unwrap();
+        let find = |step: u64, label: &str| {
+            spans
+                .iter()
+                .find(|s| s.step == step && s.label.contains(label))
+                .unwrap_or_else(|| panic!("no `{label}` in step {step}: {spans:?}"))
+                .clone()
+        };
+        (0..2)
+            .map(|step| (find(step, "check"), find(step, "policy.logprobs")))
+            .collect::<Vec<_>>()
+    };
+    run_with(&source, &dir, false, true).unwrap();
+    let overlapped = lines(&dir.join("run/metrics.jsonl"));
+    for (verify, logprobs) in spans(&dir) {
+        let verify_end = verify.start_us + verify.duration_us;
+        assert!(
+            verify.start_us <= logprobs.start_us && logprobs.start_us < verify_end,
+            "the forward pass starts while the verifier scores: {verify:?} {logprobs:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir.join("run"));
+    run_with(&source, &dir, true, true).unwrap();
+    let in_place = lines(&dir.join("run/metrics.jsonl"));
+    for (verify, logprobs) in spans(&dir) {
+        assert!(
+            logprobs.start_us >= verify.start_us + verify.duration_us,
+            "in place, the forward pass waits: {verify:?} {logprobs:?}"
+        );
+    }
+    assert_eq!(overlapped.len(), 2);
+    for (a, b) in overlapped.iter().zip(&in_place) {
+        for key in ["reward", "length", "verifier/check/failures", "loss"] {
+            if a.get(key).is_some() || b.get(key).is_some() {
+                assert_eq!(a[key], b[key], "`{key}` is the same either way");
+            }
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

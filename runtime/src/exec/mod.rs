@@ -74,6 +74,9 @@ pub struct RunOptions {
     pub device: DeviceRequest,
     /// Write `trace.json`: every op each rank ran, with its start and end.
     pub trace: bool,
+    /// Score each `verify` op before the rank runs on, instead of on a background thread
+    /// while the ops that do not read its results run (`docs/verifiers.md#overlap`).
+    pub verify_in_place: bool,
 }
 
 #[derive(Debug)]
@@ -171,6 +174,7 @@ pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOu
                         &options.run_dir,
                     )?;
                     r.trace = options.trace.then(|| (origin, Vec::new()));
+                    r.verify_in_place = options.verify_in_place;
                     if let Some((step, dirs)) = resume {
                         for (role, dir) in dirs {
                             if r.roles.contains_key(role) && r.restore(role, dir)? != *step {

@@ -19,6 +19,17 @@ use crate::parallel::reshard::{ReshardError, reshard};
 use crate::parallel::{RankGroups, Tape};
 use crate::report::trace::Span;
 
+/// The values `op` reads: its inputs, an update's loss captures, a log's fields.
+fn reads(op: &Op) -> Vec<u32> {
+    let mut ids: Vec<u32> = op.inputs.iter().map(|i| i.value).collect();
+    match &op.kind {
+        OpKind::Update { loss, .. } => ids.extend(loss.captures.iter().map(|i| i.value)),
+        OpKind::Log { fields } => ids.extend(fields.iter().map(|f| f.value)),
+        _ => {}
+    }
+    ids
+}
+
 /// What a rank reports to the run after a step (rank 0's counts for the whole job).
 #[derive(Debug, Default, Clone)]
 pub struct StepOutput {
@@ -82,7 +93,14 @@ pub struct Rank<'j> {
     /// The root file's folder (verifier commands' relative paths start there).
     pub(super) source_dir: PathBuf,
     /// The worker pool of each verifier this rank has called, started on its first call.
-    pub(super) verifiers: BTreeMap<String, crate::verify::Pool>,
+    pub(super) verifiers: BTreeMap<String, std::sync::Arc<crate::verify::Pool>>,
+    /// Verify ops of this step whose pool is still scoring (see `verify.rs`).
+    pub(super) in_flight: Vec<super::verify::InFlight>,
+    /// Each verify op's failed samples on this rank in this step, counted over the data ranks
+    /// at the end of the step.
+    pub(super) verify_failures: Vec<(u32, u64)>,
+    /// Score in the verify op itself instead of on a background thread (`RunOptions`).
+    pub(super) verify_in_place: bool,
     /// This step's failed samples of each verifier (`verifier/<name>/failures`), reported after
     /// the `log` fields.
     pub(super) verifier_failures: Vec<(String, f64)>,
@@ -182,6 +200,9 @@ impl<'j> Rank<'j> {
             trace: None,
             source_dir: source_dir.to_path_buf(),
             verifiers: BTreeMap::new(),
+            in_flight: Vec::new(),
+            verify_failures: Vec::new(),
+            verify_in_place: false,
             verifier_failures: Vec::new(),
         })
     }
@@ -209,11 +230,21 @@ impl<'j> Rank<'j> {
             {
                 continue;
             }
+            if !self.in_flight.is_empty() {
+                // A verifier's results this op reads: wait for them (counted as verify time).
+                let waited = Instant::now();
+                self.await_verify(Some(&reads(op)), step)?;
+                *op_seconds.entry(BarKind::Other).or_default() += waited.elapsed().as_secs_f64();
+            }
             let started = self.settled_now();
             self.run_op(op, step, &mut out)?;
             let ended = self.settled_now();
             *op_seconds.entry(BarKind::of(&op.kind)).or_default() +=
                 ended.duration_since(started).as_secs_f64();
+            // An op in flight gets its span when its results are awaited.
+            if self.in_flight(op) {
+                continue;
+            }
             if let Some((origin, spans)) = &mut self.trace {
                 let micros = |t: Instant| t.duration_since(*origin).as_micros() as u64;
                 spans.push(Span {
@@ -226,6 +257,12 @@ impl<'j> Rank<'j> {
                 });
             }
         }
+        if !self.in_flight.is_empty() {
+            let waited = Instant::now();
+            self.await_verify(None, step)?;
+            *op_seconds.entry(BarKind::Other).or_default() += waited.elapsed().as_secs_f64();
+        }
+        self.count_verify_failures()?;
         self.carry_over(step)?;
         out.metrics.append(&mut self.verifier_failures);
         out.metrics.extend(

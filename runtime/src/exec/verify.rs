@@ -1,8 +1,14 @@
 //! `Verify` ops: this rank's rollout rows, decoded to text with their dataset's tokenizer and
 //! the row fields the verifier asks for, scored by the verifier's worker pool
 //! (`crate::verify`). The pool starts on the rank's first call and lives as long as the rank.
+//! The pool scores on a background thread while the rank runs on (`docs/verifiers.md#overlap`):
+//! the op's outputs are made on the rank's thread when the first op that reads one runs, or at
+//! the end of the step; tensors never leave the rank's thread.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
 
 use rlc_plan::model::{Op, OpKind};
 use tch::{Device, Kind, Tensor};
@@ -14,15 +20,31 @@ use super::values::{Rollout, Val};
 use crate::collectives::ReduceOp;
 use crate::data::{Source, tokens};
 use crate::hf::HfTokenizer;
-use crate::verify::{Item, Pool, apply};
+use crate::report::trace::Span;
+use crate::verify::{Item, Outcome, Pool, apply};
 
 /// The metric that counts a verifier's failed samples in a step (over all data ranks).
 pub fn failures_key(verifier: &str) -> String {
     format!("verifier/{verifier}/failures")
 }
 
+/// A verify op whose requests the pool is scoring on a background thread: its outputs are
+/// made when an op reads one of them, or at the end of the step.
+pub(super) struct InFlight {
+    op: u32,
+    first_sample: u64,
+    /// When the rank reached the op.
+    started: Instant,
+    /// The outcomes, and when the last one came back.
+    scoring: JoinHandle<(Vec<Outcome>, Instant)>,
+}
+
 impl Rank<'_> {
+    /// Decodes this rank's rows and hands them to the verifier's pool. Unless the run asks for
+    /// verifiers in place, the pool scores them on a background thread while the rank runs the
+    /// ops that do not read the reward; [`Rank::await_verify`] makes the outputs.
     pub(super) fn verify(&mut self, op: &Op, step: u64) -> Result<()> {
+        let started = Instant::now();
         let OpKind::Verify {
             verifier,
             dataset,
@@ -37,6 +59,14 @@ impl Rank<'_> {
             .iter()
             .find(|v| v.name == *verifier)
             .ok_or_else(|| RunError::Plan(format!("no verifier `{verifier}`")))?;
+        if op.outputs.len() != 1 + declaration.metrics.len() {
+            return Err(RunError::Plan(format!(
+                "`{}` has {} outputs, verifier `{verifier}` gives a reward and {} metrics",
+                op.label,
+                op.outputs.len(),
+                declaration.metrics.len()
+            )));
+        }
         let source = self.job.sources.get(dataset).ok_or_else(|| {
             RunError::Plan(format!("`{}` reads no dataset `{dataset}`", op.label))
         })?;
@@ -48,28 +78,119 @@ impl Rank<'_> {
         if !self.verifiers.contains_key(verifier) {
             let pool = Pool::start(declaration, &self.source_dir)
                 .map_err(|message| RunError::VerifierStart { message })?;
-            self.verifiers.insert(verifier.clone(), pool);
+            self.verifiers.insert(verifier.clone(), Arc::new(pool));
         }
-        let outcomes = self.verifiers[verifier].score(&items);
+        let pool = Arc::clone(&self.verifiers[verifier]);
+        if self.verify_in_place {
+            let outcomes = pool.score(&items);
+            return self.verified(op, step, first_sample, outcomes);
+        }
+        let scoring = std::thread::Builder::new()
+            .name(format!("rlc-verify-{verifier}"))
+            .spawn(move || {
+                let outcomes = pool.score(&items);
+                (outcomes, Instant::now())
+            })
+            .map_err(|e| RunError::VerifierStart {
+                message: format!("verifier `{verifier}`: cannot start a thread: {e}"),
+            })?;
+        self.in_flight.push(InFlight {
+            op: op.id,
+            first_sample,
+            started,
+            scoring,
+        });
+        Ok(())
+    }
+
+    /// Waits for the verify ops in flight whose outputs `reads` names (all of them with `None`)
+    /// and makes their outputs, in the order the rank reached them. A failure with `on_error:
+    /// fail` is raised here.
+    pub(super) fn await_verify(&mut self, reads: Option<&[u32]>, step: u64) -> Result<()> {
+        let plan = self.job.plan;
+        let wanted = |f: &InFlight| {
+            reads.is_none_or(|ids| {
+                plan.ops[f.op as usize]
+                    .outputs
+                    .iter()
+                    .any(|o| ids.contains(o))
+            })
+        };
+        while let Some(i) = self.in_flight.iter().position(wanted) {
+            let f = self.in_flight.remove(i);
+            let op = &plan.ops[f.op as usize];
+            let (outcomes, scored) = f.scoring.join().map_err(|panic| {
+                RunError::Plan(format!(
+                    "`{}`: the verifier's thread panicked: {}",
+                    op.label,
+                    crate::panics::panic_message(&panic)
+                ))
+            })?;
+            if let Some((origin, spans)) = &mut self.trace {
+                // The op's span runs from the rank reaching it to its last result.
+                let micros = |t: Instant| t.duration_since(*origin).as_micros() as u64;
+                spans.push(Span {
+                    rank: self.rank,
+                    step,
+                    op: op.id,
+                    label: op.label.clone(),
+                    start_us: micros(f.started),
+                    duration_us: micros(scored.max(f.started)) - micros(f.started),
+                });
+            }
+            self.verified(op, step, f.first_sample, outcomes)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `op`'s span is written when its results are awaited rather than when it returns.
+    pub(super) fn in_flight(&self, op: &Op) -> bool {
+        self.in_flight.iter().any(|f| f.op == op.id)
+    }
+
+    /// The outcomes of `op` → its outputs, with `on_error` applied; the failures are counted
+    /// over the data ranks at the end of the step.
+    fn verified(
+        &mut self,
+        op: &Op,
+        step: u64,
+        first_sample: u64,
+        outcomes: Vec<Outcome>,
+    ) -> Result<()> {
+        let OpKind::Verify { verifier, .. } = &op.kind else {
+            return Err(RunError::Plan(format!("`{}` is not a verify op", op.label)));
+        };
+        let declaration = self
+            .verifiers
+            .get(verifier)
+            .map(|p| p.verifier())
+            .ok_or_else(|| RunError::Plan(format!("no verifier `{verifier}`")))?;
         let scores = apply(declaration, outcomes, first_sample, step)?;
-        let failures = self.all_reduce(op, &Tensor::from(scores.failures as f64), ReduceOp::Sum)?;
-        let (key, failed) = (failures_key(verifier), failures.double_value(&[]));
-        match self.verifier_failures.iter_mut().find(|(k, _)| *k == key) {
-            // A verifier called twice in a step: the step's failures of both calls.
-            Some((_, total)) => *total += failed,
-            None => self.verifier_failures.push((key, failed)),
-        }
-        let tensors = scores.tensors(self.device);
-        if tensors.len() != op.outputs.len() {
-            return Err(RunError::Plan(format!(
-                "`{}` has {} outputs, verifier `{verifier}` gives a reward and {} metrics",
-                op.label,
-                op.outputs.len(),
-                declaration.metrics.len()
-            )));
-        }
-        for (&id, t) in op.outputs.iter().zip(tensors) {
+        self.verify_failures.push((op.id, scores.failures));
+        for (&id, t) in op.outputs.iter().zip(scores.tensors(self.device)) {
             self.values.insert(id, Val::Tensor(t));
+        }
+        Ok(())
+    }
+
+    /// Sums the step's failures of each verifier over its op's data ranks, in op order (every
+    /// rank of an op's group does this after the step's ops, so the collectives match).
+    pub(super) fn count_verify_failures(&mut self) -> Result<()> {
+        let plan = self.job.plan;
+        let mut local = std::mem::take(&mut self.verify_failures);
+        local.sort_by_key(|(op, _)| *op);
+        for (op, failed) in local {
+            let op = &plan.ops[op as usize];
+            let OpKind::Verify { verifier, .. } = &op.kind else {
+                continue;
+            };
+            let failures = self.all_reduce(op, &Tensor::from(failed as f64), ReduceOp::Sum)?;
+            let (key, failed) = (failures_key(verifier), failures.double_value(&[]));
+            match self.verifier_failures.iter_mut().find(|(k, _)| *k == key) {
+                // A verifier called twice in a step: the step's failures of both calls.
+                Some((_, total)) => *total += failed,
+                None => self.verifier_failures.push((key, failed)),
+            }
         }
         Ok(())
     }

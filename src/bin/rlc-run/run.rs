@@ -61,6 +61,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         threads: args.threads,
         device: args.device.parse()?,
         trace: args.trace,
+        verify_in_place: false,
     };
     if leader {
         eprintln!(

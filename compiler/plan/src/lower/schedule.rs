@@ -33,8 +33,12 @@ impl Graph<'_> {
     /// path to the end of the step (the op's own time included): the exchange argument for two
     /// ops, which puts a short op whose path continues on other ranks (a kernel whose result is
     /// sent) before a long one that ends here, even when the long one's path is longer. So a rank
-    /// sends what another waits for before its own long, unrelated work. Deterministic: no clock,
-    /// no hash.
+    /// sends what another waits for before its own long, unrelated work. A `verify` op is host
+    /// work the rank hands to the verifier's workers and runs on from (the runtime scores on a
+    /// background thread): it keeps its time on the path to what reads its results but does not
+    /// hold its timelines, and among ops that could start first it goes first, so the forward
+    /// passes that do not read the reward run while the verifier scores. Deterministic: no
+    /// clock, no hash.
     fn schedule(&self, seconds: &[f64], world: u32) -> Vec<usize> {
         let n = self.ops.len();
         let mut timelines: BTreeMap<Vec<usize>, u32> = BTreeMap::new();
@@ -80,6 +84,8 @@ impl Graph<'_> {
                 .fold(0.0, f64::max);
             tail[i] = duration(i) + after;
         }
+        // Ops the rank hands off and runs on from.
+        let overlaps = |i: usize| matches!(self.ops[i].kind, OpKind::Verify { .. });
         let mut free = vec![0.0f64; timelines.len()];
         let mut holds: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); timelines.len()];
         let mut finish: Vec<Option<f64>> = vec![None; n];
@@ -132,7 +138,7 @@ impl Graph<'_> {
                     .fold(0.0, f64::max);
                 tail[i].max(duration(i) + others)
             };
-            let mut best: Option<(f64, u8, bool, f64, usize)> = None;
+            let mut best: Option<(f64, bool, u8, bool, f64, usize)> = None;
             for &(i, start) in &ready {
                 let mut switch = 0u8;
                 for &t in &lines_of[i] {
@@ -146,14 +152,22 @@ impl Graph<'_> {
                         switch = 1;
                     }
                 }
-                let key = (start, switch, lines_of[i].len() <= 1, bound(i), i);
+                let key = (
+                    start,
+                    !overlaps(i),
+                    switch,
+                    lines_of[i].len() <= 1,
+                    bound(i),
+                    i,
+                );
                 let better = best.is_none_or(|b| {
                     key.0
                         .total_cmp(&b.0)
                         .then(key.1.cmp(&b.1))
                         .then(key.2.cmp(&b.2))
-                        .then(key.3.total_cmp(&b.3))
-                        .then(key.4.cmp(&b.4))
+                        .then(key.3.cmp(&b.3))
+                        .then(key.4.total_cmp(&b.4))
+                        .then(key.5.cmp(&b.5))
                         .is_lt()
                 });
                 if better {
@@ -161,13 +175,13 @@ impl Graph<'_> {
                 }
             }
             // Dependencies always point to earlier ops, so some op is always ready.
-            let Some((start, _, _, _, i)) = best else {
+            let Some((start, _, _, _, _, i)) = best else {
                 break;
             };
             let end = start + duration(i);
             finish[i] = Some(end);
             for &t in &lines_of[i] {
-                free[t] = end;
+                free[t] = if overlaps(i) { start } else { end };
                 let need: BTreeSet<&str> = self.ops[i]
                     .uses
                     .iter()
