@@ -77,6 +77,40 @@ struct Flat {
     exp_avg_sq: Tensor,
 }
 
+/// One step's numbers, shared by the per-parameter and the flat paths.
+struct StepCoefficients {
+    /// What a decayed parameter is multiplied by (`1 - lr · weight_decay`).
+    decay: f64,
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    /// `lr / (1 - beta1^t)`.
+    step_size: f64,
+    bias_correction2_sqrt: f64,
+}
+
+impl StepCoefficients {
+    /// The moments' update and the parameter's, in `torch.optim.AdamW`'s order (after decay).
+    fn apply(
+        &self,
+        param: &mut Tensor,
+        exp_avg: &mut Tensor,
+        exp_avg_sq: &mut Tensor,
+        grad: &Tensor,
+    ) {
+        let _ = exp_avg
+            .f_lerp_(grad, 1.0 - self.beta1)
+            .expect("first moment");
+        let _ = exp_avg_sq.f_mul_scalar_(self.beta2).expect("second moment");
+        let _ = exp_avg_sq
+            .f_add_(&(grad * grad * (1.0 - self.beta2)))
+            .expect("second moment");
+        let denom = exp_avg_sq.sqrt() / self.bias_correction2_sqrt + self.eps;
+        let update = &*exp_avg / denom * self.step_size;
+        let _ = param.f_sub_(&update).expect("parameter update");
+    }
+}
+
 #[cfg(test)]
 impl Flat {
     fn layout_params(&self) -> &Tensor {
@@ -186,42 +220,22 @@ impl AdamW {
         if let Some(grads) = self.flat_grads() {
             return self.step_flat(lr, &grads);
         }
-        self.steps += 1;
-        let AdamWConfig {
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-        } = self.config;
-        let bias_correction1 = 1.0 - beta1.powf(self.steps as f64);
-        let bias_correction2_sqrt = (1.0 - beta2.powf(self.steps as f64)).sqrt();
+        let step = self.next_step(lr);
         tch::no_grad(|| {
             for state in &mut self.params {
                 let grad = state.param.grad();
                 if !grad.defined() {
                     continue;
                 }
-                if state.decay && weight_decay != 0.0 {
-                    let _ = state
-                        .param
-                        .f_mul_scalar_(1.0 - lr * weight_decay)
-                        .expect("weight decay");
+                if state.decay && step.decay != 1.0 {
+                    let _ = state.param.f_mul_scalar_(step.decay).expect("weight decay");
                 }
-                let _ = state
-                    .exp_avg
-                    .f_lerp_(&grad, 1.0 - beta1)
-                    .expect("first moment");
-                let _ = state
-                    .exp_avg_sq
-                    .f_mul_scalar_(beta2)
-                    .expect("second moment");
-                let _ = state
-                    .exp_avg_sq
-                    .f_add_(&(&grad * &grad * (1.0 - beta2)))
-                    .expect("second moment");
-                let denom = state.exp_avg_sq.sqrt() / bias_correction2_sqrt + eps;
-                let update = &state.exp_avg / denom * (lr / bias_correction1);
-                let _ = state.param.f_sub_(&update).expect("parameter update");
+                step.apply(
+                    &mut state.param,
+                    &mut state.exp_avg,
+                    &mut state.exp_avg_sq,
+                    &grad,
+                );
             }
         });
     }
@@ -233,6 +247,23 @@ impl AdamW {
     /// # Panics
     /// When the parameters are not flat (a caller's bug: `flat_grads` returned `None`).
     pub fn step_flat(&mut self, lr: f64, grads: &Tensor) {
+        let step = self.next_step(lr);
+        let flat = self.flat.as_mut().expect("step_flat on flat parameters");
+        tch::no_grad(|| {
+            if step.decay != 1.0 {
+                flat.layout.decay(step.decay);
+            }
+            let Flat {
+                layout,
+                exp_avg,
+                exp_avg_sq,
+            } = flat;
+            step.apply(layout.params_mut(), exp_avg, exp_avg_sq, grads);
+        });
+    }
+
+    /// Counts a step and gives its coefficients.
+    fn next_step(&mut self, lr: f64) -> StepCoefficients {
         self.steps += 1;
         let AdamWConfig {
             beta1,
@@ -240,30 +271,14 @@ impl AdamW {
             eps,
             weight_decay,
         } = self.config;
-        let bias_correction1 = 1.0 - beta1.powf(self.steps as f64);
-        let bias_correction2_sqrt = (1.0 - beta2.powf(self.steps as f64)).sqrt();
-        let flat = self.flat.as_mut().expect("step_flat on flat parameters");
-        tch::no_grad(|| {
-            if weight_decay != 0.0 {
-                flat.layout.decay(1.0 - lr * weight_decay);
-            }
-            let _ = flat
-                .exp_avg
-                .f_lerp_(grads, 1.0 - beta1)
-                .expect("first moment");
-            let _ = flat.exp_avg_sq.f_mul_scalar_(beta2).expect("second moment");
-            let _ = flat
-                .exp_avg_sq
-                .f_add_(&(grads * grads * (1.0 - beta2)))
-                .expect("second moment");
-            let denom = flat.exp_avg_sq.sqrt() / bias_correction2_sqrt + eps;
-            let update = &flat.exp_avg / denom * (lr / bias_correction1);
-            let _ = flat
-                .layout
-                .params_mut()
-                .f_sub_(&update)
-                .expect("parameter update");
-        });
+        StepCoefficients {
+            decay: 1.0 - lr * weight_decay,
+            beta1,
+            beta2,
+            eps,
+            step_size: lr / (1.0 - beta1.powf(self.steps as f64)),
+            bias_correction2_sqrt: (1.0 - beta2.powf(self.steps as f64)).sqrt(),
+        }
     }
 
     /// Moments named `{param}.exp_avg` / `{param}.exp_avg_sq`, for checkpoints; the step count
