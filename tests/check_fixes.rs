@@ -3,6 +3,10 @@
 //! editor: each case's one error has one fix; applying its edits by byte range leaves a file
 //! that `rlc check` accepts (#29 item 3).
 
+#[path = "common/edits.rs"]
+mod edits;
+
+use edits::apply_edits;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,25 +70,15 @@ fn broken(from: &str, to: &str) -> String {
 
 /// Applies a JSON fix's edits (byte ranges of `path`) to `text`.
 fn apply(text: &str, fix: &Value, path: &Path) -> String {
-    let mut edits: Vec<(usize, usize, String)> = fix["edits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            assert_eq!(e["file"], path.to_str().unwrap(), "{e}");
-            (
-                e["range"]["start"].as_u64().unwrap() as usize,
-                e["range"]["end"].as_u64().unwrap() as usize,
-                e["text"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    edits.sort_by_key(|e| std::cmp::Reverse(e.0));
-    let mut out = text.to_string();
-    for (start, end, new) in edits {
-        out.replace_range(start..end, &new);
-    }
-    out
+    let edits = fix["edits"].as_array().unwrap().iter().map(|e| {
+        assert_eq!(e["file"], path.to_str().unwrap(), "{e}");
+        (
+            e["range"]["start"].as_u64().unwrap() as usize,
+            e["range"]["end"].as_u64().unwrap() as usize,
+            e["text"].as_str().unwrap(),
+        )
+    });
+    apply_edits(text, edits)
 }
 
 #[test]

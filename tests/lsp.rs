@@ -2,6 +2,9 @@
 //! Content-Length framing go over its standard input and output. Every wait has a timeout, so
 //! a server that stops answering fails the test instead of hanging it.
 
+#[path = "common/edits.rs"]
+mod edits;
+
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -1140,22 +1143,16 @@ fn apply_edits(text: &str, edits: &[Value]) -> String {
         }
         start + l.len()
     };
-    let mut edits: Vec<(usize, usize, &str)> = edits
-        .iter()
-        .map(|e| {
+    edits::apply_edits(
+        text,
+        edits.iter().map(|e| {
             (
                 offset(&e["range"]["start"]),
                 offset(&e["range"]["end"]),
                 e["newText"].as_str().unwrap(),
             )
-        })
-        .collect();
-    edits.sort_by_key(|e| std::cmp::Reverse(e.0));
-    let mut out = text.to_string();
-    for (start, end, new) in edits {
-        out.replace_range(start..end, new);
-    }
-    out
+        }),
+    )
 }
 
 fn references(c: &mut Client, uri: &str, at: (u32, u32), declaration: bool) -> Value {

@@ -3,6 +3,10 @@
 
 use rlc_diagnostics::{Code, Diagnostic, Files};
 
+#[path = "../../../tests/common/edits.rs"]
+mod edits;
+use edits::apply_edits;
+
 /// Serves `lib/scores.rl` (a module of the project's own); the programs import `std` besides.
 struct Lib;
 
@@ -41,23 +45,12 @@ fn apply_fix(src: &str, code: Code) -> String {
         edits.iter().all(|e| e.file == found[0].primary().file),
         "{edits:#?}"
     );
-    apply(src, edits)
-}
-
-/// Applies non-overlapping edits, from the last to the first so offsets stay valid.
-fn apply(src: &str, mut edits: Vec<rlc_diagnostics::Edit>) -> String {
-    edits.sort_by_key(|e| std::cmp::Reverse((e.span.start, e.span.end)));
-    for w in edits.windows(2) {
-        assert!(
-            w[1].span.end <= w[0].span.start,
-            "overlapping edits {edits:#?}"
-        );
-    }
-    let mut out = src.to_string();
-    for e in edits {
-        out.replace_range(e.span.start as usize..e.span.end as usize, &e.text);
-    }
-    out
+    apply_edits(
+        src,
+        edits
+            .into_iter()
+            .map(|e| (e.span.start as usize, e.span.end as usize, e.text)),
+    )
 }
 
 /// `src` with `from` (which must occur once) replaced by `to`.
