@@ -12,10 +12,13 @@
 //! `cargo bench --bench lsp` (release build; `RLC_LSP_ROUNDS=N` sets how many times the line
 //! is typed and deleted, default 3). The figures are in docs/benchmarks.md ("Editor").
 
+#[path = "../tests/common/lsp_wire.rs"]
+mod lsp_wire;
+
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 const RLC: &str = env!("CARGO_BIN_EXE_rlc");
@@ -129,35 +132,7 @@ impl Server {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {RLC} lsp: {e}"));
         let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, messages) = channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            loop {
-                let mut length = 0;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let line = line.trim_end();
-                    if line.is_empty() {
-                        break;
-                    }
-                    if let Some(v) = line.strip_prefix("Content-Length: ") {
-                        length = v.parse().expect("a Content-Length");
-                    }
-                }
-                let mut body = vec![0; length];
-                if reader.read_exact(&mut body).is_err() {
-                    return;
-                }
-                let value: Value = serde_json::from_slice(&body).expect("a JSON body");
-                if tx.send(value).is_err() {
-                    return;
-                }
-            }
-        });
+        let messages = lsp_wire::messages(child.stdout.take().unwrap());
         Server {
             child,
             stdin,
@@ -167,7 +142,9 @@ impl Server {
 
     fn send(&mut self, msg: Value) {
         let body = msg.to_string();
-        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        self.stdin
+            .write_all(lsp_wire::frame(&body).as_bytes())
+            .unwrap();
         self.stdin.flush().unwrap();
     }
 

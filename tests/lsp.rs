@@ -4,12 +4,14 @@
 
 #[path = "common/edits.rs"]
 mod edits;
+#[path = "common/lsp_wire.rs"]
+mod lsp_wire;
 
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,40 +67,12 @@ impl Client {
                 collected.lock().unwrap().push_str(&text);
             }
         });
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            loop {
-                let mut length = None;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let line = line.trim_end();
-                    if line.is_empty() {
-                        break;
-                    }
-                    if let Some(v) = line.strip_prefix("Content-Length: ") {
-                        length = v.parse::<usize>().ok();
-                    }
-                }
-                let mut body = vec![0; length.expect("Content-Length header")];
-                if reader.read_exact(&mut body).is_err() {
-                    return;
-                }
-                let value: Value = serde_json::from_slice(&body).expect("JSON body");
-                if tx.send(value).is_err() {
-                    return;
-                }
-            }
-        });
+        let messages = lsp_wire::messages(child.stdout.take().unwrap());
         let mut client = Client {
             child,
             stdin,
             stderr,
-            messages: rx,
+            messages,
             pending: Vec::new(),
             next_id: 1,
             dir,
@@ -118,8 +92,7 @@ impl Client {
     }
 
     fn send(&mut self, msg: Value) {
-        let body = msg.to_string();
-        self.send_raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+        self.send_body(&msg.to_string());
     }
 
     /// Bytes as they are, framed or not.
@@ -131,7 +104,7 @@ impl Client {
 
     /// Sends a body (any bytes) behind a correct Content-Length header.
     fn send_body(&mut self, body: &str) {
-        self.send_raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+        self.send_raw(lsp_wire::frame(body).as_bytes());
     }
 
     /// The first message (received or still to come) that satisfies `pred`.
