@@ -570,3 +570,55 @@ fn verifier_settings_and_verify_ops() {
         "{errors:#?}"
     );
 }
+
+/// #24 item 6: a rank hands a `verify` op to the verifier's workers and runs on, so the schedule
+/// puts it first among the ops the rollout makes ready and lets the forward passes that do not
+/// read the reward (the policy's and the reference's log-probs, the KL kernel) run before the
+/// advantage that waits for it.
+#[test]
+fn a_verify_op_starts_before_the_forward_passes_that_do_not_read_the_reward() {
+    let text = std::fs::read_to_string(root().join(VERIFIER))
+        .unwrap()
+        .replace(
+            "place policy on local[0..2] with dp(2)",
+            "model reference: CausalLM = frozen(policy)\n\
+             place policy on local[0..2] with dp(2)\n\
+             place reference on local[0..2] with dp(2)",
+        )
+        .replace(
+            "let scores   = answer(rollout)",
+            "let ref_logp = reference.logprobs(rollout)\n    \
+             let kl = token_mean(kl_k3(old_logp, ref_logp), rollout.mask)\n    \
+             let scores   = answer(rollout)",
+        )
+        .replace(
+            "grpo_advantage, ppo_clip",
+            "grpo_advantage, kl_k3, ppo_clip",
+        )
+        .replace("log { reward:", "log { kl: kl, reward:");
+    let plan = plan_of_text(VERIFIER, text);
+    for program in &plan.programs {
+        let order: Vec<&str> = program
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                rlc_plan::model::Step::Run { op, .. } => {
+                    Some(plan.ops[*op as usize].label.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        let at = |label: &str| {
+            order
+                .iter()
+                .position(|l| l.starts_with(label))
+                .unwrap_or_else(|| panic!("no `{label}` in {order:?}"))
+        };
+        let verify = at("verify answer");
+        for independent in ["policy.logprobs", "reference.logprobs", "kernel kl_k3"] {
+            assert!(verify < at(independent), "{order:?}");
+            assert!(at(independent) < at("kernel grpo_advantage"), "{order:?}");
+        }
+        assert_eq!(verify, at("policy.generate") + 1, "{order:?}");
+    }
+}
