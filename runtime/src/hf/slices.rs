@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use tch::{Kind, Tensor};
 
-use super::weights::{INDEX_FILE, OPTIONAL, SINGLE_FILE, ShardIndex, ignorable, inside};
+use super::weights::{OPTIONAL, SINGLE_FILE, ignorable, read_index};
 use super::{HfError, load_config};
 use crate::model::init::{Parameter, parameters};
 use crate::model::{Heads, ModelConfig};
@@ -126,26 +126,11 @@ pub fn open_slices(
 /// the names the index assigns it (`None`: a single file, all of its tensors).
 #[allow(clippy::type_complexity)]
 fn listing(dir: &Path) -> Result<(PathBuf, Vec<(PathBuf, Option<BTreeSet<String>>)>), HfError> {
-    let index_path = dir.join(INDEX_FILE);
     let single_path = dir.join(SINGLE_FILE);
-    if index_path.exists() {
-        let text = std::fs::read_to_string(&index_path).map_err(|source| HfError::Io {
-            path: index_path.clone(),
-            source,
-        })?;
-        let index: ShardIndex = serde_json::from_str(&text).map_err(|source| HfError::Json {
-            path: index_path.clone(),
-            source,
-        })?;
+    if let Some((index_path, index)) = read_index(dir)? {
         let mut by_file: BTreeMap<&String, BTreeSet<String>> = BTreeMap::new();
         for (name, shard) in &index.weight_map {
             by_file.entry(shard).or_default().insert(name.clone());
-        }
-        if let Some(shard) = by_file.keys().find(|shard| !inside(shard)) {
-            return Err(HfError::ShardOutside {
-                path: index_path.clone(),
-                shard: shard.to_string(),
-            });
         }
         let files = by_file
             .into_iter()

@@ -82,30 +82,37 @@ pub(super) fn ignorable(name: &str) -> bool {
     name == "lm_head.weight" || name.ends_with("rotary_emb.inv_freq")
 }
 
+/// The folder's shard index (`None` when it has none), its shard paths checked to stay in the
+/// folder: relative, no `..`. Only the path is checked, not where symbolic links lead: the
+/// Hugging Face cache links its snapshots' files to blobs outside the snapshot folder.
+pub(super) fn read_index(dir: &Path) -> Result<Option<(PathBuf, ShardIndex)>, HfError> {
+    let index_path = dir.join(INDEX_FILE);
+    if !index_path.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&index_path).map_err(|source| HfError::Io {
+        path: index_path.clone(),
+        source,
+    })?;
+    let index: ShardIndex = serde_json::from_str(&text).map_err(|source| HfError::Json {
+        path: index_path.clone(),
+        source,
+    })?;
+    if let Some(shard) = index.weight_map.values().find(|shard| !inside(shard)) {
+        return Err(HfError::ShardOutside {
+            path: index_path,
+            shard: shard.clone(),
+        });
+    }
+    Ok(Some((index_path, index)))
+}
+
 /// All tensors of the checkpoint by name, and the file that lists them (the index or the single
 /// file), which a missing tensor is reported against.
 fn read_checkpoint(dir: &Path) -> Result<(HashMap<String, Stored>, PathBuf), HfError> {
-    let index_path = dir.join(INDEX_FILE);
     let single_path = dir.join(SINGLE_FILE);
-    if index_path.exists() {
-        let text = std::fs::read_to_string(&index_path).map_err(|source| HfError::Io {
-            path: index_path.clone(),
-            source,
-        })?;
-        let index: ShardIndex = serde_json::from_str(&text).map_err(|source| HfError::Json {
-            path: index_path.clone(),
-            source,
-        })?;
+    if let Some((index_path, index)) = read_index(dir)? {
         let shards: std::collections::BTreeSet<&String> = index.weight_map.values().collect();
-        // A shard path stays in the folder: relative, no `..`. Only the path is checked, not
-        // where symbolic links lead: the Hugging Face cache links its snapshots' files to blobs
-        // outside the snapshot folder.
-        if let Some(shard) = shards.iter().find(|shard| !inside(shard)) {
-            return Err(HfError::ShardOutside {
-                path: index_path.clone(),
-                shard: shard.to_string(),
-            });
-        }
         let mut stored = HashMap::new();
         for shard in shards {
             let file = dir.join(shard);
