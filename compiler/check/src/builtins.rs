@@ -573,11 +573,7 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                 .map_err(|m| {
                     Box::new(
                         Diagnostic::new(
-                            if m.dtype {
-                                Code::DtypeMismatch
-                            } else {
-                                Code::ShapeMismatch
-                            },
+                            m.code(),
                             format!("the branches of `where` are `{a}` and `{b}`"),
                             ctx.file,
                             ctx.call,

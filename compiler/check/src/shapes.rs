@@ -2,6 +2,7 @@
 //! declared type, and unification of a signature's dimension symbols with a call's arguments.
 
 use crate::value::{DType, Dim, TensorTy};
+use rlc_diagnostics::Code;
 use rlc_syntax::ast::BinaryOp;
 use std::collections::BTreeMap;
 
@@ -12,6 +13,17 @@ pub struct Mismatch {
     pub text: String,
     pub help: String,
     pub dtype: bool,
+}
+
+impl Mismatch {
+    /// The diagnostic code it is reported with: E0302 for the element type, else E0301.
+    pub fn code(&self) -> Code {
+        if self.dtype {
+            Code::DtypeMismatch
+        } else {
+            Code::ShapeMismatch
+        }
+    }
 }
 
 fn shape_err(text: String, help: &str) -> Mismatch {

@@ -301,11 +301,7 @@ impl Evaluator<'_> {
                 {
                     continue;
                 }
-                let code = if msg.dtype {
-                    Code::DtypeMismatch
-                } else {
-                    Code::ShapeMismatch
-                };
+                let code = msg.code();
                 self.diags.push(
                     Diagnostic::new(
                         code,

@@ -443,11 +443,7 @@ impl Evaluator<'_> {
                 Val::Tensor(t)
             }
             Err(msg) => {
-                let code = if msg.dtype {
-                    Code::DtypeMismatch
-                } else {
-                    Code::ShapeMismatch
-                };
+                let code = msg.code();
                 self.err(
                     Diagnostic::new(
                         code,

@@ -840,11 +840,7 @@ impl Evaluator<'_> {
             && let Val::Tensor(_) = want
         {
             if let Err(msg) = shapes::assignable(&w, &f) {
-                let code = if msg.dtype {
-                    Code::DtypeMismatch
-                } else {
-                    Code::ShapeMismatch
-                };
+                let code = msg.code();
                 self.diags.push(
                     Diagnostic::new(
                         code,
