@@ -478,19 +478,10 @@ impl<'m> Lowerer<'m> {
         let mut last = None;
         for stmt in &block.stmts {
             last = None;
+            if self.binding(frame, &stmt.kind, depth)? {
+                continue;
+            }
             match &stmt.kind {
-                StmtKind::Let { name, value, .. } => {
-                    let v = self.expr(frame, value, depth)?;
-                    frame.bind(&name.name, v);
-                }
-                StmtKind::Assign { name, value } => {
-                    let v = self.expr(frame, value, depth)?;
-                    if !frame.assign(&name.name, v) {
-                        return Err(
-                            self.type_err(frame, format!("assignment to unknown `{}`", name.name))
-                        );
-                    }
-                }
                 StmtKind::Expr(e) => last = Some(self.expr(frame, e, depth)?),
                 StmtKind::Emit { .. } => {
                     return Err(self.unsupported(frame, "`emit` outside a scan"));
@@ -1305,22 +1296,34 @@ impl<'m> Lowerer<'m> {
         )))
     }
 
+    /// Runs `stmt` if it is a `let` or an assignment (as a fn body and a scan step both do):
+    /// `Ok(true)` when it was one.
+    fn binding(&mut self, frame: &mut Frame, stmt: &StmtKind, depth: usize) -> Result<bool> {
+        match stmt {
+            StmtKind::Let { name, value, .. } => {
+                let v = self.expr(frame, value, depth)?;
+                frame.bind(&name.name, v);
+            }
+            StmtKind::Assign { name, value } => {
+                let v = self.expr(frame, value, depth)?;
+                if !frame.assign(&name.name, v) {
+                    return Err(
+                        self.type_err(frame, format!("assignment to unknown `{}`", name.name))
+                    );
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
     fn scan_body(&mut self, frame: &mut Frame, scan: &ast::Scan, depth: usize) -> Result<LVal> {
         let mut emitted = None;
         for stmt in &scan.body.stmts {
+            if self.binding(frame, &stmt.kind, depth)? {
+                continue;
+            }
             match &stmt.kind {
-                StmtKind::Let { name, value, .. } => {
-                    let v = self.expr(frame, value, depth)?;
-                    frame.bind(&name.name, v);
-                }
-                StmtKind::Assign { name, value } => {
-                    let v = self.expr(frame, value, depth)?;
-                    if !frame.assign(&name.name, v) {
-                        return Err(
-                            self.type_err(frame, format!("assignment to unknown `{}`", name.name))
-                        );
-                    }
-                }
                 StmtKind::Emit { value } => {
                     if emitted.is_some() {
                         return Err(self.type_err(frame, "a scan step emits twice"));
