@@ -216,13 +216,7 @@ impl<'c> Fsdp<'c> {
         groups: &'c RankGroups,
         adamw: AdamWConfig,
     ) -> Result<Self, FsdpError> {
-        let layout = groups.layout;
-        if layout.tp != 1 || layout.pp != 1 {
-            return Err(FsdpError::Layout {
-                tp: layout.tp,
-                pp: layout.pp,
-            });
-        }
+        fsdp_alone(groups)?;
         let (shards, replicas) = (&groups.fsdp, &groups.dp);
         let (rank, world) = (shards.rank() as i64, shards.world_size() as i64);
         Self::build(
@@ -328,13 +322,7 @@ impl<'c> Fsdp<'c> {
         groups: &'c RankGroups,
         adamw: AdamWConfig,
     ) -> Result<Self, FsdpError> {
-        let layout = groups.layout;
-        if layout.tp != 1 || layout.pp != 1 {
-            return Err(FsdpError::Layout {
-                tp: layout.tp,
-                pp: layout.pp,
-            });
-        }
+        fsdp_alone(groups)?;
         Self::new(weights, config, &groups.fsdp, &groups.dp, adamw)
     }
 
@@ -758,6 +746,18 @@ fn check_batch(ids: &Tensor, mask: &Tensor, min_steps: i64) -> Result<(), FsdpEr
         return Err(FsdpError::BatchShape {
             ids: ids.size(),
             mask: mask.size(),
+        });
+    }
+    Ok(())
+}
+
+/// FSDP here shards over its own axis alone: refuses a layout with tp or pp.
+fn fsdp_alone(groups: &RankGroups) -> Result<(), FsdpError> {
+    let layout = groups.layout;
+    if layout.tp != 1 || layout.pp != 1 {
+        return Err(FsdpError::Layout {
+            tp: layout.tp,
+            pp: layout.pp,
         });
     }
     Ok(())
