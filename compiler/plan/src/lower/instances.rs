@@ -76,7 +76,6 @@ pub(super) fn place(program: &Program) -> Result<Placed, Vec<LowerError>> {
         let model = &program.models[p.model];
         let first = cluster_first.get(p.cluster).copied().unwrap_or(0);
         let ranks = RankSet::range(first + p.devices.start as u32, first + p.devices.end as u32);
-        let l = &p.layout;
         let layout = if p.auto {
             Layout {
                 dp: ranks.len().max(1),
@@ -87,14 +86,7 @@ pub(super) fn place(program: &Program) -> Result<Placed, Vec<LowerError>> {
                 micro: None,
             }
         } else {
-            Layout {
-                dp: l.dp().max(1) as u32,
-                fsdp: l.fsdp().max(1) as u32,
-                tp: l.tp().max(1) as u32,
-                pp: l.pp().max(1) as u32,
-                sp: l.sp().max(1) as u32,
-                micro: l.micro(),
-            }
+            plan_layout(&p.layout)
         };
         if layout.devices() != ranks.len() {
             errors.push(lower_err(format!(

@@ -109,6 +109,18 @@ struct Lowerer<'a> {
     errors: Vec<LowerError>,
 }
 
+/// The plan's layout for a placement's `with` layout (a degree left out is 1).
+pub(crate) fn plan_layout(l: &prog::Layout) -> Layout {
+    Layout {
+        dp: l.dp().max(1) as u32,
+        fsdp: l.fsdp().max(1) as u32,
+        tp: l.tp().max(1) as u32,
+        pp: l.pp().max(1) as u32,
+        sp: l.sp().max(1) as u32,
+        micro: l.micro(),
+    }
+}
+
 /// The plan's name for a phase of the program.
 fn plan_phase(p: Phase) -> crate::model::Phase {
     match p {

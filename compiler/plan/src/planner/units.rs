@@ -9,6 +9,7 @@
 //! - every other placement is a manual unit: its layout is the program's.
 
 use crate::cost::{PhaseWork, RoleShape};
+use crate::lower::plan_layout;
 use crate::model::Layout;
 use rlc_check::checks::memory;
 use rlc_check::program::{self as prog, Op, Phase, Program};
@@ -81,17 +82,6 @@ fn shape(model: &prog::Model) -> Option<RoleShape> {
         trainable: !model.frozen && model.optimizer.is_some(),
         recompute: model.recompute,
     })
-}
-
-pub fn plan_layout(l: &prog::Layout) -> Layout {
-    Layout {
-        dp: l.dp().max(1) as u32,
-        fsdp: l.fsdp().max(1) as u32,
-        tp: l.tp().max(1) as u32,
-        pp: l.pp().max(1) as u32,
-        sp: l.sp().max(1) as u32,
-        micro: l.micro(),
-    }
 }
 
 /// The cluster `place auto on C` names (the only one when it names none).
