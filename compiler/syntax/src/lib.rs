@@ -414,12 +414,7 @@ fn too_deep(text: &str) -> Option<usize> {
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'"' => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-            }
+            b'"' => i = trivia::string_end(bytes, i),
             b'(' | b'[' | b'{' => {
                 depth += 1;
                 if depth > MAX_NESTING {

@@ -257,12 +257,7 @@ fn unclosed_opener(src: &str, from: usize, to: usize) -> Option<(usize, char)> {
     let mut i = from;
     while i < to.min(bytes.len()) {
         match bytes[i] {
-            b'"' => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-            }
+            b'"' => i = crate::trivia::string_end(bytes, i),
             b'/' if bytes.get(i + 1) == Some(&b'/') => {
                 i = src[i..].find('\n').map_or(bytes.len(), |n| i + n);
             }

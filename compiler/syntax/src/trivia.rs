@@ -21,6 +21,17 @@ pub struct Comment {
     pub text: String,
 }
 
+/// Where the string literal whose `"` is at `open` stops: at its closing `"`, at the end of
+/// its line when it is unterminated (as in the grammar), or at or past the end of `bytes`. A
+/// `\` escapes the byte after it.
+pub(crate) fn string_end(bytes: &[u8], open: usize) -> usize {
+    let mut i = open + 1;
+    while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
+        i += if bytes[i] == b'\\' { 2 } else { 1 };
+    }
+    i
+}
+
 /// Every comment of `src`, in order. Strings are skipped so that `"http://x"` is not a comment;
 /// an unterminated string ends at its line, as in the grammar.
 pub fn comments(src: &str) -> Vec<Comment> {
@@ -29,13 +40,7 @@ pub fn comments(src: &str) -> Vec<Comment> {
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'"' => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
-            }
+            b'"' => i = string_end(bytes, i) + 1,
             b'/' if bytes.get(i + 1) == Some(&b'/') => {
                 let end = src[i..].find('\n').map_or(src.len(), |n| i + n);
                 let text = &src[i..end];
