@@ -152,6 +152,16 @@ impl Formatter<'_> {
         self.p.last_end = self.p.last_end.max(node_end);
     }
 
+    /// Writes `(text)`: the flat form of a list whose last element (if any) is at `last`.
+    fn flat_parens(&mut self, text: &str, last: Option<Span>) {
+        self.p.write("(");
+        self.p.write(text);
+        self.p.write(")");
+        if let Some(last) = last {
+            self.p.last_end = self.p.last_end.max(self.end(last));
+        }
+    }
+
     fn call(
         &mut self,
         e: &Expr,
@@ -176,12 +186,7 @@ impl Formatter<'_> {
         };
         match flat {
             Some(text) if args.is_empty() || self.p.fits(text.chars().count() + 2 + after) => {
-                self.p.write("(");
-                self.p.write(&text);
-                self.p.write(")");
-                if let Some(last) = args.last() {
-                    self.p.last_end = self.p.last_end.max(self.end(last.span));
-                }
+                self.flat_parens(&text, args.last().map(|a| a.span));
             }
             _ => self.list(
                 "(",
@@ -324,12 +329,7 @@ impl Formatter<'_> {
         };
         match flat {
             Some(text) if self.p.fits(text.chars().count() + 2 + after) => {
-                self.p.write("(");
-                self.p.write(&text);
-                self.p.write(")");
-                if let Some(last) = carries.last() {
-                    self.p.last_end = self.p.last_end.max(self.end(last.span));
-                }
+                self.flat_parens(&text, carries.last().map(|a| a.span));
             }
             _ => self.list(
                 "(",
