@@ -201,6 +201,23 @@ fn program(
     }
 }
 
+/// One node whose devices `devices` run `phase` of a bf16 `policy` (model 0) of `arch` with
+/// layout `l`; the pipeline's one call is `call`.
+fn one_policy(
+    arch: Arch,
+    phase: Phase,
+    devices: std::ops::Range<u64>,
+    l: L,
+    call: RoleCall,
+) -> Program {
+    program(
+        1,
+        vec![model("policy", RoleKind::CausalLM, arch, Precision::Bf16)],
+        vec![place(0, Some(phase), devices, l)],
+        vec![call],
+    )
+}
+
 /// The estimate of `(model, phase)` on its first device.
 fn phase_of(p: &Program, model: usize, phase: Phase) -> Breakdown {
     estimate(p)
@@ -246,16 +263,12 @@ fn parameter_counts_match_the_published_models() {
 
 #[test]
 fn seven_b_adam_bf16_is_16_bytes_per_param_on_one_device() {
-    let p = program(
-        1,
-        vec![model(
-            "policy",
-            RoleKind::CausalLM,
-            llama7b(),
-            Precision::Bf16,
-        )],
-        vec![place(0, Some(Phase::Train), 0..1, L::default())],
-        vec![update(0, 8, 8, 512, 512)],
+    let p = one_policy(
+        llama7b(),
+        Phase::Train,
+        0..1,
+        L::default(),
+        update(0, 8, 8, 512, 512),
     );
     let b = phase_of(&p, 0, Phase::Train);
     assert_eq!(b.weights, 2.0 * P7);
@@ -274,25 +287,16 @@ fn seven_b_adam_bf16_is_16_bytes_per_param_on_one_device() {
 
 #[test]
 fn fsdp_8_divides_model_state_by_8() {
-    let p = program(
-        1,
-        vec![model(
-            "policy",
-            RoleKind::CausalLM,
-            llama7b(),
-            Precision::Bf16,
-        )],
-        vec![place(
-            0,
-            Some(Phase::Train),
-            0..8,
-            L {
-                fsdp: 8,
-                micro: Some(1),
-                ..L::default()
-            },
-        )],
-        vec![update(0, 64, 64, 512, 512)],
+    let p = one_policy(
+        llama7b(),
+        Phase::Train,
+        0..8,
+        L {
+            fsdp: 8,
+            micro: Some(1),
+            ..L::default()
+        },
+        update(0, 64, 64, 512, 512),
     );
     // One run: the eight devices hold the same phase.
     let devices = estimate(&p);
@@ -314,50 +318,32 @@ fn fsdp_8_divides_model_state_by_8() {
 
 #[test]
 fn dp_replicates_model_state() {
-    let p = program(
-        1,
-        vec![model(
-            "policy",
-            RoleKind::CausalLM,
-            small(),
-            Precision::Bf16,
-        )],
-        vec![place(
-            0,
-            Some(Phase::Train),
-            0..8,
-            L {
-                dp: 8,
-                ..L::default()
-            },
-        )],
-        vec![update(0, 64, 64, 8, 8)],
+    let p = one_policy(
+        small(),
+        Phase::Train,
+        0..8,
+        L {
+            dp: 8,
+            ..L::default()
+        },
+        update(0, 64, 64, 8, 8),
     );
     assert_eq!(phase_of(&p, 0, Phase::Train).model_state(), 16.0 * P_SMALL);
 }
 
 #[test]
 fn tp4_pp2_divides_weights_by_8() {
-    let p = program(
-        1,
-        vec![model(
-            "policy",
-            RoleKind::CausalLM,
-            llama7b(),
-            Precision::Bf16,
-        )],
-        vec![place(
-            0,
-            Some(Phase::Train),
-            0..8,
-            L {
-                tp: 4,
-                pp: 2,
-                micro: Some(1),
-                ..L::default()
-            },
-        )],
-        vec![update(0, 4, 4, 512, 512)],
+    let p = one_policy(
+        llama7b(),
+        Phase::Train,
+        0..8,
+        L {
+            tp: 4,
+            pp: 2,
+            micro: Some(1),
+            ..L::default()
+        },
+        update(0, 4, 4, 512, 512),
     );
     let b = phase_of(&p, 0, Phase::Train);
     assert_eq!(b.weights, 2.0 * P7 / 8.0);
@@ -601,26 +587,17 @@ fn recompute_shrinks_activations() {
 
 #[test]
 fn sequence_parallelism_splits_the_remaining_activations() {
-    let p = program(
-        1,
-        vec![model(
-            "policy",
-            RoleKind::CausalLM,
-            small(),
-            Precision::Bf16,
-        )],
-        vec![place(
-            0,
-            Some(Phase::Train),
-            0..2,
-            L {
-                tp: 2,
-                sp: 2,
-                micro: Some(4),
-                ..L::default()
-            },
-        )],
-        vec![update(0, 4, 4, 8, 8)],
+    let p = one_policy(
+        small(),
+        Phase::Train,
+        0..2,
+        L {
+            tp: 2,
+            sp: 2,
+            micro: Some(4),
+            ..L::default()
+        },
+        update(0, 4, 4, 8, 8),
     );
     // sp = tp is the paper's s·b·h·(34 + 5as/h)/t.
     let per_layer = 16.0 * 4.0 * 128.0 * (34.0 + 5.0 * 4.0 * 16.0 / 128.0) / 2.0;
@@ -842,25 +819,16 @@ fn help_prefers_sharding_over_existing_data_ranks() {
 
 #[test]
 fn help_suggests_recompute_when_activations_dominate() {
-    let p = program(
-        1,
-        vec![model(
-            "policy",
-            RoleKind::CausalLM,
-            llama7b(),
-            Precision::Bf16,
-        )],
-        vec![place(
-            0,
-            Some(Phase::Train),
-            0..8,
-            L {
-                fsdp: 8,
-                micro: Some(8),
-                ..L::default()
-            },
-        )],
-        vec![update(0, 64, 64, 2048, 2048)],
+    let p = one_policy(
+        llama7b(),
+        Phase::Train,
+        0..8,
+        L {
+            fsdp: 8,
+            micro: Some(8),
+            ..L::default()
+        },
+        update(0, 64, 64, 2048, 2048),
     );
     let diags = diagnostics(&p);
     assert_eq!(diags.len(), 1);
@@ -875,17 +843,7 @@ fn help_suggests_recompute_when_activations_dominate() {
 fn unknown_lengths_count_as_zero_and_are_reported() {
     let mut c = call(0, Op::Generate, 16, 8, 8);
     c.prompt_len = None;
-    let p = program(
-        1,
-        vec![model(
-            "policy",
-            RoleKind::CausalLM,
-            small(),
-            Precision::Bf16,
-        )],
-        vec![place(0, Some(Phase::Generate), 0..1, L::default())],
-        vec![c],
-    );
+    let p = one_policy(small(), Phase::Generate, 0..1, L::default(), c);
     let b = phase_of(&p, 0, Phase::Generate);
     // Only the 8 response tokens: 2·2·2·32·8·16·2.
     assert_eq!(b.kv_cache, 65_536.0);
@@ -895,17 +853,7 @@ fn unknown_lengths_count_as_zero_and_are_reported() {
     let mut c = update(0, 16, 16, 8, 8);
     c.batch = None;
     c.minibatch = None;
-    let p = program(
-        1,
-        vec![model(
-            "policy",
-            RoleKind::CausalLM,
-            small(),
-            Precision::Bf16,
-        )],
-        vec![place(0, Some(Phase::Train), 0..1, L::default())],
-        vec![c],
-    );
+    let p = one_policy(small(), Phase::Train, 0..1, L::default(), c);
     let b = phase_of(&p, 0, Phase::Train);
     assert_eq!(b.activations, 0.0);
     assert_eq!(b.unknown, vec![(Term::Activations, Quantity::Batch)]);
@@ -915,24 +863,15 @@ fn unknown_lengths_count_as_zero_and_are_reported() {
 fn a_lower_bound_says_at_least() {
     let mut c = update(0, 64, 64, 2048, 2048);
     c.response_len = None;
-    let p = program(
-        1,
-        vec![model(
-            "policy",
-            RoleKind::CausalLM,
-            llama70b(),
-            Precision::Bf16,
-        )],
-        vec![place(
-            0,
-            Some(Phase::Train),
-            0..8,
-            L {
-                tp: 8,
-                ..L::default()
-            },
-        )],
-        vec![c],
+    let p = one_policy(
+        llama70b(),
+        Phase::Train,
+        0..8,
+        L {
+            tp: 8,
+            ..L::default()
+        },
+        c,
     );
     let diags = diagnostics(&p);
     assert_eq!(diags.len(), 1);
