@@ -401,27 +401,15 @@ fn degree_fix(program: &Program, places: &[&Placement], code: Code) -> Option<(S
             return None;
         }
         let k = t / d;
-        let mut edit = |span: Origin, text: String| {
-            if !edits
-                .iter()
-                .any(|e| e.file == span.file && e.span == span.span)
-            {
-                edits.push(Edit {
-                    file: span.file,
-                    span: span.span,
-                    text,
-                });
-            }
-        };
         let layout = match l.dp {
             Some(dp) => {
                 let dp = dp.value.checked_mul(k)?;
-                edit(l.dp?.origin, format!("dp({dp})"));
-                edit(tp.origin, format!("{name}({d})"));
+                push_edit(&mut edits, l.dp?.origin, format!("dp({dp})"));
+                push_edit(&mut edits, tp.origin, format!("{name}({d})"));
                 format!("dp({dp}) and {name}({d})")
             }
             None => {
-                edit(tp.origin, format!("dp({k}), {name}({d})"));
+                push_edit(&mut edits, tp.origin, format!("dp({k}), {name}({d})"));
                 format!("dp({k}), {name}({d})")
             }
         };
