@@ -117,21 +117,26 @@ fn initialize_request(conn: &Connection) -> Option<lsp_server::RequestId> {
                 navigation::set_roots(&req.params);
                 return Some(req.id);
             }
-            Message::Request(req) => {
-                let _ = conn.sender.send(
-                    Response::new_err(
-                        req.id,
-                        ErrorCode::ServerNotInitialized as i32,
-                        format!("`{}` before `initialize`", req.method),
-                    )
-                    .into(),
-                );
-            }
+            Message::Request(req) => refuse(
+                conn,
+                req,
+                ErrorCode::ServerNotInitialized,
+                "before `initialize`",
+            ),
             Message::Notification(n) if n.method == "exit" => return None,
             Message::Notification(_) | Message::Response(_) => {}
         }
     }
     None
+}
+
+/// Answers `req` (outside the session: before `initialize` or after `shutdown`) with the error
+/// `code`, naming its method and `when`.
+fn refuse(conn: &Connection, req: Request, code: ErrorCode, when: &str) {
+    let message = format!("`{}` {when}", req.method);
+    let _ = conn
+        .sender
+        .send(Response::new_err(req.id, code as i32, message).into());
 }
 
 /// After `shutdown`: waits for `exit` (exit status 0), answering requests with an error; the
@@ -141,14 +146,7 @@ fn shut_down(conn: &Connection) -> ExitCode {
         match msg {
             Message::Notification(n) if n.method == "exit" => return ExitCode::SUCCESS,
             Message::Request(req) => {
-                let _ = conn.sender.send(
-                    Response::new_err(
-                        req.id,
-                        ErrorCode::InvalidRequest as i32,
-                        format!("`{}` after `shutdown`", req.method),
-                    )
-                    .into(),
-                );
+                refuse(conn, req, ErrorCode::InvalidRequest, "after `shutdown`")
             }
             Message::Notification(_) | Message::Response(_) => {}
         }
