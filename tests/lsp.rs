@@ -907,6 +907,42 @@ fn requests_after_shutdown_are_refused_and_exit_still_succeeds() {
     assert_eq!(c.close_input(), Some(0));
 }
 
+/// A request before `initialize` is answered `ServerNotInitialized` (-32002), naming its method.
+#[test]
+fn a_request_before_initialize_is_refused() {
+    let dir = std::env::temp_dir().join(format!(
+        "rlc-lsp-test-{}-before-initialize",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rlc"))
+        .arg("lsp")
+        .current_dir(&dir)
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rlc lsp");
+    let messages = lsp_wire::messages(child.stdout.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    let hover = json!({ "jsonrpc": "2.0", "id": 7, "method": "textDocument/hover", "params": {} });
+    stdin
+        .write_all(lsp_wire::frame(&hover.to_string()).as_bytes())
+        .unwrap();
+    stdin.flush().unwrap();
+    let answer = messages.recv_timeout(TIMEOUT).expect("an answer");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["error"]["code"], -32002, "{answer}");
+    assert_eq!(
+        answer["error"]["message"], "`textDocument/hover` before `initialize`",
+        "{answer}"
+    );
+}
+
 #[test]
 fn a_huge_document_is_held_but_not_checked() {
     let mut c = Client::start("huge-document");
