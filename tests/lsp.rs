@@ -17,6 +17,24 @@ use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// `rlc lsp` started in a fresh directory for `name` (also its cache directory, where it writes
+/// std), its standard input and output piped; the directory and the process.
+fn spawn_server(name: &str, stderr: Stdio) -> (PathBuf, Child) {
+    let dir = std::env::temp_dir().join(format!("rlc-lsp-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_rlc"))
+        .arg("lsp")
+        .current_dir(&dir)
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn rlc lsp");
+    (dir, child)
+}
+
 struct Client {
     child: Child,
     /// `None` once closed.
@@ -42,18 +60,7 @@ impl Client {
     /// As [`Client::start`], naming the folder `workspace` of that directory as the workspace
     /// folder at `initialize`.
     fn start_in(name: &str, workspace: Option<&str>) -> Client {
-        let dir = std::env::temp_dir().join(format!("rlc-lsp-test-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rlc"))
-            .arg("lsp")
-            .current_dir(&dir)
-            .env("XDG_CACHE_HOME", dir.join("cache"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn rlc lsp");
+        let (dir, mut child) = spawn_server(name, Stdio::piped());
         let stdin = Some(child.stdin.take().unwrap());
         let stderr = Arc::new(Mutex::new(String::new()));
         let mut pipe = child.stderr.take().unwrap();
@@ -910,20 +917,7 @@ fn requests_after_shutdown_are_refused_and_exit_still_succeeds() {
 /// A request before `initialize` is answered `ServerNotInitialized` (-32002), naming its method.
 #[test]
 fn a_request_before_initialize_is_refused() {
-    let dir = std::env::temp_dir().join(format!(
-        "rlc-lsp-test-{}-before-initialize",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rlc"))
-        .arg("lsp")
-        .current_dir(&dir)
-        .env("XDG_CACHE_HOME", dir.join("cache"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn rlc lsp");
+    let (dir, mut child) = spawn_server("before-initialize", Stdio::null());
     let messages = lsp_wire::messages(child.stdout.take().unwrap());
     let mut stdin = child.stdin.take().unwrap();
     let hover = json!({ "jsonrpc": "2.0", "id": 7, "method": "textDocument/hover", "params": {} });
