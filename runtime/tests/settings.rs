@@ -18,6 +18,7 @@ import std.algo { token_mean }
 dataset reverse = task(kind: "reverse_digits", digits: 3)
 dataset lines = jsonl("prompts.jsonl", field: "question")
 cluster local = cpu(devices: 2)
+verifier v = program("python3", "v.py", metrics: ["m"])
 
 model policy: CausalLM {
   arch  = arch(layers: 1, hidden: 32, heads: 2, vocab: 16, max_len: 16)
@@ -38,6 +39,7 @@ pipeline train(steps = 4, prompts = 4, group = 4) {
     let rollout  = policy.generate(reverse.sample(prompts), n: group, max_new: 4)
     let ref_logp = reference.logprobs(rollout)
     let reward   = length(rollout.mask)
+    let score    = v(rollout)
     policy.update(rollout) { logp -> token_mean(ref_logp - logp, rollout.mask) }
     log { reward: mean(reward) }
   }
@@ -183,6 +185,144 @@ fn cluster(r: &Resolved) -> String {
     )
 }
 
+/// The verifier as an HTTP server.
+const HTTP: (&str, &str) = (
+    "program(\"python3\", \"v.py\", metrics: [\"m\"])",
+    "http(\"http://127.0.0.1:9/a\", metrics: [\"m\"])",
+);
+
+fn verifier(r: &Resolved) -> &rlc_plan::model::Verifier {
+    r.plan.verifiers.first().expect("the plan's verifier")
+}
+
+fn verify_fields(r: &Resolved) -> String {
+    op_field(r, |k| match k {
+        OpKind::Verify { fields, .. } => Some(format!("{fields:?}")),
+        _ => None,
+    })
+}
+
+/// The verifier cases: `program(…)`'s options and `http(…)`'s (those that are not a worker
+/// process's limits).
+fn verifier_cases() -> Vec<Case> {
+    let option = |call, param, to, observe, expected| {
+        let c = case(call, param, "metrics: [\"m\"]", to, observe, expected);
+        if call == "http" {
+            Case {
+                base: Some(HTTP),
+                ..c
+            }
+        } else {
+            c
+        }
+    };
+    let mut cases = vec![
+        case(
+            "program",
+            "command",
+            "\"v.py\"",
+            "\"w.py\"",
+            |r| format!("{:?}", verifier(r).endpoint),
+            "Program { command: [\"python3\", \"w.py\"] }",
+        ),
+        Case {
+            base: Some(HTTP),
+            ..case(
+                "http",
+                "url",
+                "9/a\"",
+                "9/b\"",
+                |r| format!("{:?}", verifier(r).endpoint),
+                "Http { url: \"http://127.0.0.1:9/b\" }",
+            )
+        },
+    ];
+    for call in ["program", "http"] {
+        cases.extend([
+            option(
+                call,
+                "workers",
+                "metrics: [\"m\"], workers: 3",
+                |r| verifier(r).workers.to_string(),
+                "3",
+            ),
+            option(
+                call,
+                "batch",
+                "metrics: [\"m\"], batch: 7",
+                |r| verifier(r).batch.to_string(),
+                "7",
+            ),
+            option(
+                call,
+                "timeout",
+                "metrics: [\"m\"], timeout: 5s",
+                |r| verifier(r).timeout_ms.to_string(),
+                "5000",
+            ),
+            option(
+                call,
+                "on_error",
+                "metrics: [\"m\"], on_error: zero",
+                |r| format!("{:?}", verifier(r).on_error),
+                "Zero",
+            ),
+            option(
+                call,
+                "fields",
+                "metrics: [\"m\"], fields: [\"answer\"]",
+                verify_fields,
+                "[\"answer\"]",
+            ),
+            option(
+                call,
+                "metrics",
+                "metrics: [\"m\", \"n\"]",
+                |r| format!("{:?}", verifier(r).metrics),
+                "[\"m\", \"n\"]",
+            ),
+        ]);
+    }
+    cases.extend([
+        option(
+            "program",
+            "cpu",
+            "metrics: [\"m\"], cpu: 7s",
+            |r| format!("{:?}", verifier(r).limits.cpu_seconds),
+            "Some(7)",
+        ),
+        option(
+            "program",
+            "memory",
+            "metrics: [\"m\"], memory: 256MiB",
+            |r| format!("{:?}", verifier(r).limits.memory_bytes),
+            "Some(268435456)",
+        ),
+        option(
+            "program",
+            "files",
+            "metrics: [\"m\"], files: 1MiB",
+            |r| format!("{:?}", verifier(r).limits.file_bytes),
+            "Some(1048576)",
+        ),
+        option(
+            "program",
+            "processes",
+            "metrics: [\"m\"], processes: 4",
+            |r| format!("{:?}", verifier(r).limits.processes),
+            "Some(4)",
+        ),
+        option(
+            "program",
+            "network",
+            "metrics: [\"m\"], network: true",
+            |r| verifier(r).limits.no_network.to_string(),
+            "false",
+        ),
+    ]);
+    cases
+}
+
 const JSONL: (&str, &str) = ("reverse.sample(prompts)", "lines.sample(prompts)");
 const DEVICE: (&str, &str) = (
     "cluster local = cpu(devices: 2)",
@@ -204,6 +344,13 @@ const PAIRS: (&str, &str) = (
 const OTHER_MODEL: &str = "model reference: CausalLM = frozen(policy)";
 
 fn cases() -> Vec<Case> {
+    let mut cases = setting_cases();
+    cases.extend(verifier_cases());
+    cases
+}
+
+/// The configuration constructors' and the role and dataset methods' cases.
+fn setting_cases() -> Vec<Case> {
     let arch =
         |param, to, observe, expected| case("arch", param, "max_len: 16)", to, observe, expected);
     let adamw = |param, to, observe, expected| {
@@ -410,7 +557,7 @@ fn cases() -> Vec<Case> {
                 "\"prompts.jsonl\"",
                 "\"data/other.jsonl\"",
                 dataset,
-                "Jsonl { path: \"data/other.jsonl\", field: \"question\", tokenizer: None }",
+                "Jsonl { path: \"data/other.jsonl\", field: \"question\", tokenizer: None, keep: [] }",
             ),
         ),
         with_base(
@@ -421,7 +568,7 @@ fn cases() -> Vec<Case> {
                 "field: \"question\"",
                 "field: \"prompt\"",
                 dataset,
-                "Jsonl { path: \"prompts.jsonl\", field: \"prompt\", tokenizer: None }",
+                "Jsonl { path: \"prompts.jsonl\", field: \"prompt\", tokenizer: None, keep: [] }",
             ),
         ),
         with_base(
@@ -432,7 +579,18 @@ fn cases() -> Vec<Case> {
                 "field: \"question\"",
                 "field: \"question\", tokenizer: \"tok\"",
                 dataset,
-                "Jsonl { path: \"prompts.jsonl\", field: \"question\", tokenizer: Some(\"tok\") }",
+                "Jsonl { path: \"prompts.jsonl\", field: \"question\", tokenizer: Some(\"tok\"), keep: [] }",
+            ),
+        ),
+        with_base(
+            JSONL,
+            case(
+                "jsonl",
+                "keep",
+                "field: \"question\"",
+                "field: \"question\", keep: [\"answer\", \"source\"]",
+                dataset,
+                "Jsonl { path: \"prompts.jsonl\", field: \"question\", tokenizer: None, keep: [\"answer\", \"source\"] }",
             ),
         ),
         // Devices: the plan's cluster, which fixes the ranks and the planner's costs.
@@ -630,6 +788,21 @@ fn every_parameter_has_a_case() {
             if !cases.iter().any(|c| c.call == *call && c.param == *param) {
                 missing.push(format!("{call}({param}:)"));
             }
+        }
+    }
+    // A verifier's options, and its command or URL.
+    use rlc_check::value::{VERIFIER_OPTIONS, VERIFIER_PROCESS_OPTIONS};
+    let http = VERIFIER_OPTIONS
+        .iter()
+        .filter(|o| !VERIFIER_PROCESS_OPTIONS.contains(o));
+    let verifier_params = VERIFIER_OPTIONS
+        .iter()
+        .chain(&["command"])
+        .map(|p| ("program", *p))
+        .chain(http.chain(&["url"]).map(|p| ("http", *p)));
+    for (call, param) in verifier_params {
+        if !cases.iter().any(|c| c.call == call && c.param == param) {
+            missing.push(format!("{call}({param}:)"));
         }
     }
     assert!(

@@ -130,6 +130,25 @@ pub struct DatasetSpec {
     pub origin: Origin,
 }
 
+/// Every option of a verifier's `program(…)`; `http(…)` takes those that are not
+/// [`VERIFIER_PROCESS_OPTIONS`].
+pub const VERIFIER_OPTIONS: [&str; 11] = [
+    "workers",
+    "batch",
+    "timeout",
+    "on_error",
+    "fields",
+    "metrics",
+    "cpu",
+    "memory",
+    "files",
+    "processes",
+    "network",
+];
+
+/// The options that limit a worker process (meaningless for an HTTP server).
+pub const VERIFIER_PROCESS_OPTIONS: [&str; 5] = ["cpu", "memory", "files", "processes", "network"];
+
 /// A `verifier` declaration, its options evaluated (defaults filled in).
 ///
 /// Defaults: `workers: 1`, `batch: 64`, `timeout: 60s`, `cpu:` the timeout rounded up to whole

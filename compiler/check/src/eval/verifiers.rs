@@ -6,22 +6,7 @@ use super::roles::rollout_rows;
 use super::*;
 use rlc_syntax::ast::Unit;
 
-/// Every option of `program(…)`; `http(…)` takes those before `cpu`.
-const OPTIONS: [&str; 11] = [
-    "workers",
-    "batch",
-    "timeout",
-    "on_error",
-    "fields",
-    "metrics",
-    "cpu",
-    "memory",
-    "files",
-    "processes",
-    "network",
-];
-/// The options that limit a worker process (meaningless for an HTTP server).
-const PROCESS_OPTIONS: [&str; 5] = ["cpu", "memory", "files", "processes", "network"];
+use crate::value::{VERIFIER_OPTIONS as OPTIONS, VERIFIER_PROCESS_OPTIONS as PROCESS_OPTIONS};
 
 /// What kind of quantity an option holds.
 #[derive(Clone, Copy, PartialEq)]
