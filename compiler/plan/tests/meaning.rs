@@ -621,4 +621,36 @@ fn a_verify_op_starts_before_the_forward_passes_that_do_not_read_the_reward() {
         }
         assert_eq!(verify, at("policy.generate") + 1, "{order:?}");
     }
+    // The simulated step: the forward passes run while the verifier scores, and the advantage
+    // starts when its reward is ready.
+    let params = rlc_plan::cost::CostParams::default();
+    let costs = rlc_plan::cost::PlanCosts::new(&plan, &params).unwrap();
+    let step = rlc_plan::simulate::simulate_step(&plan, &costs, &|_| false).unwrap();
+    let id = |label: &str| {
+        plan.ops
+            .iter()
+            .position(|o| o.label.starts_with(label))
+            .unwrap()
+    };
+    let bar = |label: &str| {
+        step.lanes[0]
+            .bars
+            .iter()
+            .find(|b| b.label.starts_with(label))
+            .unwrap_or_else(|| panic!("no bar `{label}`"))
+            .clone()
+    };
+    let generated = bar("policy.generate").end;
+    assert!(costs.op_seconds[id("verify answer")] > 0.0);
+    let scored = generated + costs.op_seconds[id("verify answer")];
+    for independent in ["policy.logprobs", "reference.logprobs", "kernel kl_k3"] {
+        assert!(bar(independent).start >= generated && bar(independent).start < scored);
+    }
+    assert!(bar("kernel grpo_advantage").start >= scored);
+    assert!(
+        step.lanes[0]
+            .bars
+            .iter()
+            .all(|b| !b.label.starts_with("verify"))
+    );
 }

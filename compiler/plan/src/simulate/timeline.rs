@@ -254,8 +254,12 @@ pub fn simulate_step(
                         let d = if runs(op) { costs.op_seconds[op] } else { 0.0 };
                         let end = start + d;
                         finish[op] = Some(end);
+                        // A rank hands a verify op to the verifier's workers and runs on
+                        // (`docs/verifiers.md#overlap`): what reads its results waits for its
+                        // end; the lane, busy with other ops meanwhile, does not.
+                        let handed_off = matches!(plan.ops[op].kind, OpKind::Verify { .. });
                         for &lj in &lanes_of[op] {
-                            if d > 0.0 {
+                            if d > 0.0 && !handed_off {
                                 lanes[lj].bars.push(Bar {
                                     start,
                                     end,
@@ -263,7 +267,7 @@ pub fn simulate_step(
                                     kind: BarKind::of(&plan.ops[op].kind),
                                 });
                             }
-                            time[lj] = end;
+                            time[lj] = if handed_off { start } else { end };
                             pos[lj] += 1;
                             waiting[lj] = None;
                         }
