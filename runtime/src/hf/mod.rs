@@ -10,8 +10,8 @@ mod tokenizer;
 mod weights;
 
 pub use config::{Architecture, load_config, parse_config};
-pub use slices::{HfSlices, open_slices};
 pub use save::{SaveOptions, Saved, config_json, save_model};
+pub use slices::{HfSlices, open_slices};
 pub use tokenizer::{HfTokenizer, TOKENIZER_FILE, TOKENIZER_MODELS};
 pub use weights::load_weights;
 
