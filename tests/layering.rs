@@ -35,6 +35,7 @@ const RUNTIME_LAYERS: &[&str] = &[
     "hf",
     "data",
     "parallel",
+    "verify",
     "exec",
 ];
 

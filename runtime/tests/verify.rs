@@ -455,7 +455,7 @@ fn on_error_fail_names_the_verifier_step_sample_and_cause() {
         on_error: OnError::Fail,
         ..v
     };
-    let e = apply(&fail, outcomes, 8, 5).unwrap_err();
+    let e = RunError::from(apply(&fail, outcomes, 8, 5).unwrap_err());
     assert!(
         matches!(
             &e,

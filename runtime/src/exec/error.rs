@@ -64,6 +64,23 @@ pub enum RunError {
     Options(String),
 }
 
+impl From<crate::verify::SampleFailed> for RunError {
+    fn from(e: crate::verify::SampleFailed) -> Self {
+        let crate::verify::SampleFailed {
+            verifier,
+            step,
+            sample,
+            cause,
+        } = e;
+        RunError::Verifier {
+            verifier,
+            step,
+            sample,
+            cause,
+        }
+    }
+}
+
 impl From<crate::parallel::tp::TpError> for RunError {
     fn from(e: crate::parallel::tp::TpError) -> Self {
         use crate::parallel::tp::TpError;

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -17,8 +18,6 @@ use super::weights::{OPTIONAL, SINGLE_FILE, ignorable, read_index};
 use super::{HfError, load_config};
 use crate::model::init::{Parameter, parameters};
 use crate::model::{Heads, ModelConfig};
-use crate::parallel::materialise::{Seeded, SourceError, WeightSource};
-use crate::parallel::shards::Holding;
 
 /// A header larger than this is refused rather than read (safetensors itself caps it at 100 MB).
 const MAX_HEADER: u64 = 100_000_000;
@@ -222,28 +221,32 @@ fn header(file: &File, path: &Path) -> Result<BTreeMap<String, Described>, HfErr
     Ok(out)
 }
 
-impl WeightSource for HfSlices {
-    fn read(&self, param: &Parameter, held: &Holding) -> Result<Tensor, SourceError> {
-        let Some(entry) = self.entries.get(&param.name) else {
-            // An optional head the checkpoint does not carry: its init, as `load_model` keeps.
-            return Seeded { seed: 0 }.read(param, held);
-        };
+impl HfSlices {
+    /// The element ranges `ranges` (of the flattened tensor, `numel` elements in all) of the
+    /// tensor `name`, widened to f32; `None` when the folder has no such tensor.
+    pub fn read_ranges(
+        &self,
+        name: &str,
+        ranges: &[Range<i64>],
+        numel: i64,
+    ) -> Option<Result<Tensor, String>> {
+        let entry = self.entries.get(name)?;
         let (path, file) = &self.files[entry.file];
-        let failed = |e: String| SourceError {
-            name: param.name.clone(),
-            message: format!("{}: {e}", path.display()),
-        };
-        let mut bytes = vec![0u8; (held.numel() as u64 * entry.width) as usize];
-        let mut at = 0usize;
-        for range in held.ranges() {
-            let len = ((range.end - range.start) as u64 * entry.width) as usize;
-            let offset = entry.start + range.start as u64 * entry.width;
-            file.read_exact_at(&mut bytes[at..at + len], offset)
+        let failed = |e: String| format!("{}: {e}", path.display());
+        let read = || -> Result<Tensor, String> {
+            let mut bytes = vec![0u8; (numel as u64 * entry.width) as usize];
+            let mut at = 0usize;
+            for range in ranges {
+                let len = ((range.end - range.start) as u64 * entry.width) as usize;
+                let offset = entry.start + range.start as u64 * entry.width;
+                file.read_exact_at(&mut bytes[at..at + len], offset)
+                    .map_err(|e| failed(e.to_string()))?;
+                at += len;
+            }
+            let stored = Tensor::f_from_data_size(&bytes, &[numel], entry.kind)
                 .map_err(|e| failed(e.to_string()))?;
-            at += len;
-        }
-        let stored = Tensor::f_from_data_size(&bytes, &[held.numel()], entry.kind)
-            .map_err(|e| failed(e.to_string()))?;
-        Ok(stored.to_kind(Kind::Float))
+            Ok(stored.to_kind(Kind::Float))
+        };
+        Some(read())
     }
 }

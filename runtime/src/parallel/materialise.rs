@@ -43,6 +43,20 @@ impl WeightSource for Seeded {
     }
 }
 
+/// A Hugging Face folder read a shard at a time (`hf::open_slices`); a head the checkpoint does
+/// not carry keeps its seed-0 init, as the whole load does.
+impl WeightSource for crate::hf::HfSlices {
+    fn read(&self, param: &Parameter, held: &Holding) -> Result<Tensor, SourceError> {
+        match self.read_ranges(&param.name, held.ranges(), held.numel()) {
+            None => Seeded { seed: 0 }.read(param, held),
+            Some(read) => read.map_err(|message| SourceError {
+                name: param.name.clone(),
+                message,
+            }),
+        }
+    }
+}
+
 /// The full-then-cut path: whole tensors by name, each cut to the rank's elements.
 pub struct Cut<'a>(pub &'a BTreeMap<String, Tensor>);
 

@@ -10,4 +10,4 @@ pub mod worker;
 
 pub use pool::{Outcome, Pool, Scored};
 pub use protocol::Item;
-pub use scoring::{Scores, apply};
+pub use scoring::{SampleFailed, Scores, apply};

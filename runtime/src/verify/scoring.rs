@@ -5,7 +5,17 @@ use rlc_plan::model::{OnError, Verifier};
 use tch::{Device, Tensor};
 
 use super::pool::Outcome;
-use crate::exec::RunError;
+
+/// A sample the verifier gave no score, under `on_error: fail` (the run stops with it:
+/// `exec::RunError::Verifier`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("verifier `{verifier}` failed on sample {sample} at step {step}: {cause}")]
+pub struct SampleFailed {
+    pub verifier: String,
+    pub step: u64,
+    pub sample: u64,
+    pub cause: String,
+}
 
 /// A step's scores on one rank.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,7 +45,7 @@ pub fn apply(
     outcomes: Vec<Outcome>,
     first_sample: u64,
     step: u64,
-) -> Result<Scores, RunError> {
+) -> Result<Scores, SampleFailed> {
     let mut scores = Scores {
         reward: Vec::with_capacity(outcomes.len()),
         metrics: vec![Vec::with_capacity(outcomes.len()); verifier.metrics.len()],
@@ -56,7 +66,7 @@ pub fn apply(
                         0 => String::new(),
                         n => format!(" ({n} more samples of this step failed too)"),
                     };
-                    return Err(RunError::Verifier {
+                    return Err(SampleFailed {
                         verifier: verifier.name.clone(),
                         step,
                         sample: first_sample + i as u64,
