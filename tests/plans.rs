@@ -765,6 +765,55 @@ fn the_policy_takes_its_sampled_log_probs_and_the_reference_does_not() {
     );
 }
 
+/// `rlc build --forward-logprobs`: no `logprobs` op takes the sampler's log-probs, the plan
+/// validates, and the policy's forward pass is costed (its rank programs ordered again);
+/// without the flag the same build marks it.
+#[test]
+fn forward_logprobs_builds_a_plan_without_sampled_log_probs() {
+    let dir = tempdir("forward_logprobs");
+    let build = |extra: &[&str], name: &str| -> Plan {
+        let out = dir.join(name);
+        let done = rlc()
+            .args(["build", "examples/grpo_digits.rl", "-o"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            done.status.success(),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        rlc_plan::load(&std::fs::read_to_string(&out).unwrap()).expect("a valid plan")
+    };
+    let marked = |plan: &Plan| {
+        plan.ops
+            .iter()
+            .filter(|op| {
+                matches!(
+                    op.kind,
+                    OpKind::Logprobs {
+                        from_sampling: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    let (default, forward) = (
+        build(&[], "default.json"),
+        build(&["--forward-logprobs"], "forward.json"),
+    );
+    assert_eq!(marked(&default), 1);
+    assert_eq!(marked(&forward), 0);
+    assert_eq!(default.ops.len(), forward.ops.len());
+    let costs = |plan: &Plan| {
+        rlc_plan::cost::PlanCosts::new(plan, &rlc_plan::cost::CostParams::cpu()).unwrap()
+    };
+    let policy = op_labelled(&default, "policy.logprobs") as usize;
+    assert!(costs(&forward).op_seconds[policy] > 10.0 * costs(&default).op_seconds[policy]);
+}
+
 /// External rewards (#24): `rlc build` of a GRPO job whose reward is a `verifier` writes the
 /// declaration (defaults filled in) into `verifiers`, and one `verify` op on the kernels' ranks
 /// that reads the rollout and outputs the reward then the declared metric, each `f32[B]`;

@@ -1077,8 +1077,8 @@ fn a_receiving_rank_does_not_wait_for_the_senders_unrelated_work() {
 
 /// `policy.logprobs(rollout)` on the rollout `policy.generate` sampled this step is marked
 /// `from_sampling` and returns the log-probs the sampler recorded instead of a forward pass.
-/// PROGRAM run that way and with the reuse turned off (`RLC_FORWARD_LOGPROBS=1`, every
-/// `logprobs` runs its forward): the first step's metrics (reward, KL of `old_logp` against the
+/// PROGRAM run that way and with the reuse turned off (`--forward-logprobs`, every `logprobs`
+/// runs its forward): the first step's metrics (reward, KL of `old_logp` against the
 /// reference) agree within 1e-5, the later ones within 1e-4, and the policy's weights after four
 /// updates within 1e-4. The two `old_logp` differ only by the rounding of the KV-cached decode
 /// against a full forward (~1e-7 on log-probs of order 1; a later step's rollout may differ where
@@ -1090,14 +1090,7 @@ fn sampled_log_probs_serve_old_logp_as_a_forward_pass_would() {
     let (reused, forward) = (dir.join("reused"), dir.join("forward"));
     let out = run_into(&source, &reused, &[]);
     assert!(out.status.success(), "{}", text(&out));
-    let out = rlc()
-        .arg("run")
-        .arg(&source)
-        .arg("--out")
-        .arg(&forward)
-        .env("RLC_FORWARD_LOGPROBS", "1")
-        .output()
-        .unwrap();
+    let out = run_into(&source, &forward, &["--forward-logprobs"]);
     assert!(out.status.success(), "{}", text(&out));
     let (a, b) = (numbers(&reused), numbers(&forward));
     assert_eq!((a.len(), b.len()), (4, 4));

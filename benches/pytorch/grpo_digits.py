@@ -38,7 +38,6 @@ Usage (scripts/bench-vs-pytorch.sh sets up the environment and calls this):
 import argparse
 import json
 import math
-import os
 import re
 import shutil
 import statistics
@@ -311,10 +310,14 @@ class Job:
         return low + (peak - low) * remaining
 
 
-def build_plan(rlc, example, out):
+def build_plan(rlc, example, out, forward_logprobs):
     """The plan of `example`, written to `out`: both sides run it (rlc from the file, so an edit
-    of the example while the benchmark runs changes neither side)."""
-    done = subprocess.run([rlc, "build", str(example), "-o", str(out)], capture_output=True, text=True)
+    of the example while the benchmark runs changes neither side). `forward_logprobs`: built
+    with `--forward-logprobs` (no op takes the sampler's log-probs)."""
+    cmd = [rlc, "build", str(example), "-o", str(out)]
+    if forward_logprobs:
+        cmd.append("--forward-logprobs")
+    done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"error: rlc build {example} failed:\n{done.stdout}{done.stderr}")
     return json.loads(Path(out).read_text())
@@ -685,7 +688,7 @@ def main():
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-vs-pytorch-"))
     out.mkdir(parents=True, exist_ok=True)
     plan_file = out / "plan.json"
-    plan = build_plan(args.rlc, EXAMPLE, plan_file)
+    plan = build_plan(args.rlc, EXAMPLE, plan_file, args.forward_old_logp)
     try:
         source = plan["sources"]["files"][plan["sources"]["root"]]
         check_texts(source, ALGO.read_text())
@@ -718,9 +721,7 @@ def main():
     shutil.copy2(args.rlc, out / "bin" / "rlc-run")
     args.rlc = str(out / "bin" / "rlc-run")
     rlc_dir = out / "rlc"
-    reuse = job.sampled_old_logp and not args.forward_old_logp
-    if args.forward_old_logp:
-        os.environ["RLC_FORWARD_LOGPROBS"] = "1"
+    reuse = job.sampled_old_logp
     print(f"old_logp: {'the sampler' if reuse else 'a forward pass'} on both sides", flush=True)
     ptj = PyTorchJob(torch, job, args.seed, reuse)
     torch_rows, rlc_rows = [], []

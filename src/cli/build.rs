@@ -116,11 +116,19 @@ fn default_output(path: &Path) -> PathBuf {
     path.with_file_name(format!("{stem}.plan.json"))
 }
 
-pub fn run(path: &Path, out: Option<&Path>, args: &OutputArgs) -> Result<ExitCode, String> {
-    let plan = match compile(path, args)? {
+pub fn run(
+    path: &Path,
+    out: Option<&Path>,
+    forward_logprobs: bool,
+    args: &OutputArgs,
+) -> Result<ExitCode, String> {
+    let mut plan = match compile(path, args)? {
         Ok(plan) => plan,
         Err(code) => return Ok(code),
     };
+    if forward_logprobs {
+        rlc_plan::lower::forward_logprobs(&mut plan);
+    }
     let json = plan.to_json();
     let target = out.map_or_else(|| default_output(path), Path::to_path_buf);
     if target.as_os_str() == "-" {

@@ -75,6 +75,10 @@ pub enum Command {
         /// Default: next to the source, `pipeline.rl` → `pipeline.plan.json`.
         #[arg(short = 'o', long = "output", value_name = "PLAN")]
         out: Option<PathBuf>,
+        /// Every `logprobs` op runs its forward pass: none is marked to take the log-probs the
+        /// sampler recorded (`from_sampling`).
+        #[arg(long)]
+        forward_logprobs: bool,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -163,7 +167,12 @@ pub fn run(cli: Cli, runtime: &Runtime) -> Result<ExitCode, String> {
             paths,
             output,
         } => fmt::run(&paths, check, &output),
-        Command::Build { path, out, output } => build::run(&path, out.as_deref(), &output),
+        Command::Build {
+            path,
+            out,
+            forward_logprobs,
+            output,
+        } => build::run(&path, out.as_deref(), forward_logprobs, &output),
         Command::Graph {
             path,
             format,

@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// `mpirun`/`srun` one `trace.rank-N.json` per process.
     #[arg(long)]
     pub trace: bool,
+    /// Every `logprobs` op runs its forward pass: none takes the log-probs the sampler
+    /// recorded (the plan's `from_sampling` marks are cleared, for comparing the two).
+    #[arg(long)]
+    pub forward_logprobs: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }

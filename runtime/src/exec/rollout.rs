@@ -111,12 +111,9 @@ pub const SAMPLED_LOGPROBS: &str = "sampled logprobs";
 pub const DATASET_ROW: &str = "dataset row";
 
 /// The log-probs of `r`'s response tokens as the sampler computed them: what a `logprobs` op
-/// marked `from_sampling` returns instead of a forward pass. `RLC_FORWARD_LOGPROBS=1` turns the
-/// reuse off (every `logprobs` runs its forward), for comparing the two.
+/// marked `from_sampling` returns instead of a forward pass (a plan built with
+/// `--forward-logprobs` marks none).
 pub fn sampled_logprobs(r: &Rollout) -> Option<Tensor> {
-    if std::env::var_os("RLC_FORWARD_LOGPROBS").is_some_and(|v| v == "1") {
-        return None;
-    }
     r.field(SAMPLED_LOGPROBS).map(Tensor::shallow_clone)
 }
 

@@ -27,10 +27,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     } else {
         build::compile_checked(&args.path, &args.output)?
     };
-    let (plan, checked) = match compiled {
+    let (mut plan, checked) = match compiled {
         Ok(compiled) => compiled,
         Err(code) => return Ok(code),
     };
+    if args.forward_logprobs {
+        rlc_plan::lower::forward_logprobs(&mut plan);
+    }
     let run_dir = run_dir(args);
     // Started by `mpirun` / `srun`: this process is one rank of the job, and the first one
     // speaks for it (the others print only their own errors).

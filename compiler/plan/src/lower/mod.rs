@@ -398,15 +398,33 @@ impl<'a> Lowerer<'a> {
             verifiers,
             sources: None,
         };
-        // The ranks' order weighs ops by the cost model's durations (one second each when a
-        // cluster carries no device speed).
         reuse::sampling_logprobs(&mut plan);
-        let all_cpu = plan.clusters.iter().all(|c| c.is_cpu);
-        let seconds =
-            crate::cost::PlanCosts::new(&plan, &crate::cost::CostParams::defaults(all_cpu))
-                .map_or_else(|_| vec![1.0; plan.ops.len()], |c| c.op_seconds);
-        plan.programs = schedule::programs(&plan, &seconds);
+        schedule_ranks(&mut plan);
         Ok(plan)
+    }
+}
+
+/// The ranks' programs, ordered by the cost model's durations (one second each when a cluster
+/// carries no device speed).
+fn schedule_ranks(plan: &mut Plan) {
+    let all_cpu = plan.clusters.iter().all(|c| c.is_cpu);
+    let seconds = crate::cost::PlanCosts::new(plan, &crate::cost::CostParams::defaults(all_cpu))
+        .map_or_else(|_| vec![1.0; plan.ops.len()], |c| c.op_seconds);
+    plan.programs = schedule::programs(plan, &seconds);
+}
+
+/// `rlc build/run --forward-logprobs`: every `logprobs` op runs its forward pass, none takes
+/// the sampler's log-probs (`from_sampling` cleared), and the ranks' programs are ordered
+/// again under the costs that changes. For comparing the two; the plan stays valid.
+pub fn forward_logprobs(plan: &mut Plan) {
+    let mut changed = false;
+    for op in &mut plan.ops {
+        if let OpKind::Logprobs { from_sampling, .. } = &mut op.kind {
+            changed |= from_sampling.take().is_some();
+        }
+    }
+    if changed {
+        schedule_ranks(plan);
     }
 }
 
