@@ -245,17 +245,7 @@ impl<'j> Rank<'j> {
             if self.in_flight(op) {
                 continue;
             }
-            if let Some((origin, spans)) = &mut self.trace {
-                let micros = |t: Instant| t.duration_since(*origin).as_micros() as u64;
-                spans.push(Span {
-                    rank: self.rank,
-                    step,
-                    op: op.id,
-                    label: op.label.clone(),
-                    start_us: micros(started),
-                    duration_us: micros(ended) - micros(started),
-                });
-            }
+            self.trace_span(op, step, started, ended);
         }
         if !self.in_flight.is_empty() {
             let waited = Instant::now();
@@ -347,6 +337,21 @@ impl<'j> Rank<'j> {
             *slot = carried_scalar(c, &text, self.device)?;
         }
         Ok(())
+    }
+
+    /// Records `op`'s span, from `started` to `ended`, when the run keeps a trace.
+    pub(super) fn trace_span(&mut self, op: &Op, step: u64, started: Instant, ended: Instant) {
+        if let Some((origin, spans)) = &mut self.trace {
+            let micros = |t: Instant| t.duration_since(*origin).as_micros() as u64;
+            spans.push(Span {
+                rank: self.rank,
+                step,
+                op: op.id,
+                label: op.label.clone(),
+                start_us: micros(started),
+                duration_us: micros(ended.max(started)) - micros(started),
+            });
+        }
     }
 
     fn run_op(&mut self, op: &Op, step: u64, out: &mut StepOutput) -> Result<()> {

@@ -20,7 +20,6 @@ use super::values::{Rollout, Val};
 use crate::collectives::ReduceOp;
 use crate::data::{Source, tokens};
 use crate::hf::HfTokenizer;
-use crate::report::trace::Span;
 use crate::verify::{Item, Outcome, Pool, apply};
 
 /// The metric that counts a verifier's failed samples in a step (over all data ranks).
@@ -126,18 +125,8 @@ impl Rank<'_> {
                     crate::panics::panic_message(&panic)
                 ))
             })?;
-            if let Some((origin, spans)) = &mut self.trace {
-                // The op's span runs from the rank reaching it to its last result.
-                let micros = |t: Instant| t.duration_since(*origin).as_micros() as u64;
-                spans.push(Span {
-                    rank: self.rank,
-                    step,
-                    op: op.id,
-                    label: op.label.clone(),
-                    start_us: micros(f.started),
-                    duration_us: micros(scored.max(f.started)) - micros(f.started),
-                });
-            }
+            // The op's span runs from the rank reaching it to its last result.
+            self.trace_span(op, step, f.started, scored);
             self.verified(op, step, f.first_sample, outcomes)?;
         }
         Ok(())
