@@ -19,13 +19,20 @@ use crate::parallel::reshard::{ReshardError, reshard};
 use crate::parallel::{RankGroups, Tape};
 use crate::report::trace::Span;
 
-/// The values `op` reads: its inputs, an update's loss captures, a log's fields.
-fn reads(op: &Op) -> Vec<u32> {
+/// The values `op` computes with: its inputs and an update's loss captures.
+fn data_inputs(op: &Op) -> Vec<u32> {
     let mut ids: Vec<u32> = op.inputs.iter().map(|i| i.value).collect();
-    match &op.kind {
-        OpKind::Update { loss, .. } => ids.extend(loss.captures.iter().map(|i| i.value)),
-        OpKind::Log { fields } => ids.extend(fields.iter().map(|f| f.value)),
-        _ => {}
+    if let OpKind::Update { loss, .. } = &op.kind {
+        ids.extend(loss.captures.iter().map(|i| i.value));
+    }
+    ids
+}
+
+/// Every value `op` reads: [`data_inputs`] and a log's fields.
+fn reads(op: &Op) -> Vec<u32> {
+    let mut ids = data_inputs(op);
+    if let OpKind::Log { fields } = &op.kind {
+        ids.extend(fields.iter().map(|f| f.value));
     }
     ids
 }
@@ -101,9 +108,6 @@ pub struct Rank<'j> {
     pub(super) verify_failures: Vec<(u32, u64)>,
     /// Score in the verify op itself instead of on a background thread (`RunOptions`).
     pub(super) verify_in_place: bool,
-    /// This step's failed samples of each verifier (`verifier/<name>/failures`), reported after
-    /// the `log` fields.
-    pub(super) verifier_failures: Vec<(String, f64)>,
 }
 
 impl<'j> Rank<'j> {
@@ -203,7 +207,6 @@ impl<'j> Rank<'j> {
             in_flight: Vec::new(),
             verify_failures: Vec::new(),
             verify_in_place: false,
-            verifier_failures: Vec::new(),
         })
     }
 
@@ -252,9 +255,10 @@ impl<'j> Rank<'j> {
             self.await_verify(None, step)?;
             *op_seconds.entry(BarKind::Other).or_default() += waited.elapsed().as_secs_f64();
         }
-        self.count_verify_failures()?;
+        // Each verifier's failed samples (`verifier/<name>/failures`), after the `log` fields.
+        let failures = self.count_verify_failures()?;
         self.carry_over(step)?;
-        out.metrics.append(&mut self.verifier_failures);
+        out.metrics.extend(failures);
         out.metrics.extend(
             op_seconds
                 .into_iter()
@@ -608,11 +612,7 @@ impl<'j> Rank<'j> {
         let Some(dst) = op.instance.as_deref().and_then(|id| plan.instance(id)) else {
             return Ok(());
         };
-        let mut ids: Vec<u32> = op.inputs.iter().map(|i| i.value).collect();
-        if let OpKind::Update { loss, .. } = &op.kind {
-            ids.extend(loss.captures.iter().map(|i| i.value));
-        }
-        for id in ids {
+        for id in data_inputs(op) {
             if let Some(relaid) = self.relaid.get(&(id, dst.id.clone())) {
                 self.views.insert(id, relaid.shallow_clone());
                 continue;

@@ -162,12 +162,14 @@ impl Rank<'_> {
         Ok(())
     }
 
-    /// Sums the step's failures of each verifier over its op's data ranks, in op order (every
-    /// rank of an op's group does this after the step's ops, so the collectives match).
-    pub(super) fn count_verify_failures(&mut self) -> Result<()> {
+    /// The step's failures of each verifier (`verifier/<name>/failures`), summed over its op's
+    /// data ranks, in op order (every rank of an op's group does this after the step's ops, so
+    /// the collectives match).
+    pub(super) fn count_verify_failures(&mut self) -> Result<Vec<(String, f64)>> {
         let plan = self.job.plan;
         let mut local = std::mem::take(&mut self.verify_failures);
         local.sort_by_key(|(op, _)| *op);
+        let mut counted: Vec<(String, f64)> = Vec::new();
         for (op, failed) in local {
             let op = &plan.ops[op as usize];
             let OpKind::Verify { verifier, .. } = &op.kind else {
@@ -175,13 +177,13 @@ impl Rank<'_> {
             };
             let failures = self.all_reduce(op, &Tensor::from(failed as f64), ReduceOp::Sum)?;
             let (key, failed) = (failures_key(verifier), failures.double_value(&[]));
-            match self.verifier_failures.iter_mut().find(|(k, _)| *k == key) {
+            match counted.iter_mut().find(|(k, _)| *k == key) {
                 // A verifier called twice in a step: the step's failures of both calls.
                 Some((_, total)) => *total += failed,
-                None => self.verifier_failures.push((key, failed)),
+                None => counted.push((key, failed)),
             }
         }
-        Ok(())
+        Ok(counted)
     }
 }
 
