@@ -291,19 +291,8 @@ fn items(
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
-
-    /// The shared Hugging Face fixtures (as `hf::tests` finds them).
-    fn fixture(name: &str) -> PathBuf {
-        std::env::var_os("RLC_HF_FIXTURES")
-            .map_or_else(
-                || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/hf"),
-                PathBuf::from,
-            )
-            .join(name)
-    }
+    use crate::hf::tests::fixture;
 
     /// Rows left-padded to one width, as `generate` lays them out.
     fn left_padded(rows: &[&[i64]], pad: i64) -> (Tensor, Tensor) {

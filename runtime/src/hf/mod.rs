@@ -117,4 +117,4 @@ pub fn load_model(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

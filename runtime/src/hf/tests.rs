@@ -7,8 +7,9 @@ use super::*;
 use crate::generate::{GenerateConfig, generate};
 use crate::model::Heads;
 
-/// The shared fixtures (see their README); `RLC_HF_FIXTURES` overrides the location.
-fn fixture(name: &str) -> PathBuf {
+/// The shared fixtures (see their README); `RLC_HF_FIXTURES` overrides the location. The
+/// runtime's other tests find them here too.
+pub(crate) fn fixture(name: &str) -> PathBuf {
     let root = std::env::var_os("RLC_HF_FIXTURES")
         // `shared/` stands beside the repository (here and in CI).
         .map_or_else(

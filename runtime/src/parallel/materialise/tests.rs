@@ -1,13 +1,13 @@
 //! Each layout's rank shards, made alone, against the full model cut (the old path), bit for bit.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::thread;
 
 use rlc_plan::model::Layout;
 use tch::{Device, Tensor, nn};
 
 use super::*;
+use crate::hf::tests::fixture;
 use crate::model::init::parameters;
 use crate::model::{Heads, ModelConfig, Positions, Transformer};
 use crate::optim::AdamWConfig;
@@ -107,16 +107,6 @@ fn seeded_shards_are_the_whole_models_shards() {
         let full = whole_model(&config, heads, 42);
         assert_every_rank_matches(&Seeded { seed: 42 }, &full, &config, heads, "seeded");
     }
-}
-
-/// The shared Hugging Face fixtures (`RLC_HF_FIXTURES` overrides the location).
-fn fixture(name: &str) -> PathBuf {
-    std::env::var_os("RLC_HF_FIXTURES")
-        .map_or_else(
-            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/hf"),
-            PathBuf::from,
-        )
-        .join(name)
 }
 
 #[test]
