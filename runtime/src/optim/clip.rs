@@ -9,9 +9,21 @@ pub fn grad_norm(params: &[Tensor]) -> f64 {
         .iter()
         .map(|p| p.grad())
         .filter(Tensor::defined)
-        .map(|g| g.pow_tensor_scalar(2).sum(Kind::Double).double_value(&[]))
+        .map(|g| squared_norm(&g))
         .sum::<f64>()
         .sqrt()
+}
+
+/// Σ x² of `t`'s elements, summed in `f64`.
+fn squared_norm(t: &Tensor) -> f64 {
+    t.pow_tensor_scalar(2).sum(Kind::Double).double_value(&[])
+}
+
+/// `clip_grad_norm_`'s factor `max_norm / (norm + 1e-6)`, when it is below 1 (`None`: the
+/// gradients stay as they are).
+fn clip_factor(norm: f64, max_norm: f64) -> Option<f64> {
+    let factor = max_norm / (norm + 1e-6);
+    (factor < 1.0).then_some(factor)
 }
 
 /// Multiplies every gradient by `factor` in place.
@@ -38,8 +50,7 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> f64 {
 /// layout shards them), by `clip_grad_norm_`'s factor `max_norm / (norm + 1e-6)` when it is
 /// below 1.
 pub fn clip_to(params: &[Tensor], norm: f64, max_norm: f64) {
-    let factor = max_norm / (norm + 1e-6);
-    if factor < 1.0 {
+    if let Some(factor) = clip_factor(norm, max_norm) {
         scale_grads(params, factor);
     }
 }
@@ -47,13 +58,8 @@ pub fn clip_to(params: &[Tensor], norm: f64, max_norm: f64) {
 /// [`clip_grad_norm`] on one flat gradient (every parameter's, concatenated): the norm is the
 /// same sum of squares in `f64`; returns it before clipping.
 pub fn clip_flat(grads: &mut Tensor, max_norm: f64) -> f64 {
-    let norm = grads
-        .pow_tensor_scalar(2)
-        .sum(Kind::Double)
-        .double_value(&[])
-        .sqrt();
-    let factor = max_norm / (norm + 1e-6);
-    if factor < 1.0 {
+    let norm = squared_norm(grads).sqrt();
+    if let Some(factor) = clip_factor(norm, max_norm) {
         tch::no_grad(|| {
             let _ = grads
                 .f_mul_scalar_(factor)
