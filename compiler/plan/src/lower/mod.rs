@@ -24,6 +24,7 @@
 mod dataflow;
 mod instances;
 mod reuse;
+pub use reuse::forward_logprobs;
 mod schedule;
 mod syncs;
 mod transfers;
@@ -411,21 +412,6 @@ fn schedule_ranks(plan: &mut Plan) {
     let seconds = crate::cost::PlanCosts::new(plan, &crate::cost::CostParams::defaults(all_cpu))
         .map_or_else(|_| vec![1.0; plan.ops.len()], |c| c.op_seconds);
     plan.programs = schedule::programs(plan, &seconds);
-}
-
-/// `rlc build/run --forward-logprobs`: every `logprobs` op runs its forward pass, none takes
-/// the sampler's log-probs (`from_sampling` cleared), and the ranks' programs are ordered
-/// again under the costs that changes. For comparing the two; the plan stays valid.
-pub fn forward_logprobs(plan: &mut Plan) {
-    let mut changed = false;
-    for op in &mut plan.ops {
-        if let OpKind::Logprobs { from_sampling, .. } = &mut op.kind {
-            changed |= from_sampling.take().is_some();
-        }
-    }
-    if changed {
-        schedule_ranks(plan);
-    }
 }
 
 /// The datasets `ops` sample, by name, as the checker evaluated them.

@@ -24,6 +24,21 @@ pub(super) fn sampling_logprobs(plan: &mut Plan) {
     }
 }
 
+/// `rlc build/run --forward-logprobs`: every `logprobs` op runs its forward pass, none takes
+/// the sampler's log-probs (`from_sampling` cleared), and the ranks' programs are ordered
+/// again under the costs that changes. For comparing the two; the plan stays valid.
+pub fn forward_logprobs(plan: &mut Plan) {
+    let mut changed = false;
+    for op in &mut plan.ops {
+        if let OpKind::Logprobs { from_sampling, .. } = &mut op.kind {
+            changed |= from_sampling.take().is_some();
+        }
+    }
+    if changed {
+        super::schedule_ranks(plan);
+    }
+}
+
 /// The `generate` op whose log-probs op `i` may take, if any.
 fn source(plan: &Plan, i: usize) -> Option<u32> {
     let op = &plan.ops[i];
