@@ -141,6 +141,9 @@ pub const GENERATE: &[(&str, bool)] = &[
     ("temperature", false),
     ("top_p", false),
     ("top_k", false),
+    ("env", false),
+    ("max_turns", false),
+    ("max_obs", false),
 ];
 
 /// `role.update(…) { … }`'s parameters.

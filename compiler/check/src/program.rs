@@ -446,6 +446,30 @@ pub struct Sampling {
     pub temperature: Sourced<f64>,
     pub top_p: Sourced<f64>,
     pub top_k: Option<Sourced<i64>>,
+    /// `env: calc, max_turns: 3, max_obs: 6`: a multi-turn rollout (`max_new` is then per turn).
+    pub env: Option<EnvSampling>,
+}
+
+/// The multi-turn settings of a `generate` call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EnvSampling {
+    /// The `environment` item's name (a key of [`Program::environments`]).
+    pub environment: String,
+    /// Where `env:` was written.
+    pub origin: Origin,
+    pub max_turns: Sourced<i64>,
+    pub max_obs: Sourced<i64>,
+}
+
+impl EnvSampling {
+    /// Response positions of a rollout with `max_new` tokens per turn: every turn's, and an
+    /// observation between two turns (none after the last); `None` on overflow.
+    pub fn response_len(&self, max_new: i64) -> Option<i64> {
+        let turns = self.max_turns.value;
+        turns
+            .checked_mul(max_new)?
+            .checked_add((turns - 1).checked_mul(self.max_obs.value)?)
+    }
 }
 
 /// One role operation the pipeline performs per step.
@@ -498,6 +522,8 @@ pub struct Program {
     /// Each call of a verifier, by the call's file and span: the verifier's name and the
     /// dataset the scored rollout's prompts came from.
     pub verifier_calls: std::collections::BTreeMap<(FileId, Span), (String, String)>,
+    /// Every environment a `generate` call names, by its item's name, as evaluated.
+    pub environments: std::collections::BTreeMap<String, crate::value::EnvironmentSpec>,
 }
 
 impl Program {

@@ -146,6 +146,21 @@ pub const VERIFIER_OPTIONS: [&str; 11] = [
     "network",
 ];
 
+/// Every option of an environment's `program(…)`: a verifier's but `metrics` (an environment's
+/// rewards are summed into the rollout's `env_reward`).
+pub const ENVIRONMENT_OPTIONS: [&str; 10] = [
+    "workers",
+    "batch",
+    "timeout",
+    "on_error",
+    "fields",
+    "cpu",
+    "memory",
+    "files",
+    "processes",
+    "network",
+];
+
 /// The options that limit a worker process (meaningless for an HTTP server).
 pub const VERIFIER_PROCESS_OPTIONS: [&str; 5] = ["cpu", "memory", "files", "processes", "network"];
 
@@ -176,6 +191,10 @@ pub struct VerifierSpec {
     /// The declaration's name.
     pub origin: Origin,
 }
+
+/// An `environment` declaration: a verifier's options, evaluated the same way (same defaults);
+/// its `metrics` are always empty.
+pub type EnvironmentSpec = VerifierSpec;
 
 /// Where a verifier's scores come from.
 #[derive(Clone, Debug, PartialEq)]
@@ -243,6 +262,8 @@ pub enum Val {
     Optim(Rc<program::Optimizer>),
     Dataset(Rc<DatasetSpec>),
     Verifier(Rc<VerifierSpec>),
+    /// An `environment` item: usable only as `generate(…, env: name)`.
+    Environment(Rc<EnvironmentSpec>),
     /// `["answer", "steps"]`
     List(Rc<Vec<Val>>),
     Prompts(Rc<PromptsVal>),
@@ -283,6 +304,7 @@ impl Val {
             Val::Optim(_) => "an optimiser".into(),
             Val::Dataset(_) => "a dataset".into(),
             Val::Verifier(_) => "a verifier".into(),
+            Val::Environment(_) => "an environment".into(),
             Val::List(_) => "a list".into(),
             Val::Prompts(_) => "a batch of prompts".into(),
             Val::Model(_) => "a model".into(),
@@ -339,6 +361,21 @@ pub fn supervised_record(rows: Dim, response: Dim, pairs: bool) -> RecordVal {
             }),
         ));
     }
+    record
+}
+
+/// Fields of the record a multi-turn `generate(…, env: …)` returns: a rollout's, and the
+/// turns each sample took (`i32[B]`, 1 to `max_turns`), the sum of the environment's rewards
+/// over them (`f32[B]`), and each response position's turn (`i32[B, T]`: the turn index of a
+/// policy token, -1 for observation tokens and padding). `mask` covers the policy's tokens only.
+pub fn env_rollout_record(rows: Dim, response: Dim) -> RecordVal {
+    let mut record = rollout_record(rows.clone(), response.clone());
+    let t = |dtype, dims: Vec<Dim>| Val::Tensor(TensorTy { dtype, dims });
+    record.fields.extend([
+        ("turns".into(), t(DType::I32, vec![rows.clone()])),
+        ("env_reward".into(), t(DType::F32, vec![rows.clone()])),
+        ("turn".into(), t(DType::I32, vec![rows, response])),
+    ]);
     record
 }
 

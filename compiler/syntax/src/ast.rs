@@ -39,6 +39,7 @@ pub enum ItemKind {
     Place(Place),
     Pipeline(Pipeline),
     Verifier(VerifierDef),
+    Environment(EnvironmentDef),
 }
 
 impl Item {
@@ -53,6 +54,7 @@ impl Item {
             ItemKind::Const(c) => Some(&c.name),
             ItemKind::Pipeline(p) => Some(&p.name),
             ItemKind::Verifier(v) => Some(&v.name),
+            ItemKind::Environment(e) => Some(&e.name),
             ItemKind::Import(_) | ItemKind::Place(_) => None,
         }
     }
@@ -70,6 +72,7 @@ impl Item {
             ItemKind::Place(_) => "place",
             ItemKind::Pipeline(_) => "pipeline",
             ItemKind::Verifier(_) => "verifier",
+            ItemKind::Environment(_) => "environment",
         }
     }
 }
@@ -106,7 +109,8 @@ impl ImportName {
     }
 }
 
-/// The right-hand side of `cluster`, `model`, `dataset` and `verifier`: `= expr` or `{ key = value … }`.
+/// The right-hand side of `cluster`, `model`, `dataset`, `verifier` and `environment`: `= expr` or
+/// `{ key = value … }`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Definition {
     Expr(Expr),
@@ -150,6 +154,14 @@ pub struct Dataset {
 /// `verifier answer = program("python3", "answer.py", workers: 2)`: an external reward.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VerifierDef {
+    pub name: Ident,
+    pub def: Definition,
+}
+
+/// `environment calc = program("python3", "calc.py", workers: 2)`: the other side of a
+/// multi-turn rollout, used only through `generate(env: calc, …)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EnvironmentDef {
     pub name: Ident,
     pub def: Definition,
 }
@@ -699,6 +711,7 @@ pub const KEYWORDS: &[&str] = &[
     "true",
     "false",
     "verifier",
+    "environment",
 ];
 
 /// Words that are keywords only where the grammar names them.
@@ -708,6 +721,16 @@ pub const CONTEXTUAL_KEYWORDS: &[&str] = &[
 
 /// Keywords that start an item (the parser resumes after an error at the next one).
 pub const ITEM_KEYWORDS: &[&str] = &[
-    "import", "pub", "cluster", "model", "dataset", "struct", "fn", "let", "place", "pipeline",
+    "import",
+    "pub",
+    "cluster",
+    "model",
+    "dataset",
+    "struct",
+    "fn",
+    "let",
+    "place",
+    "pipeline",
     "verifier",
+    "environment",
 ];

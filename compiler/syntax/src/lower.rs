@@ -135,6 +135,14 @@ impl Lowerer<'_> {
                     def: self.definition(it.next().unwrap()),
                 })
             }
+            Rule::environment_item => {
+                let mut it = body.into_inner();
+                let name = self.ident(it.next().unwrap());
+                ItemKind::Environment(EnvironmentDef {
+                    name,
+                    def: self.definition(it.next().unwrap()),
+                })
+            }
             Rule::struct_item => {
                 let mut it = body.into_inner();
                 let name = self.ident(it.next().unwrap());

@@ -6,7 +6,7 @@ use crate::grammar::Rule;
 use rlc_diagnostics::{Code, Diagnostic, FileId};
 use std::collections::BTreeSet;
 
-const ITEM_EXPECTED: &str = "an item (`import`, `cluster`, `model`, `dataset`, `verifier`, `struct`, `fn`, `let`, `place` or `pipeline`)";
+const ITEM_EXPECTED: &str = "an item (`import`, `cluster`, `model`, `dataset`, `verifier`, `environment`, `struct`, `fn`, `let`, `place` or `pipeline`)";
 
 /// The token that stands at an error position.
 #[derive(Debug)]
@@ -129,6 +129,7 @@ fn expected_words(positives: &[Rule], tokens: &BTreeSet<String>) -> Vec<String> 
             | Rule::model_item
             | Rule::dataset_item
             | Rule::verifier_item
+            | Rule::environment_item
             | Rule::struct_item
             | Rule::fn_item
             | Rule::const_item
@@ -701,7 +702,7 @@ pub(crate) fn diagnose(
         {
             diag = rename(diag, file, found.span, s).help(format!("did you mean `{s}`?"));
         } else {
-            diag = diag.help("a file is a list of items: `import`, `cluster`, `model`, `dataset`, `verifier`, `struct`, `fn`, `let`, `place`, `pipeline`");
+            diag = diag.help("a file is a list of items: `import`, `cluster`, `model`, `dataset`, `verifier`, `environment`, `struct`, `fn`, `let`, `place`, `pipeline`");
         }
         return diag;
     }
@@ -774,14 +775,14 @@ fn open_string(src: &str, line_start: usize, at: usize) -> Option<usize> {
     open.filter(|&o| o <= at.max(line_start))
 }
 
-/// Whether `at` is inside the `{ key = value … }` block of a `cluster`, `model`, `dataset` or
-/// `verifier`.
+/// Whether `at` is inside the `{ key = value … }` block of a `cluster`, `model`, `dataset`,
+/// `verifier` or `environment`.
 fn in_field_block(src: &str, item_start: usize, at: usize) -> bool {
     let Some((open, '{')) = unclosed_opener(src, item_start, at) else {
         return false;
     };
     let head = src[item_start..open].trim_start_matches("pub").trim_start();
-    ["cluster", "model", "dataset", "verifier"]
+    ["cluster", "model", "dataset", "verifier", "environment"]
         .iter()
         .any(|k| head.starts_with(k))
 }

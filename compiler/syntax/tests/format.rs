@@ -386,3 +386,26 @@ verifier commented = program(
     assert_eq!(fmt(src), want);
     assert_eq!(fmt(want), want, "a fixed point");
 }
+
+/// `environment` items (#24 item 4) format like verifiers: one line when the call fits, else one
+/// argument a line; consecutive environments stand together, and a verifier after them is apart.
+#[test]
+fn environments() {
+    let src = r#"environment calc = program( "python3","envs/calc.py" , workers: 2, fields: [ "answer" ] )
+environment web=http("http://127.0.0.1:8000/step", workers: 4, timeout: 30s, on_error: zero, fields: ["answer", "question"])
+verifier answer = program("python3", "answer.py")
+"#;
+    let want = r#"environment calc = program("python3", "envs/calc.py", workers: 2, fields: ["answer"])
+environment web = http(
+  "http://127.0.0.1:8000/step",
+  workers: 4,
+  timeout: 30s,
+  on_error: zero,
+  fields: ["answer", "question"],
+)
+
+verifier answer = program("python3", "answer.py")
+"#;
+    assert_eq!(fmt(src), want);
+    assert_eq!(fmt(want), want, "a fixed point");
+}

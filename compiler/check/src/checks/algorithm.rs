@@ -60,6 +60,15 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                 );
             }
         }
+        let env = call
+            .sampling
+            .as_ref()
+            .and_then(|s| Some((s, s.env.as_ref()?)));
+        if let Some((sampling, env)) = env {
+            // A multi-turn rollout: its own rule, whose labels name the turns.
+            env_context(program, call, sampling, env, diags);
+            continue;
+        }
         if call.op == Op::Generate
             && let (Some(arch), Some(response)) = (&model.arch, call.response_len)
             && call.prompt_len.is_none()
@@ -113,4 +122,66 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
             );
         }
     }
+}
+
+/// E1011: the longest episode of a multi-turn `generate` — the prompt, `max_turns` turns of
+/// `max_new` tokens and an observation of `max_obs` tokens between two turns — fits the model's
+/// context. Without a known prompt length the turns and observations alone are checked.
+fn env_context(
+    program: &Program,
+    call: &RoleCall,
+    sampling: &Sampling,
+    env: &EnvSampling,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let model = &program.models[call.model];
+    let (Some(arch), Some(response)) = (&model.arch, call.response_len) else {
+        return;
+    };
+    let prompt = call.prompt_len.map_or(0, |p| p.value);
+    let need = prompt.saturating_add(response.value);
+    if need <= 0 || need as u64 <= arch.max_len {
+        return;
+    }
+    let (turns, new, obs) = (
+        env.max_turns.value,
+        sampling.max_new.value,
+        env.max_obs.value,
+    );
+    let sum = format!(
+        "{turns} × {new} + {} × {obs}{}",
+        turns - 1,
+        call.prompt_len
+            .map_or(String::new(), |p| format!(" + a prompt of {}", p.value))
+    );
+    let mut d = Diagnostic::new(
+        Code::EnvContext,
+        format!(
+            "episodes of up to {turns} turns need {need} positions ({sum}), but `{}` has a context of {}",
+            model.name, arch.max_len
+        ),
+        call.origin.file,
+        call.origin.span,
+    )
+    .primary_label(format!("{need} positions"))
+    .label(
+        env.max_turns.origin.file,
+        env.max_turns.origin.span,
+        format!("{turns} turns"),
+    )
+    .label(
+        model.arch_origin.file,
+        model.arch_origin.span,
+        format!("max_len {}", arch.max_len),
+    );
+    if let Some(p) = call.prompt_len {
+        d = d.label(
+            p.origin.file,
+            p.origin.span,
+            format!("prompts of up to {} tokens", p.value),
+        );
+    }
+    diags.push(d.help(
+        "each turn's tokens and each observation stay in the context: lower `max_turns`, `max_new` or `max_obs`, or raise `max_len`",
+    ));
 }

@@ -97,6 +97,7 @@ impl Evaluator<'_> {
         match f {
             Val::Fn(r) => self.call_fn(frame, e, r, args),
             Val::Verifier(v) => self.verifier_call(frame, e, v, args),
+            Val::Environment(env) => self.environment_call(frame, e, env, args),
             Val::Error => {
                 self.eval_args(frame, args);
                 Val::Error

@@ -56,6 +56,7 @@ impl Evaluator<'_> {
             ItemKind::Model(md) => self.model(r, md),
             ItemKind::Dataset(d) => self.dataset(r, d),
             ItemKind::Verifier(v) => self.verifier(r, v),
+            ItemKind::Environment(env) => self.environment(r, env),
             ItemKind::Fn(_) => Val::Fn(r),
             _ => Val::Unit,
         };

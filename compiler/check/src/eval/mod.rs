@@ -15,6 +15,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 mod calls;
+mod environments;
 mod exprs;
 mod functions;
 mod items;
@@ -353,6 +354,7 @@ impl<'m> Evaluator<'m> {
                     | ItemKind::Model(_)
                     | ItemKind::Dataset(_)
                     | ItemKind::Verifier(_)
+                    | ItemKind::Environment(_)
                     | ItemKind::Const(_) => {
                         self.item_value(r);
                     }

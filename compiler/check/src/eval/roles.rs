@@ -285,7 +285,15 @@ impl Evaluator<'_> {
                 }
                 // Counts past the checker's bound, and infinite numbers (`1e308 * 10`), are
                 // reported rather than multiplied.
-                let counts = ["n", "max_new", "top_k", "epochs", "minibatch"];
+                let counts = [
+                    "n",
+                    "max_new",
+                    "top_k",
+                    "epochs",
+                    "minibatch",
+                    "max_turns",
+                    "max_obs",
+                ];
                 let diag = match v.as_float() {
                     Some(f) if !f.is_finite() => {
                         Some(crate::limits::not_finite(what, frame.file, a.value.span))
@@ -341,8 +349,15 @@ impl Evaluator<'_> {
         let temperature = self.const_arg(frame, bound[3], "temperature", Val::Float(Some(1.0)));
         let top_p = self.const_arg(frame, bound[4], "top_p", Val::Float(Some(1.0)));
         let top_k = bound[5].and_then(|a| self.const_arg(frame, Some(a), "top_k", Val::Int(None)));
-        let (Some(n), Some(max_new), Some(temperature), Some(top_p)) =
-            (n, max_new, temperature, top_p)
+        let env = self.generate_env(
+            frame,
+            e.span,
+            &prompts.dataset,
+            bound[0].unwrap().span,
+            [bound[6], bound[7], bound[8]],
+        );
+        let (Some(n), Some(max_new), Some(temperature), Some(top_p), Ok(env)) =
+            (n, max_new, temperature, top_p, env)
         else {
             return Val::Error;
         };
@@ -368,6 +383,29 @@ impl Evaluator<'_> {
             None => None,
         };
         let max_new_val = max_new.0.as_int();
+        // A multi-turn rollout's response holds every turn and the observations between them.
+        let response_len = match &env {
+            None => max_new_val,
+            Some(env) => match max_new_val.map(|t| env.response_len(t)) {
+                Some(Some(t)) if t <= crate::limits::MAX_SIZE => Some(t),
+                Some(_) => {
+                    self.diags.push(crate::limits::too_large(
+                        "max_turns × max_new + (max_turns − 1) × max_obs",
+                        &format!(
+                            "{} × {} + {} × {}",
+                            env.max_turns.value,
+                            max_new_val.unwrap_or(0),
+                            env.max_turns.value - 1,
+                            env.max_obs.value
+                        ),
+                        frame.file,
+                        e.span,
+                    ));
+                    return Val::Error;
+                }
+                None => None,
+            },
+        };
         let default_origin = |o: Origin| if o == Origin::default() { origin } else { o };
         let info = RolloutInfo {
             rows,
@@ -377,8 +415,8 @@ impl Evaluator<'_> {
                 n.1
             },
             prompt_len: prompts.dataset.prompt_len,
-            response_len: max_new_val,
-            response_origin: max_new.1,
+            response_len,
+            response_origin: if env.is_some() { origin } else { max_new.1 },
             group_size: n_val,
             group_origin: default_origin(n.1),
             dataset: prompts.dataset.clone(),
@@ -406,10 +444,16 @@ impl Evaluator<'_> {
             temperature: sourced_f(&temperature),
             top_p: sourced_f(&top_p),
             top_k: top_k.as_ref().map(sourced_i),
+            env: env.clone(),
         });
         let rows_dim = rows.map_or(Dim::Sym("B".into()), |r| Dim::Size(r.max(0) as u64));
-        let resp_dim = max_new_val.map_or(Dim::Sym("T".into()), |t| Dim::Size(t.max(0) as u64));
-        Val::Rollout(Rc::new(rollout_record(rows_dim, resp_dim)), Rc::new(info))
+        let resp_dim = response_len.map_or(Dim::Sym("T".into()), |t| Dim::Size(t.max(0) as u64));
+        let record = if env.is_some() {
+            env_rollout_record(rows_dim, resp_dim)
+        } else {
+            rollout_record(rows_dim, resp_dim)
+        };
+        Val::Rollout(Rc::new(record), Rc::new(info))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -1,12 +1,58 @@
 //! `verifier` items (external rewards) and their calls: the declaration's options evaluated into
 //! a [`VerifierSpec`], `name(rollout)` typed as `f32[B]` (or a record of the reward and the
-//! declared metrics), and the misuse the E10xx codes name.
+//! declared metrics), and the misuse the E10xx codes name. `environment` items (the other side of
+//! a multi-turn `generate`) are declared with the same `program(…)` / `http(…)` and options but
+//! `metrics`, evaluated by the same code into an [`EnvironmentSpec`](crate::value::EnvironmentSpec).
 
 use super::roles::rollout_rows;
 use super::*;
 use rlc_syntax::ast::Unit;
 
-use crate::value::{VERIFIER_OPTIONS as OPTIONS, VERIFIER_PROCESS_OPTIONS as PROCESS_OPTIONS};
+use crate::value::{
+    ENVIRONMENT_OPTIONS, VERIFIER_OPTIONS, VERIFIER_PROCESS_OPTIONS as PROCESS_OPTIONS,
+};
+
+/// Which item a `program(…)` / `http(…)` declaration is.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Endpoint {
+    Verifier,
+    Environment,
+}
+
+impl Endpoint {
+    /// The item's keyword, with its article: "a verifier", "an environment".
+    fn a(self) -> &'static str {
+        match self {
+            Endpoint::Verifier => "a verifier",
+            Endpoint::Environment => "an environment",
+        }
+    }
+
+    fn keyword(self) -> &'static str {
+        match self {
+            Endpoint::Verifier => "verifier",
+            Endpoint::Environment => "environment",
+        }
+    }
+
+    fn options(self) -> &'static [&'static str] {
+        match self {
+            Endpoint::Verifier => &VERIFIER_OPTIONS,
+            Endpoint::Environment => &ENVIRONMENT_OPTIONS,
+        }
+    }
+
+    fn example(self) -> &'static str {
+        match self {
+            Endpoint::Verifier => {
+                "write `verifier answer = program(\"python3\", \"answer.py\")` or `verifier rm = http(\"http://127.0.0.1:8000/score\")`"
+            }
+            Endpoint::Environment => {
+                "write `environment calc = program(\"python3\", \"calc.py\")` or `environment web = http(\"http://127.0.0.1:8000/step\")`"
+            }
+        }
+    }
+}
 
 /// What kind of quantity an option holds.
 #[derive(Clone, Copy, PartialEq)]
@@ -19,23 +65,43 @@ enum Quantity {
 impl Evaluator<'_> {
     /// `verifier name = program(…)` or `http(…)`.
     pub(super) fn verifier(&mut self, r: ItemRef, v: &ast::VerifierDef) -> Val {
+        self.endpoint(r, Endpoint::Verifier, &v.name, &v.def)
+            .map_or(Val::Error, |spec| Val::Verifier(Rc::new(spec)))
+    }
+
+    /// `environment name = program(…)` or `http(…)`: a verifier's options but `metrics`.
+    pub(super) fn environment(&mut self, r: ItemRef, env: &ast::EnvironmentDef) -> Val {
+        self.endpoint(r, Endpoint::Environment, &env.name, &env.def)
+            .map_or(Val::Error, |spec| Val::Environment(Rc::new(spec)))
+    }
+
+    /// The declaration of a verifier or an environment, its options evaluated; `None` after a
+    /// reported error.
+    fn endpoint(
+        &mut self,
+        r: ItemRef,
+        kind: Endpoint,
+        item_name: &ast::Ident,
+        def: &ast::Definition,
+    ) -> Option<VerifierSpec> {
         let m = self.modules.get(r.module);
         let mut frame = Frame::new(r.module, m.file, false);
         let file = frame.file;
-        let help = "write `verifier answer = program(\"python3\", \"answer.py\")` or `verifier rm = http(\"http://127.0.0.1:8000/score\")`";
-        let e = match &v.def {
+        let help = kind.example();
+        let e = match def {
             ast::Definition::Expr(e) => e,
             ast::Definition::Fields(block) => {
-                return self.err(
+                self.diags.push(
                     Diagnostic::new(
                         Code::TypeMismatch,
-                        "a verifier is defined with `=`",
+                        format!("{} is defined with `=`", kind.a()),
                         file,
                         block.span,
                     )
-                    .primary_label("not a verifier")
+                    .primary_label(format!("not {}", kind.a()))
                     .help(help),
                 );
+                return None;
             }
         };
         let call = match &e.kind {
@@ -52,19 +118,23 @@ impl Evaluator<'_> {
             _ => None,
         };
         let Some((http, args)) = call else {
-            return self.err(
+            self.diags.push(
                 Diagnostic::new(
                     Code::TypeMismatch,
-                    "a verifier is `program(…)` (a command) or `http(…)` (a server's URL)",
+                    format!(
+                        "{} is `program(…)` (a command) or `http(…)` (a server's URL)",
+                        kind.a()
+                    ),
                     file,
                     e.span,
                 )
-                .primary_label("not a verifier")
+                .primary_label(format!("not {}", kind.a()))
                 .help(help),
             );
+            return None;
         };
         let mut spec = VerifierSpec {
-            name: v.name.name.clone(),
+            name: item_name.name.clone(),
             endpoint: VerifierEndpoint::Http(String::new()),
             workers: 1,
             batch: 64,
@@ -77,7 +147,7 @@ impl Evaluator<'_> {
             on_error_zero: false,
             fields: Vec::new(),
             metrics: Vec::new(),
-            origin: self.origin(&frame, v.name.span),
+            origin: self.origin(&frame, item_name.span),
         };
         let mut ok = true;
         // Positional: the command and its arguments, or the URL.
@@ -175,7 +245,7 @@ impl Evaluator<'_> {
                 continue;
             }
             seen.push(name);
-            let known = OPTIONS.contains(&name.name.as_str());
+            let known = kind.options().contains(&name.name.as_str());
             if !known || (http && PROCESS_OPTIONS.contains(&name.name.as_str())) {
                 ok = false;
                 let mut d = Diagnostic::new(
@@ -191,17 +261,29 @@ impl Evaluator<'_> {
                 .primary_label("unknown option");
                 d = if known {
                     d.help("the limits of a worker process (`cpu`, `memory`, `files`, `processes`, `network`) do not apply to an HTTP server")
+                } else if kind == Endpoint::Environment && name.name == "metrics" {
+                    d.help("an environment has no metrics: the rewards it gives each turn are summed into the rollout's `env_reward`")
                 } else {
-                    let names = OPTIONS
+                    let names = kind
+                        .options()
                         .iter()
                         .copied()
                         .filter(|o| !http || !PROCESS_OPTIONS.contains(o));
                     match rlc_syntax::closest(&name.name, names, 2) {
                         Some(near) => crate::hints::did_you_mean(d, near),
-                        None => d.help(if http {
-                            "the options are workers, batch, timeout, on_error, fields and metrics"
-                        } else {
-                            "the options are workers, batch, timeout, on_error, fields, metrics, cpu, memory, files, processes and network"
+                        None => d.help(match (kind, http) {
+                            (Endpoint::Verifier, true) => {
+                                "the options are workers, batch, timeout, on_error, fields and metrics"
+                            }
+                            (Endpoint::Verifier, false) => {
+                                "the options are workers, batch, timeout, on_error, fields, metrics, cpu, memory, files, processes and network"
+                            }
+                            (Endpoint::Environment, true) => {
+                                "the options are workers, batch, timeout, on_error and fields"
+                            }
+                            (Endpoint::Environment, false) => {
+                                "the options are workers, batch, timeout, on_error, fields, cpu, memory, files, processes and network"
+                            }
                         }),
                     }
                 };
@@ -211,7 +293,8 @@ impl Evaluator<'_> {
             let value = &a.value;
             match name.name.as_str() {
                 "workers" | "batch" | "processes" => {
-                    let Some(n) = self.quantity(&mut frame, &name.name, value, Quantity::Count)
+                    let Some(n) =
+                        self.quantity(&mut frame, kind, &name.name, value, Quantity::Count)
                     else {
                         ok = false;
                         continue;
@@ -239,7 +322,7 @@ impl Evaluator<'_> {
                 }
                 "timeout" | "cpu" => {
                     let Some(secs) =
-                        self.quantity(&mut frame, &name.name, value, Quantity::Duration)
+                        self.quantity(&mut frame, kind, &name.name, value, Quantity::Duration)
                     else {
                         ok = false;
                         continue;
@@ -252,7 +335,8 @@ impl Evaluator<'_> {
                     }
                 }
                 "memory" | "files" => {
-                    let Some(bytes) = self.quantity(&mut frame, &name.name, value, Quantity::Bytes)
+                    let Some(bytes) =
+                        self.quantity(&mut frame, kind, &name.name, value, Quantity::Bytes)
                     else {
                         ok = false;
                         continue;
@@ -339,18 +423,25 @@ impl Evaluator<'_> {
             }
         }
         if !ok {
-            return Val::Error;
+            return None;
         }
         if !cpu_written {
             spec.cpu_seconds = spec.timeout_ms.div_ceil(1000);
         }
-        Val::Verifier(Rc::new(spec))
+        Some(spec)
     }
 
     /// An option's number, checked positive: a count (an integer), a duration in seconds (a
     /// number with `ms`, `s` or `min`) or a size in bytes (an integer, or a number with a byte
     /// unit). `None` after a reported error.
-    fn quantity(&mut self, frame: &mut Frame, what: &str, e: &Expr, q: Quantity) -> Option<f64> {
+    fn quantity(
+        &mut self,
+        frame: &mut Frame,
+        kind: Endpoint,
+        what: &str,
+        e: &Expr,
+        q: Quantity,
+    ) -> Option<f64> {
         let file = frame.file;
         let v = self.expr(frame, e);
         if v.is_error() {
@@ -388,10 +479,10 @@ impl Evaluator<'_> {
         };
         if x <= 0.0 || !x.is_finite() {
             let zero_means = match what {
-                "workers" => "a verifier needs at least one worker",
-                "batch" => "a request carries at least one sample",
-                "timeout" => "a request that may take no time always times out",
-                _ => "a limit of zero lets a worker do nothing",
+                "workers" => format!("{} needs at least one worker", kind.a()),
+                "batch" => "a request carries at least one sample".into(),
+                "timeout" => "a request that may take no time always times out".into(),
+                _ => "a limit of zero lets a worker do nothing".into(),
             };
             self.diags.push(
                 Diagnostic::new(
@@ -486,50 +577,7 @@ impl Evaluator<'_> {
             }
         };
         let dataset = info.dataset.clone();
-        let mut ok = true;
-        for (field, span) in &v.fields {
-            if dataset.keep.contains(field) {
-                continue;
-            }
-            ok = false;
-            let have = if dataset.keep.is_empty() {
-                "no fields besides the prompt".to_string()
-            } else {
-                format!(
-                    "the fields {}",
-                    dataset
-                        .keep
-                        .iter()
-                        .map(|k| format!("`{k}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
-            let mut d = Diagnostic::new(
-                Code::VerifierField,
-                format!(
-                    "the verifier `{}` asks for the field `{field}`, which rows of `{}` do not have",
-                    v.name, dataset.name
-                ),
-                file,
-                arg.value.span,
-            )
-            .primary_label(format!("rows of `{}` carry {have}", dataset.name))
-            .label(v.origin.file, *span, "asked for here")
-            .label(
-                dataset.origin.file,
-                dataset.origin.span,
-                "the dataset is declared here",
-            );
-            d = if dataset.kind == "jsonl" {
-                d.help(format!(
-                    "keep the field from the file's lines: `jsonl(…, keep: [\"{field}\"])`"
-                ))
-            } else {
-                d.help("the digit tasks' rows have the field `answer` (the target text)")
-            };
-            self.diags.push(d);
-        }
+        let ok = self.fields_kept(file, arg.value.span, Endpoint::Verifier, &v, &dataset);
         let Some(rows) = rollout_rows(&record) else {
             return Val::Error;
         };
@@ -552,6 +600,65 @@ impl Evaluator<'_> {
             name: VERIFIER_RESULT.into(),
             fields,
         }))
+    }
+
+    /// E1003: every field the verifier or environment `v` asks for is one the rows of
+    /// `dataset` keep; `at` is the argument that brings the rows (the rollout, the prompts).
+    pub(super) fn fields_kept(
+        &mut self,
+        file: FileId,
+        at: Span,
+        kind: Endpoint,
+        v: &VerifierSpec,
+        dataset: &crate::value::DatasetSpec,
+    ) -> bool {
+        let mut ok = true;
+        for (field, span) in &v.fields {
+            if dataset.keep.contains(field) {
+                continue;
+            }
+            ok = false;
+            let have = if dataset.keep.is_empty() {
+                "no fields besides the prompt".to_string()
+            } else {
+                format!(
+                    "the fields {}",
+                    dataset
+                        .keep
+                        .iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            let mut d = Diagnostic::new(
+                Code::VerifierField,
+                format!(
+                    "the {} `{}` asks for the field `{field}`, which rows of `{}` do not have",
+                    kind.keyword(),
+                    v.name,
+                    dataset.name
+                ),
+                file,
+                at,
+            )
+            .primary_label(format!("rows of `{}` carry {have}", dataset.name))
+            .label(v.origin.file, *span, "asked for here")
+            .label(
+                dataset.origin.file,
+                dataset.origin.span,
+                "the dataset is declared here",
+            );
+            d = if dataset.kind == "jsonl" {
+                d.help(format!(
+                    "keep the field from the file's lines: `jsonl(…, keep: [\"{field}\"])`"
+                ))
+            } else {
+                d.help("the digit tasks' rows have the field `answer` (the target text)")
+            };
+            self.diags.push(d);
+        }
+        ok
     }
 
     /// Whether `e` is a verifier's reward or result: its call, a pipeline name bound to one, or

@@ -55,6 +55,10 @@ impl Formatter<'_> {
                 self.ident(&v.name);
                 self.definition(&v.def);
             }
+            ItemKind::Environment(e) => {
+                self.ident(&e.name);
+                self.definition(&e.def);
+            }
             ItemKind::Struct(s) => self.struct_def(s, self.end(item.span)),
             ItemKind::Fn(f) => {
                 self.ident(&f.name);
@@ -628,6 +632,7 @@ fn grouped(prev: &Item, next: &Item) -> bool {
                 | ItemKind::Cluster(_)
                 | ItemKind::Dataset(_)
                 | ItemKind::Verifier(_)
+                | ItemKind::Environment(_)
         )
 }
 
