@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod verifier;
-pub use verifier::{OnError, Verifier, VerifierEndpoint, WorkerLimits};
+pub use verifier::{Environment, OnError, Verifier, VerifierEndpoint, WorkerLimits};
 
 /// The plan format version this crate writes and reads.
 pub const PLAN_VERSION: u32 = 2;
@@ -49,6 +49,10 @@ pub struct Plan {
     /// External rewards the pipeline calls (`verify` ops name them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verifiers: Vec<Verifier>,
+    /// Multi-turn environments the pipeline's `generate` ops talk to (`OpKind::Generate::env`
+    /// names them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environments: Vec<Environment>,
     /// The program's own source files (std is built into `rlc`), so that `rlc run plan.json`
     /// can evaluate its `fn`s and loss closures. `rlc build` fills it; lowering leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -964,6 +968,18 @@ pub struct LogField {
     pub value: u32,
 }
 
+/// The multi-turn part of a `generate` op (`generate(…, env: calc, max_turns: 3, max_obs: 6)`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvTurns {
+    /// An entry of [`Plan::environments`].
+    pub environment: String,
+    /// Turns per episode at most (≥ 1); the episode ends earlier when the environment says done.
+    pub max_turns: u64,
+    /// Tokens per observation at most (≥ 1); a longer observation is a failure (`on_error`).
+    pub max_obs: u64,
+}
+
 /// What an op does.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -986,10 +1002,16 @@ pub enum OpKind {
         batch: Option<u64>,
         n: Option<u64>,
         prompt_len: Option<u64>,
+        /// New tokens per turn (the whole response when `env` is `None`).
         max_new: Option<u64>,
         temperature: Option<f64>,
         top_p: Option<f64>,
         top_k: Option<u64>,
+        /// A multi-turn rollout: turns of at most `max_new` tokens alternate with the
+        /// environment's observations; the response holds `max_turns × max_new +
+        /// (max_turns − 1) × max_obs` positions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        env: Option<EnvTurns>,
     },
     Logprobs {
         role: String,

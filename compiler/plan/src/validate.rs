@@ -506,6 +506,15 @@ pub fn validate(plan: &Plan) -> Vec<PlanError> {
                 format!("no dataset `{dataset}` in `datasets`"),
             ));
         }
+        if let OpKind::Generate { env: Some(env), .. } = &op.kind
+            && !plan.environments.iter().any(|e| e.name == env.environment)
+        {
+            out.push(err(
+                PlanCode::DanglingReference,
+                format!("{path}/kind/env/environment"),
+                format!("no environment `{}` in `environments`", env.environment),
+            ));
+        }
         if let OpKind::Verify {
             verifier, dataset, ..
         } = &op.kind

@@ -500,7 +500,9 @@ fn item_kind(item: &Item) -> CompletionItemKind {
         ItemKind::Model(_) => CompletionItemKind::CLASS,
         ItemKind::Struct(_) => CompletionItemKind::STRUCT,
         ItemKind::Const(_) => CompletionItemKind::CONSTANT,
-        ItemKind::Cluster(_) | ItemKind::Dataset(_) => CompletionItemKind::VARIABLE,
+        ItemKind::Cluster(_) | ItemKind::Dataset(_) | ItemKind::Environment(_) => {
+            CompletionItemKind::VARIABLE
+        }
         ItemKind::Verifier(_) => CompletionItemKind::FUNCTION,
         ItemKind::Import(_) | ItemKind::Place(_) => CompletionItemKind::MODULE,
     }

@@ -209,6 +209,7 @@ impl Walk<'_> {
             ItemKind::Cluster(c) => self.definition(&c.def),
             ItemKind::Dataset(d) => self.definition(&d.def),
             ItemKind::Verifier(v) => self.definition(&v.def),
+            ItemKind::Environment(e) => self.definition(&e.def),
             ItemKind::Model(m) => {
                 self.find(&m.kind, None, Role::Type);
                 self.definition(&m.def);

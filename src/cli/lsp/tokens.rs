@@ -133,7 +133,10 @@ fn classify(a: &Analysis, text: &str) -> HashMap<usize, (Kind, u32)> {
                     }
                     ItemKind::Model(_) => Kind::Class,
                     ItemKind::Struct(_) => Kind::Struct,
-                    ItemKind::Const(_) | ItemKind::Cluster(_) | ItemKind::Dataset(_) => {
+                    ItemKind::Const(_)
+                    | ItemKind::Cluster(_)
+                    | ItemKind::Dataset(_)
+                    | ItemKind::Environment(_) => {
                         modifiers |= READONLY;
                         Kind::Variable
                     }

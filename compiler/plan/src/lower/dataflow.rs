@@ -695,6 +695,11 @@ impl<'a> Lowerer<'a> {
                     temperature: s.map(|s| s.temperature.value),
                     top_p: s.map(|s| s.top_p.value),
                     top_k: s.and_then(|s| s.top_k).map(|k| k.value.max(0) as u64),
+                    env: s.and_then(|s| s.env.as_ref()).map(|e| EnvTurns {
+                        environment: e.environment.clone(),
+                        max_turns: e.max_turns.value.max(0) as u64,
+                        max_obs: e.max_obs.value.max(0) as u64,
+                    }),
                 }
             }
             prog::Op::Logprobs => OpKind::Logprobs {

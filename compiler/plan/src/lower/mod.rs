@@ -382,6 +382,7 @@ impl<'a> Lowerer<'a> {
             .collect();
         let datasets = datasets(program, &flow.ops);
         let verifiers = verifiers(program, &flow.ops);
+        let environments = environments(program, &flow.ops);
         let mut plan = Plan {
             version: PLAN_VERSION,
             pipeline: facts.name.clone(),
@@ -397,6 +398,7 @@ impl<'a> Lowerer<'a> {
             programs: Vec::new(),
             carried: self.carried.clone(),
             verifiers,
+            environments,
             sources: None,
         };
         reuse::sampling_logprobs(&mut plan);
@@ -460,37 +462,72 @@ fn verifiers(program: &Program, ops: &[Op]) -> Vec<Verifier> {
         .into_iter()
         .filter_map(|name| {
             let v = program.verifiers.get(name)?;
+            let (endpoint, limits, on_error) = pool(v);
             Some(Verifier {
                 name: name.to_string(),
-                endpoint: match &v.endpoint {
-                    rlc_check::value::VerifierEndpoint::Program(command) => {
-                        VerifierEndpoint::Program {
-                            command: command.clone(),
-                        }
-                    }
-                    rlc_check::value::VerifierEndpoint::Http(url) => {
-                        VerifierEndpoint::Http { url: url.clone() }
-                    }
-                },
+                endpoint,
                 workers: v.workers,
                 batch: v.batch,
                 timeout_ms: v.timeout_ms,
-                limits: WorkerLimits {
-                    cpu_seconds: Some(v.cpu_seconds),
-                    memory_bytes: Some(v.memory_bytes),
-                    file_bytes: Some(v.file_bytes),
-                    processes: Some(v.processes),
-                    no_network: !v.network,
-                },
-                on_error: if v.on_error_zero {
-                    OnError::Zero
-                } else {
-                    OnError::Fail
-                },
+                limits,
+                on_error,
                 metrics: v.metrics.clone(),
             })
         })
         .collect()
+}
+
+/// The environments `generate` ops talk to, by name, as the checker evaluated them.
+fn environments(program: &Program, ops: &[Op]) -> Vec<Environment> {
+    let named: BTreeSet<&str> = ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Generate { env: Some(e), .. } => Some(e.environment.as_str()),
+            _ => None,
+        })
+        .collect();
+    named
+        .into_iter()
+        .filter_map(|name| {
+            let env = program.environments.get(name)?;
+            let (endpoint, limits, on_error) = pool(env);
+            Some(Environment {
+                name: name.to_string(),
+                endpoint,
+                workers: env.workers,
+                batch: env.batch,
+                timeout_ms: env.timeout_ms,
+                limits,
+                on_error,
+                fields: env.fields.iter().map(|(f, _)| f.clone()).collect(),
+            })
+        })
+        .collect()
+}
+
+/// The endpoint, worker limits and failure policy of a verifier or environment declaration.
+fn pool(v: &rlc_check::value::VerifierSpec) -> (VerifierEndpoint, WorkerLimits, OnError) {
+    let endpoint = match &v.endpoint {
+        rlc_check::value::VerifierEndpoint::Program(command) => VerifierEndpoint::Program {
+            command: command.clone(),
+        },
+        rlc_check::value::VerifierEndpoint::Http(url) => {
+            VerifierEndpoint::Http { url: url.clone() }
+        }
+    };
+    let limits = WorkerLimits {
+        cpu_seconds: Some(v.cpu_seconds),
+        memory_bytes: Some(v.memory_bytes),
+        file_bytes: Some(v.file_bytes),
+        processes: Some(v.processes),
+        no_network: !v.network,
+    };
+    let on_error = if v.on_error_zero {
+        OnError::Zero
+    } else {
+        OnError::Fail
+    };
+    (endpoint, limits, on_error)
 }
 
 fn optimizer(o: &prog::Optimizer) -> Optimizer {

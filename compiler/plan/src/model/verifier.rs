@@ -51,6 +51,30 @@ pub struct WorkerLimits {
     pub no_network: bool,
 }
 
+/// An `environment` declaration: the other side of a multi-turn rollout. After each turn of a
+/// `generate` op that names it (`OpKind::Generate::env`), the environment receives each episode
+/// so far and answers an observation, a reward and whether the episode is done
+/// (`docs/environments.md`). Same endpoint, pool and limits as a [`Verifier`]; no metrics.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Environment {
+    pub name: String,
+    pub endpoint: VerifierEndpoint,
+    /// Long-lived workers (processes, or concurrent connections to a server).
+    pub workers: u32,
+    /// Episodes per request (one JSON line carries this many items at most).
+    pub batch: u32,
+    /// Per-request deadline; a worker that misses it is killed (a process) or abandoned (HTTP).
+    pub timeout_ms: u64,
+    pub limits: WorkerLimits,
+    /// What a failed request or an observation longer than `max_obs` does: `fail` stops the
+    /// run; `zero` ends the episode with an environment reward of 0 and counts it.
+    pub on_error: OnError,
+    /// Row fields of the prompts' dataset each item carries (`fields: ["answer"]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
+}
+
 /// What a failed request (crash, timeout, garbage, NaN, a missing result) does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

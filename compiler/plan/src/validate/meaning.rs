@@ -58,6 +58,7 @@ pub(super) fn check(plan: &Plan, out: &mut Vec<PlanError>) {
         operation(plan, i, op, &sizes, out);
     }
     verifiers(plan, out);
+    environments(plan, out);
     for (i, c) in plan.carried.iter().enumerate() {
         if c.every == Some(0) {
             out.push(zero(
@@ -84,60 +85,14 @@ fn verifiers(plan: &Plan, out: &mut Vec<PlanError>) {
             ));
         }
         let what = format!("verifier `{}`", v.name);
-        let counts = [
-            (
-                "workers",
-                u64::from(v.workers),
-                "it has no worker to score with",
-            ),
-            (
-                "batch",
-                u64::from(v.batch),
-                "a request would carry no sample",
-            ),
-            ("timeout_ms", v.timeout_ms, "every request would time out"),
-        ];
-        for (field, n, consequence) in counts {
-            if n == 0 {
-                out.push(zero(
-                    format!("{path}/{field}"),
-                    field,
-                    &format!("{what}: {consequence}"),
-                ));
-            }
-        }
-        let limits = [
-            ("cpu_seconds", v.limits.cpu_seconds),
-            ("memory_bytes", v.limits.memory_bytes),
-            ("file_bytes", v.limits.file_bytes),
-            ("processes", v.limits.processes),
-        ];
-        for (field, n) in limits {
-            if n == Some(0) {
-                out.push(zero(
-                    format!("{path}/limits/{field}"),
-                    field,
-                    &format!("{what}: a worker limited to 0 can do nothing"),
-                ));
-            }
-        }
-        match &v.endpoint {
-            VerifierEndpoint::Program { command }
-                if command.first().is_none_or(String::is_empty) =>
-            {
-                out.push(err(
-                    PlanCode::OutOfRange,
-                    format!("{path}/endpoint/command"),
-                    format!("{what} has no command to run"),
-                ));
-            }
-            VerifierEndpoint::Http { url } if url.is_empty() => out.push(err(
-                PlanCode::OutOfRange,
-                format!("{path}/endpoint/url"),
-                format!("{what} has no URL"),
-            )),
-            _ => {}
-        }
+        pool(
+            &path,
+            &what,
+            &v.endpoint,
+            (v.workers, v.batch, v.timeout_ms),
+            &v.limits,
+            out,
+        );
     }
     for (i, op) in plan.ops.iter().enumerate() {
         let OpKind::Verify { verifier, .. } = &op.kind else {
@@ -165,6 +120,102 @@ fn verifiers(plan: &Plan, out: &mut Vec<PlanError>) {
                 format!("/ops/{i}/inputs"),
                 format!("`{}` reads one input, `rollout`", op.label),
             ));
+        }
+    }
+}
+
+/// The worker pool of a verifier or an environment at `path` (`what` names it): counts and
+/// limits of at least 1, a command or a URL (P0007).
+fn pool(
+    path: &str,
+    what: &str,
+    endpoint: &VerifierEndpoint,
+    (workers, batch, timeout_ms): (u32, u32, u64),
+    limits: &WorkerLimits,
+    out: &mut Vec<PlanError>,
+) {
+    let counts = [
+        (
+            "workers",
+            u64::from(workers),
+            "it has no worker to serve requests",
+        ),
+        ("batch", u64::from(batch), "a request would carry nothing"),
+        ("timeout_ms", timeout_ms, "every request would time out"),
+    ];
+    for (field, n, consequence) in counts {
+        if n == 0 {
+            out.push(zero(
+                format!("{path}/{field}"),
+                field,
+                &format!("{what}: {consequence}"),
+            ));
+        }
+    }
+    let limits = [
+        ("cpu_seconds", limits.cpu_seconds),
+        ("memory_bytes", limits.memory_bytes),
+        ("file_bytes", limits.file_bytes),
+        ("processes", limits.processes),
+    ];
+    for (field, n) in limits {
+        if n == Some(0) {
+            out.push(zero(
+                format!("{path}/limits/{field}"),
+                field,
+                &format!("{what}: a worker limited to 0 can do nothing"),
+            ));
+        }
+    }
+    match endpoint {
+        VerifierEndpoint::Program { command } if command.first().is_none_or(String::is_empty) => {
+            out.push(err(
+                PlanCode::OutOfRange,
+                format!("{path}/endpoint/command"),
+                format!("{what} has no command to run"),
+            ));
+        }
+        VerifierEndpoint::Http { url } if url.is_empty() => out.push(err(
+            PlanCode::OutOfRange,
+            format!("{path}/endpoint/url"),
+            format!("{what} has no URL"),
+        )),
+        _ => {}
+    }
+}
+
+/// The `environments`: each listed once, and its worker pool (P0007).
+fn environments(plan: &Plan, out: &mut Vec<PlanError>) {
+    let mut names = BTreeSet::new();
+    for (i, env) in plan.environments.iter().enumerate() {
+        let path = format!("/environments/{i}");
+        if !names.insert(env.name.as_str()) {
+            out.push(err(
+                PlanCode::SizeMismatch,
+                format!("{path}/name"),
+                format!("environment `{}` is listed twice", env.name),
+            ));
+        }
+        let what = format!("environment `{}`", env.name);
+        pool(
+            &path,
+            &what,
+            &env.endpoint,
+            (env.workers, env.batch, env.timeout_ms),
+            &env.limits,
+            out,
+        );
+    }
+}
+
+/// Response positions of a `generate` op: `max_new`, or with an environment every turn's and
+/// an observation between two turns (checked counts: `max_turns` ≥ 1).
+fn response_positions(max_new: u64, env: &Option<EnvTurns>) -> u128 {
+    match env {
+        None => u128::from(max_new),
+        Some(e) => {
+            u128::from(e.max_turns) * u128::from(max_new)
+                + u128::from(e.max_turns.saturating_sub(1)) * u128::from(e.max_obs)
         }
     }
 }
@@ -631,6 +682,7 @@ fn operation(plan: &Plan, i: usize, op: &Op, sizes: &[Option<RoleSize>], out: &m
             temperature,
             top_p,
             top_k,
+            env,
         } => {
             let ok = counts(
                 out,
@@ -640,6 +692,8 @@ fn operation(plan: &Plan, i: usize, op: &Op, sizes: &[Option<RoleSize>], out: &m
                     ("prompt_len", *prompt_len),
                     ("max_new", *max_new),
                     ("top_k", *top_k),
+                    ("env/max_turns", env.as_ref().map(|e| e.max_turns)),
+                    ("env/max_obs", env.as_ref().map(|e| e.max_obs)),
                 ],
             );
             if let Some(t) = temperature
@@ -671,23 +725,29 @@ fn operation(plan: &Plan, i: usize, op: &Op, sizes: &[Option<RoleSize>], out: &m
                 .filter(|&m| m > 0)
                 && let Some(new) = *max_new
             {
-                let need = u128::from(prompt_len.unwrap_or(0)) + u128::from(new);
+                let need = u128::from(prompt_len.unwrap_or(0)) + response_positions(new, env);
                 if need > u128::from(max_len) {
                     let prompt = prompt_len.map_or(String::new(), |p| {
                         format!(" after prompts of `prompt_len` {p}")
+                    });
+                    let turns = env.as_ref().map_or(String::new(), |e| {
+                        format!(
+                            " per turn, over {} turns with observations of {} tokens,",
+                            e.max_turns, e.max_obs
+                        )
                     });
                     out.push(err(
                         PlanCode::SizeMismatch,
                         format!("{kind}/max_new"),
                         format!(
-                            "`max_new` {new} of `{label}`{prompt} needs {need} positions, more than the `max_len` {max_len} of `{role}`"
+                            "`max_new` {new}{turns} of `{label}`{prompt} needs {need} positions, more than the `max_len` {max_len} of `{role}`"
                         ),
                     ));
                     sound = false;
                 }
             }
             if sound && let (Some(b), Some(new)) = (batch, max_new) {
-                let positions = u128::from(prompt_len.unwrap_or(0)) + u128::from(*new);
+                let positions = u128::from(prompt_len.unwrap_or(0)) + response_positions(*new, env);
                 generation_memory(plan, &kind, op, role, *b, positions, sizes, out);
             }
         }
@@ -896,6 +956,8 @@ fn zero_consequence(field: &str) -> &'static str {
         "minibatch" => "train on minibatches of no sequence",
         "minibatches" | "optimizer_steps" => "take no optimizer step",
         "accumulation" => "accumulate no micro-batch",
+        "env/max_turns" => "run episodes of no turn",
+        "env/max_obs" => "leave no room for an observation",
         _ => "do nothing",
     }
 }
