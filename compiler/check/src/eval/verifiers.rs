@@ -250,11 +250,18 @@ impl Evaluator<'_> {
                 ok = false;
                 let mut d = Diagnostic::new(
                     Code::UnknownVerifierOption,
-                    format!(
-                        "`{}` is not an option of `{}`",
-                        name.name,
-                        if http { "http" } else { "program" }
-                    ),
+                    match kind {
+                        Endpoint::Verifier => format!(
+                            "`{}` is not an option of `{}`",
+                            name.name,
+                            if http { "http" } else { "program" }
+                        ),
+                        Endpoint::Environment => format!(
+                            "`{}` is not an option of an environment's `{}`",
+                            name.name,
+                            if http { "http" } else { "program" }
+                        ),
+                    },
                     file,
                     name.span,
                 )
