@@ -861,3 +861,38 @@ fn verifier_plan() {
     });
     insta::assert_snapshot!(serde_json::to_string_pretty(&excerpt).unwrap());
 }
+
+/// A multi-turn `generate` (#24 item 4) builds with `rlc build`: the plan lists the environment
+/// (endpoint, pool, limits, on_error, fields) and the generate op names it with its turn budgets,
+/// `max_new` per turn; the rollout's response holds every turn and the observations between
+/// them (3 × 5 + 2 × 4 = 23 positions) and carries `turns`, `env_reward` and `turn`. The
+/// snapshot is that part of the plan.
+#[test]
+fn environment_plan() {
+    let path = "tests/programs/env_digits.rl";
+    let dir = tempdir("environment");
+    let out = dir.join("plan.json");
+    let status = rlc()
+        .args(["build", path, "-o"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "`rlc build {path}` failed");
+    let mut plan: Plan = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    plan.sources = None;
+    assert_eq!(plan, plan_of(path), "the CLI writes the library's plan");
+    assert_eq!(rlc_plan::validate(&plan), Vec::new());
+    let generate: Vec<&Op> = plan
+        .ops
+        .iter()
+        .filter(|o| matches!(o.kind, OpKind::Generate { .. }))
+        .collect();
+    assert_eq!(generate.len(), 1, "one generate op");
+    let rollout = &plan.values[generate[0].outputs[0] as usize];
+    let excerpt = serde_json::json!({
+        "environments": plan.environments,
+        "generate": generate[0].kind,
+        "rollout": rollout,
+    });
+    insta::assert_snapshot!(serde_json::to_string_pretty(&excerpt).unwrap());
+}

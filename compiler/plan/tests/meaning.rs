@@ -654,3 +654,53 @@ fn a_verify_op_starts_before_the_forward_passes_that_do_not_read_the_reward() {
             .all(|b| !b.label.starts_with("verify"))
     );
 }
+
+const ENVIRONMENT: &str = "tests/programs/env_digits.rl";
+
+/// Multi-turn environments (#24 item 4): an environment's counts and limits of 0 (P0007, the
+/// verifier's rules), turn budgets of 0 (P0007), a `generate` op that names no plan environment
+/// (P0002), and episodes longer than the context: `max_len` against the prompt, every turn and
+/// every observation (P0008).
+#[test]
+fn environment_settings_and_generate_env() {
+    assert_eq!(rlc_plan::validate(&plan_of(ENVIRONMENT)), Vec::new());
+    for field in ["workers", "batch", "timeout_ms"] {
+        let errors = edited(ENVIRONMENT, |j| j["environments"][0][field] = json!(0));
+        only(&errors, "P0007", &format!("/environments/0/{field}"), field);
+    }
+    let errors = edited(ENVIRONMENT, |j| {
+        j["environments"][0]["limits"]["memory_bytes"] = json!(0);
+    });
+    only(
+        &errors,
+        "P0007",
+        "/environments/0/limits/memory_bytes",
+        "memory_bytes",
+    );
+    let json: Value = serde_json::from_str(&plan_of(ENVIRONMENT).to_json()).unwrap();
+    let at = op(&json, "generate", None);
+    for field in ["max_turns", "max_obs"] {
+        let errors = edited(ENVIRONMENT, |j| j["ops"][at]["kind"]["env"][field] = json!(0));
+        only(
+            &errors,
+            "P0007",
+            &format!("/ops/{at}/kind/env/{field}"),
+            &format!("env/{field}"),
+        );
+    }
+    let errors = edited(ENVIRONMENT, |j| {
+        j["ops"][at]["kind"]["env"]["environment"] = json!("judge");
+    });
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.code.as_str() == "P0002" && e.path.ends_with("/kind/env/environment")),
+        "{errors:#?}"
+    );
+    // prompt 6 + 3 × 5 + 2 × 4 = 29 positions fit a context of 32; 4 turns need 6 + 20 + 12 = 38.
+    let errors = edited(ENVIRONMENT, |j| {
+        j["ops"][at]["kind"]["env"]["max_turns"] = json!(4);
+    });
+    only(&errors, "P0008", &format!("/ops/{at}/kind/max_new"), "max_new");
+    assert!(errors[0].message.contains("38 positions"), "{}", errors[0]);
+}
