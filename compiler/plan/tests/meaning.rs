@@ -680,7 +680,9 @@ fn environment_settings_and_generate_env() {
     let json: Value = serde_json::from_str(&plan_of(ENVIRONMENT).to_json()).unwrap();
     let at = op(&json, "generate", None);
     for field in ["max_turns", "max_obs"] {
-        let errors = edited(ENVIRONMENT, |j| j["ops"][at]["kind"]["env"][field] = json!(0));
+        let errors = edited(ENVIRONMENT, |j| {
+            j["ops"][at]["kind"]["env"][field] = json!(0)
+        });
         only(
             &errors,
             "P0007",
@@ -701,6 +703,11 @@ fn environment_settings_and_generate_env() {
     let errors = edited(ENVIRONMENT, |j| {
         j["ops"][at]["kind"]["env"]["max_turns"] = json!(4);
     });
-    only(&errors, "P0008", &format!("/ops/{at}/kind/max_new"), "max_new");
+    only(
+        &errors,
+        "P0008",
+        &format!("/ops/{at}/kind/max_new"),
+        "max_new",
+    );
     assert!(errors[0].message.contains("38 positions"), "{}", errors[0]);
 }
