@@ -3,7 +3,7 @@
 use super::work::{self, PhaseWork, RoleShape};
 use super::{CostParams, Hardware, Placed, collective};
 use crate::model::{
-    Axis, Dim, Instance, Op, OpKind, Part, Phase, Plan, Step, TensorType, ValueType,
+    Axis, Dim, EnvTurns, Instance, Op, OpKind, Part, Phase, Plan, Step, TensorType, ValueType,
 };
 
 /// Seconds per op of a plan (indexed by op id), and what the figures could not see.
@@ -17,24 +17,39 @@ pub struct PlanCosts {
     pub host_bandwidth: f64,
 }
 
-/// The tokens of the step's sequences: the first `generate`'s prompt length plus `max_new`.
+/// The tokens of the step's sequences: the first `generate`'s prompt length plus its response
+/// (see [`response_tokens`]).
 fn sequence(plan: &Plan) -> (f64, f64, bool) {
     for op in &plan.ops {
         if let OpKind::Generate {
             prompt_len,
             max_new,
+            env,
             ..
         } = &op.kind
         {
             let unknown = prompt_len.is_none() || max_new.is_none();
             return (
                 prompt_len.unwrap_or(0) as f64,
-                max_new.unwrap_or(0) as f64,
+                response_tokens(max_new.unwrap_or(0) as f64, env),
                 unknown,
             );
         }
     }
     (0.0, 0.0, true)
+}
+
+/// The response positions of a `generate` op: `max_new`, or with an environment every turn's
+/// `max_new` and an observation of `max_obs` between two turns. The cost model decodes them
+/// all (observations are prefilled in practice: an upper bound).
+fn response_tokens(max_new: f64, env: &Option<EnvTurns>) -> f64 {
+    match env {
+        None => max_new,
+        Some(e) => {
+            let turns = e.max_turns as f64;
+            turns * max_new + (turns - 1.0).max(0.0) * e.max_obs as f64
+        }
+    }
 }
 
 /// Where a global rank is: (cluster index, node).
@@ -104,11 +119,12 @@ impl PlanCosts {
                     batch,
                     prompt_len,
                     max_new,
+                    env,
                     ..
                 } => Some(PhaseWork::Generate {
                     batch: count(*batch),
                     prompt_len: count(*prompt_len),
-                    max_new: count(*max_new),
+                    max_new: response_tokens(count(*max_new), env),
                 }),
                 // The sampler's log-probs: no forward pass, only the rollout's field.
                 OpKind::Logprobs {

@@ -188,10 +188,12 @@ pub fn job(checked: &rlc_check::Checked, program: &Program) -> Result<Job, Strin
                 PhaseWork::Generate {
                     batch,
                     prompt_len: count(call.prompt_len),
-                    max_new: call
-                        .sampling
-                        .as_ref()
-                        .map_or(count(call.response_len), |s| s.max_new.value.max(0) as f64),
+                    // Every response position, a multi-turn rollout's turns and
+                    // observations included (the generating call's `response_len`).
+                    max_new: match &call.sampling {
+                        Some(s) if s.env.is_none() => s.max_new.value.max(0) as f64,
+                        _ => count(call.response_len),
+                    },
                 },
             ),
             Op::Update => (
