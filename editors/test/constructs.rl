@@ -24,6 +24,9 @@ verifier answer = program("python3", "verifiers/answer.py", workers: 2, timeout:
   cpu: 2min, memory: 512MiB, on_error: zero, fields: ["answer"], metrics: ["format"])
 verifier rm = http("http://127.0.0.1:8000/score", timeout: 500ms)
 
+/// A multi-turn environment: the other side of `generate(…, env: calc, max_turns:, max_obs:)`.
+environment calc = program("python3", "envs/calc.py", workers: 2, fields: ["answer"])
+
 /// The policy.
 model policy: CausalLM {
   init  = random(seed: 7)

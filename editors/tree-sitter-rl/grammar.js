@@ -57,7 +57,7 @@ module.exports = grammar({
 
     _item: ($) => choice(
       $.import_item, $.cluster_item, $.model_item, $.dataset_item, $.struct_item, $.fn_item,
-      $.const_item, $.place_item, $.pipeline_item, $.verifier_item,
+      $.const_item, $.place_item, $.pipeline_item, $.verifier_item, $.environment_item,
     ),
 
     import_item: ($) => item(
@@ -78,6 +78,8 @@ module.exports = grammar({
     dataset_item: ($) => item('dataset', field('name', $.identifier), $._definition),
     // verifier answer = program("python3", "answer.py", workers: 2, timeout: 10s)
     verifier_item: ($) => item('verifier', field('name', $.identifier), $._definition),
+    // environment calc = program("python3", "calc.py", workers: 2, fields: ["answer"])
+    environment_item: ($) => item('environment', field('name', $.identifier), $._definition),
     _definition: ($) => choice(seq('=', field('value', $._expression)), field('body', $.field_block)),
     field_block: ($) => seq('{', repeat($.field), '}'),
     field: ($) => seq(field('name', $.identifier), '=', field('value', $._expression)),
