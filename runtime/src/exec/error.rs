@@ -56,6 +56,18 @@ pub enum RunError {
         sample: u64,
         cause: String,
     },
+    /// An environment gave no usable answer for an episode and its declaration says
+    /// `on_error: fail`.
+    #[error(
+        "environment `{environment}` failed on sample {sample} at step {step}, turn {turn}: {cause}"
+    )]
+    Environment {
+        environment: String,
+        step: u64,
+        sample: u64,
+        turn: u64,
+        cause: String,
+    },
     /// A verifier's workers cannot start.
     #[error("{message}")]
     VerifierStart { message: String },

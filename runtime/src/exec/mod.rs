@@ -21,6 +21,7 @@
 //! and host memory, where not).
 
 mod ckpt;
+mod environment;
 mod error;
 mod job;
 mod kernel;

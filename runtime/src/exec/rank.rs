@@ -108,6 +108,11 @@ pub struct Rank<'j> {
     pub(super) verify_failures: Vec<(u32, u64)>,
     /// Score in the verify op itself instead of on a background thread (`RunOptions`).
     pub(super) verify_in_place: bool,
+    /// The worker pool of each environment this rank has talked to, started on first use.
+    pub(super) environments: BTreeMap<String, crate::verify::Pool>,
+    /// This step's failed episodes of each environment (`environment/<name>/failures`), counted
+    /// over the data ranks when the generate op ran.
+    pub(super) env_failures: Vec<(String, f64)>,
 }
 
 impl<'j> Rank<'j> {
@@ -206,6 +211,8 @@ impl<'j> Rank<'j> {
             verifiers: BTreeMap::new(),
             in_flight: Vec::new(),
             verify_failures: Vec::new(),
+            environments: BTreeMap::new(),
+            env_failures: Vec::new(),
             verify_in_place: false,
         })
     }
@@ -259,6 +266,7 @@ impl<'j> Rank<'j> {
         let failures = self.count_verify_failures()?;
         self.carry_over(step)?;
         out.metrics.extend(failures);
+        out.metrics.extend(std::mem::take(&mut self.env_failures));
         out.metrics.extend(
             op_seconds
                 .into_iter()
@@ -395,20 +403,22 @@ impl<'j> Rank<'j> {
                     Val::Prompts {
                         samples,
                         first,
+                        dataset: dataset.clone(),
                         specials,
                         group,
                     },
                 );
             }
-            OpKind::Generate { role, .. } => {
+            OpKind::Generate { role, env, .. } => {
                 let settings = super::settings::generate(&op.kind, &op.label)?;
-                let (samples, first, specials, group) = match self.input(op, 0)? {
+                let (samples, first, dataset, specials, group) = match self.input(op, 0)? {
                     Val::Prompts {
                         samples,
                         first,
+                        dataset,
                         specials,
                         group,
-                    } => (samples, *first, *specials, group),
+                    } => (samples, *first, dataset.as_str(), *specials, group),
                     _ => return Err(RunError::Plan(format!("`{}` needs prompts", op.label))),
                 };
                 let (_, parts) = self.data_rank(op)?;
@@ -420,28 +430,45 @@ impl<'j> Rank<'j> {
                     specials,
                 };
                 let total = samples.len() as i64 * parts as i64;
-                let state = self.role_in(role, op)?;
-                let model = state.decode();
-                let rollout = match (&state.model, group) {
-                    (Model::Fsdp(_), Some((group, group_first))) => {
-                        // The group's rows, then this rank's: rows `first..` of the batch.
-                        let all =
-                            rollout::rollout(model, group, *group_first, total, &how, self.device)?;
-                        let start = (first - group_first) * how.n;
-                        let count = samples.len() as i64 * how.n;
-                        all.select(&Tensor::arange_start(
-                            start,
-                            start + count,
-                            (Kind::Int64, self.device),
-                        ))
+                let rollout = match env {
+                    Some(env) => {
+                        // Cloned out of the borrowed input: the session borrows the rank.
+                        let (samples, dataset) = (samples.clone(), dataset.to_string());
+                        self.env_rollout(op, step, env, &samples, first, total, &how, &dataset)?
                     }
-                    (Model::Fsdp(_), None) => {
-                        return Err(RunError::Unsupported(format!(
-                            "`{}`: generating under FSDP from prompts sampled in another layout",
-                            op.label
-                        )));
+                    None => {
+                        let state = self.role_in(role, op)?;
+                        let model = state.decode();
+                        match (&state.model, group) {
+                            (Model::Fsdp(_), Some((group, group_first))) => {
+                                // The group's rows, then this rank's: rows `first..` of the
+                                // batch.
+                                let all = rollout::rollout(
+                                    model,
+                                    group,
+                                    *group_first,
+                                    total,
+                                    &how,
+                                    self.device,
+                                )?;
+                                let start = (first - group_first) * how.n;
+                                let count = samples.len() as i64 * how.n;
+                                all.select(&Tensor::arange_start(
+                                    start,
+                                    start + count,
+                                    (Kind::Int64, self.device),
+                                ))
+                            }
+                            (Model::Fsdp(_), None) => {
+                                return Err(RunError::Unsupported(format!(
+                                    "`{}`: generating under FSDP from prompts sampled in another \
+                                     layout",
+                                    op.label
+                                )));
+                            }
+                            _ => rollout::rollout(model, samples, first, total, &how, self.device)?,
+                        }
                     }
-                    _ => rollout::rollout(model, samples, first, total, &how, self.device)?,
                 };
                 let local = rollout
                     .field("mask")
@@ -528,7 +555,7 @@ impl<'j> Rank<'j> {
     }
 
     /// Role `name`'s model in the layout of `op`'s instance.
-    fn role_in(&self, name: &str, op: &Op) -> Result<&RoleState<'j>> {
+    pub(super) fn role_in(&self, name: &str, op: &Op) -> Result<&RoleState<'j>> {
         match op.instance.as_deref().and_then(|id| self.layouts.get(id)) {
             Some(state) => Ok(state),
             None => self.role(name),

@@ -7,7 +7,10 @@ use super::error::{Result, RunError};
 use super::roles::Model;
 use super::values::Rollout;
 use crate::data::{Sample, Specials};
-use crate::generate::{Decode, GenerateConfig, SamplingConfig, generate, left_pad};
+use crate::generate::{
+    Decode, Environment, GenerateConfig, SamplingConfig, TurnsConfig, generate, generate_turns,
+    left_pad,
+};
 use crate::model::token_logprobs;
 use crate::parallel::Tape;
 
@@ -102,6 +105,89 @@ pub fn rollout(
     })
 }
 
+/// [`rollout`] against an environment: episodes of up to `turns.max_turns` turns in the fixed
+/// slots of `generate::generate_turns`. The response is the whole layout (`N =
+/// turns.response_len(max_new)` positions); `mask` covers the sampled tokens only, `turn` gives
+/// each sampled token's turn (−1 at observations and padding), `turns` each row's turns, and the
+/// sampler's log-probs are 0 off the sampled tokens. The caller adds `env_reward`.
+pub fn env_rollout(
+    model: &dyn Decode,
+    samples: &[Sample],
+    first: i64,
+    total: i64,
+    how: &Sampling,
+    turns: TurnsConfig,
+    env: &mut dyn Environment,
+    device: Device,
+) -> Result<Rollout> {
+    let prompts: Vec<Vec<i64>> = samples.iter().map(|s| s.prompt.clone()).collect();
+    let pad = how.specials.pad;
+    let (prompt_ids, prompt_mask) = left_pad(&prompts, pad);
+    let (prompt_ids, prompt_mask) = (prompt_ids.to_device(device), prompt_mask.to_device(device));
+    let config = GenerateConfig {
+        max_new: how.max_new,
+        samples_per_prompt: how.n,
+        eos_token_id: how.specials.eos,
+        pad_token_id: pad,
+        sampling: how.sampling.clone(),
+        seed: how.seed,
+        use_kv_cache: true,
+        return_logits: false,
+        rows_of: Some((first * how.n, total * how.n)),
+    };
+    let out = generate_turns(model, &prompt_ids, &prompt_mask, &config, turns, env)?;
+    let rows = out.response_ids.size()[0];
+    let width = turns.response_len(how.max_new);
+    let mask = out.policy.shallow_clone();
+    // The last sampled token of each row (the episode's end).
+    let positions = Tensor::arange(width, (Kind::Int64, device))
+        .unsqueeze(0)
+        .expand([rows, width], false);
+    let last_index = positions
+        .masked_fill(&mask.logical_not(), -1)
+        .amax(&[1i64][..], true);
+    let last = positions.eq_tensor(&last_index).logical_and(&mask);
+    let targets: Vec<Vec<i64>> = samples
+        .iter()
+        .flat_map(|s| std::iter::repeat_n(&s.target, how.n as usize))
+        .map(|t| {
+            let mut row: Vec<i64> = t.iter().copied().take(width as usize).collect();
+            row.resize(width as usize, pad);
+            row
+        })
+        .collect();
+    let target = Tensor::from_slice(&targets.concat())
+        .view([rows, width])
+        .to_device(device);
+    let dataset_rows: Vec<i64> = samples
+        .iter()
+        .flat_map(|s| std::iter::repeat_n(s.row.map_or(-1, |r| r as i64), how.n as usize))
+        .collect();
+    let dataset_rows = Tensor::from_slice(&dataset_rows).to_device(device);
+    let group = &out.group_ids + first;
+    let prompt_len = out.prompt_ids.size()[1];
+    let ids = Tensor::cat(&[&out.prompt_ids, &out.response_ids], 1);
+    let attention = Tensor::cat(&[&out.prompt_mask, &out.attention], 1);
+    Ok(Rollout {
+        fields: vec![
+            ("prompt".into(), out.prompt_ids),
+            ("response".into(), out.response_ids),
+            ("target".into(), target),
+            ("mask".into(), mask),
+            ("last".into(), last),
+            ("group".into(), group),
+            ("turn".into(), out.turn),
+            ("turns".into(), out.turns),
+            (SAMPLED_LOGPROBS.into(), out.token_logprobs),
+            (DATASET_ROW.into(), dataset_rows),
+        ],
+        ids,
+        attention,
+        prompt_len,
+        response_len: width,
+    })
+}
+
 /// The rollout field that holds the log-probs the sampler computed, `[R, max_new]` float32 (no
 /// program can name it: it is not an identifier).
 pub const SAMPLED_LOGPROBS: &str = "sampled logprobs";
@@ -182,8 +268,12 @@ pub fn output<'c>(model: &Model<'c>, what: Output, r: &Rollout, tape: &Tape<'c>)
     })
 }
 
-/// The positions a score reads: the prompt and the response up to its end.
+/// The positions a score reads: the prompt and the response up to its end (of a multi-turn
+/// rollout, its attention: the turns and the observations between them).
 fn score_mask(r: &Rollout) -> Tensor {
+    if r.field("turn").is_some() {
+        return r.attention.shallow_clone();
+    }
     r.field("mask").map_or_else(
         || r.attention.shallow_clone(),
         |m| {

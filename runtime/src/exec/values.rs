@@ -9,6 +9,8 @@ pub enum Val {
     Prompts {
         samples: Vec<Sample>,
         first: i64,
+        /// The dataset they were drawn from.
+        dataset: String,
         /// The end-of-answer and padding ids of the dataset's text.
         specials: Specials,
         /// Under an FSDP layout, the prompts of the rank's whole FSDP group and the first's
@@ -27,11 +29,13 @@ impl Val {
             Val::Prompts {
                 samples,
                 first,
+                dataset,
                 specials,
                 group,
             } => Val::Prompts {
                 samples: samples.clone(),
                 first: *first,
+                dataset: dataset.clone(),
                 specials: *specials,
                 group: group.clone(),
             },

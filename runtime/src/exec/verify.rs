@@ -152,7 +152,7 @@ impl Rank<'_> {
         let declaration = self
             .verifiers
             .get(verifier)
-            .map(|p| p.verifier())
+            .and_then(|p| p.verifier())
             .ok_or_else(|| RunError::Plan(format!("no verifier `{verifier}`")))?;
         let scores = apply(declaration, outcomes, first_sample, step)?;
         self.verify_failures.push((op.id, scores.failures));
@@ -214,21 +214,7 @@ fn items(
         Some(t) => Vec::<i64>::try_from(t.to_device(Device::Cpu).to_kind(Kind::Int64))?,
         None => vec![-1; prompt_ids.len()],
     };
-    let decode = |ids: &[i64]| -> Result<String> {
-        match tokenizer {
-            Some(t) => t.decode(ids, true).map_err(|e| RunError::Dataset {
-                name: dataset.to_string(),
-                message: format!("cannot decode a row for a verifier: {e}"),
-            }),
-            // The task alphabet, without its BOS, EOS and padding.
-            None => Ok(tokens::decode(
-                &ids.iter()
-                    .copied()
-                    .filter(|t| ![tokens::BOS, tokens::EOS, tokens::PAD].contains(t))
-                    .collect::<Vec<_>>(),
-            )),
-        }
-    };
+    let decode = |ids: &[i64]| decode_text(tokenizer, dataset, ids);
     let specials = source.specials();
     let mut items = Vec::with_capacity(prompt_ids.len());
     for i in 0..prompt_ids.len() {
@@ -246,38 +232,8 @@ fn items(
             .eos
             .and_then(|eos| response.iter().position(|&t| t == eos))
             .unwrap_or(response.len());
-        let mut row_fields = BTreeMap::new();
-        for name in fields {
-            let value = match source {
-                Source::Task(_) if name == "answer" => {
-                    let target: Vec<i64> = targets[i]
-                        .iter()
-                        .copied()
-                        .take_while(|&t| Some(t) != specials.eos && t != specials.pad)
-                        .collect();
-                    decode(&target)?
-                }
-                Source::Task(_) => {
-                    return Err(RunError::Plan(format!(
-                        "dataset `{dataset}` (a task) has no field `{name}` (it has `answer`)"
-                    )));
-                }
-                Source::Jsonl(prompts) => {
-                    let row = u64::try_from(dataset_rows[i]).ok();
-                    row.and_then(|row| prompts.fields(row))
-                        .and_then(|f| f.get(name))
-                        .cloned()
-                        .ok_or_else(|| RunError::Dataset {
-                            name: dataset.to_string(),
-                            message: format!(
-                                "a row has no kept field `{name}` (add it to the dataset's \
-                                 `keep: [...]`)"
-                            ),
-                        })?
-                }
-            };
-            row_fields.insert(name.clone(), value);
-        }
+        let row = u64::try_from(dataset_rows[i]).ok();
+        let row_fields = row_fields(source, tokenizer, dataset, fields, &targets[i], row)?;
         items.push(Item {
             prompt: decode(&prompt)?,
             response: decode(&response[..text_end])?,
@@ -287,6 +243,70 @@ fn items(
         });
     }
     Ok(items)
+}
+
+/// `ids` as text: with the dataset's tokenizer (special tokens left out), or in the task
+/// alphabet without its BOS, EOS and padding.
+pub(super) fn decode_text(
+    tokenizer: Option<&HfTokenizer>,
+    dataset: &str,
+    ids: &[i64],
+) -> Result<String> {
+    match tokenizer {
+        Some(t) => t.decode(ids, true).map_err(|e| RunError::Dataset {
+            name: dataset.to_string(),
+            message: format!("cannot decode a row's tokens as text: {e}"),
+        }),
+        None => Ok(tokens::decode(
+            &ids.iter()
+                .copied()
+                .filter(|t| ![tokens::BOS, tokens::EOS, tokens::PAD].contains(t))
+                .collect::<Vec<_>>(),
+        )),
+    }
+}
+
+/// The row fields `fields` of a sample whose target is `target` and dataset row `row`: a task's
+/// `answer` (its target as text), or a JSONL row's kept fields.
+pub(super) fn row_fields(
+    source: &Source,
+    tokenizer: Option<&HfTokenizer>,
+    dataset: &str,
+    fields: &[String],
+    target: &[i64],
+    row: Option<u64>,
+) -> Result<BTreeMap<String, String>> {
+    let specials = source.specials();
+    let mut out = BTreeMap::new();
+    for name in fields {
+        let value = match source {
+            Source::Task(_) if name == "answer" => {
+                let target: Vec<i64> = target
+                    .iter()
+                    .copied()
+                    .take_while(|&t| Some(t) != specials.eos && t != specials.pad)
+                    .collect();
+                decode_text(tokenizer, dataset, &target)?
+            }
+            Source::Task(_) => {
+                return Err(RunError::Plan(format!(
+                    "dataset `{dataset}` (a task) has no field `{name}` (it has `answer`)"
+                )));
+            }
+            Source::Jsonl(prompts) => row
+                .and_then(|row| prompts.fields(row))
+                .and_then(|f| f.get(name))
+                .cloned()
+                .ok_or_else(|| RunError::Dataset {
+                    name: dataset.to_string(),
+                    message: format!(
+                        "a row has no kept field `{name}` (add it to the dataset's `keep: [...]`)"
+                    ),
+                })?,
+        };
+        out.insert(name.clone(), value);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

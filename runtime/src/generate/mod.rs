@@ -2,8 +2,10 @@
 //! step decodes one token per row from the KV cache.
 
 mod sampling;
+mod turns;
 
 pub use sampling::{SamplingConfig, next_tokens, next_tokens_from};
+pub use turns::{Environment, Reply, TurnsConfig, TurnsRollout, generate_turns};
 
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
@@ -127,6 +129,9 @@ pub enum GenerateError {
     Collective(#[from] CollectiveError),
     #[error("token id {id} is outside the vocabulary of {vocab}")]
     TokenOutOfRange { id: i64, vocab: i64 },
+    /// The environment of a multi-turn rollout gave no usable answer (its message says which).
+    #[error("{0}")]
+    Environment(String),
     #[error("prompts must be left-padded: the last column of the prompt mask has a 0")]
     NotLeftPadded,
     #[error(
@@ -406,3 +411,5 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod turns_tests;

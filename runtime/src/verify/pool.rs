@@ -1,15 +1,19 @@
-//! A verifier's pool: `workers` long-lived workers (processes, or concurrent connections to an
+//! A worker pool: `workers` long-lived workers (processes, or concurrent connections to an
 //! HTTP server), requests of up to `batch` items spread over them concurrently, each response
 //! matched to its request by id and checked item by item. A worker that crashed, hung or wrote
 //! something that is not a response is dropped; the next request its slot serves starts a new
-//! one.
+//! one. A verifier's pool scores ([`Pool::score`]); an environment's pool answers turns
+//! ([`Pool::call`] with [`super::environment`]'s messages): the same transport, sandbox and
+//! faults.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rlc_plan::model::{Verifier, VerifierEndpoint};
+use rlc_plan::model::{Environment, Verifier, VerifierEndpoint, WorkerLimits};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::http::HttpTarget;
 use super::protocol::{self, Item, ItemResult};
@@ -35,8 +39,22 @@ struct Slot {
     worker: Option<Worker>,
 }
 
+/// What a pool serves: the transport options a `verifier` and an `environment` share.
+struct Served {
+    /// `"verifier"` or `"environment"` (in messages).
+    what: &'static str,
+    name: String,
+    endpoint: VerifierEndpoint,
+    workers: u32,
+    batch: u32,
+    timeout_ms: u64,
+    limits: WorkerLimits,
+}
+
 pub struct Pool {
-    verifier: Verifier,
+    served: Served,
+    /// The declaration of a verifier's pool (its metrics).
+    verifier: Option<Verifier>,
     target: Target,
     slots: Vec<Mutex<Slot>>,
     next_id: AtomicU64,
@@ -50,25 +68,58 @@ impl Pool {
     /// Starts `verifier`'s workers now (a program that cannot start is an error here, before
     /// anything is scored). Relative paths in its command start from `base_dir`.
     pub fn start(verifier: &Verifier, base_dir: &Path) -> Result<Pool, String> {
-        let name = &verifier.name;
-        let fail = |e: String| format!("verifier `{name}`: {e}");
-        if verifier.workers == 0 || verifier.batch == 0 || verifier.timeout_ms == 0 {
+        let served = Served {
+            what: "verifier",
+            name: verifier.name.clone(),
+            endpoint: verifier.endpoint.clone(),
+            workers: verifier.workers,
+            batch: verifier.batch,
+            timeout_ms: verifier.timeout_ms,
+            limits: verifier.limits.clone(),
+        };
+        Pool::start_serving(served, Some(verifier.clone()), base_dir)
+    }
+
+    /// Starts `environment`'s workers now, as [`Pool::start`] does a verifier's.
+    pub fn start_environment(environment: &Environment, base_dir: &Path) -> Result<Pool, String> {
+        let served = Served {
+            what: "environment",
+            name: environment.name.clone(),
+            endpoint: environment.endpoint.clone(),
+            workers: environment.workers,
+            batch: environment.batch,
+            timeout_ms: environment.timeout_ms,
+            limits: environment.limits.clone(),
+        };
+        Pool::start_serving(served, None, base_dir)
+    }
+
+    fn start_serving(
+        served: Served,
+        verifier: Option<Verifier>,
+        base_dir: &Path,
+    ) -> Result<Pool, String> {
+        let (what, name) = (served.what, served.name.clone());
+        let fail = |e: String| format!("{what} `{name}`: {e}");
+        if served.workers == 0 || served.batch == 0 || served.timeout_ms == 0 {
             return Err(fail(
                 "workers, batch and timeout must be at least 1".to_string(),
             ));
         }
-        let target = match &verifier.endpoint {
+        let target = match &served.endpoint {
             VerifierEndpoint::Program { command } => Target::Program(WorkerSpec {
-                name: name.clone(),
+                name: served.name.clone(),
                 command: resolve(command, base_dir),
-                limits: verifier.limits.clone(),
+                limits: served.limits.clone(),
             }),
             VerifierEndpoint::Http { url } => Target::Http(HttpTarget::parse(url).map_err(fail)?),
         };
+        let workers = served.workers;
         let pool = Pool {
-            verifier: verifier.clone(),
+            served,
+            verifier,
             target,
-            slots: (0..verifier.workers).map(|_| Mutex::default()).collect(),
+            slots: (0..workers).map(|_| Mutex::default()).collect(),
             next_id: AtomicU64::new(0),
             warned: AtomicBool::new(false),
             restarts: AtomicU64::new(0),
@@ -82,8 +133,14 @@ impl Pool {
         Ok(pool)
     }
 
-    pub fn verifier(&self) -> &Verifier {
-        &self.verifier
+    /// The declaration of a verifier's pool (`None` for an environment's).
+    pub fn verifier(&self) -> Option<&Verifier> {
+        self.verifier.as_ref()
+    }
+
+    /// The declared name of what the pool serves.
+    pub fn name(&self) -> &str {
+        &self.served.name
     }
 
     /// Workers started again after a fault, so far.
@@ -114,7 +171,21 @@ impl Pool {
     /// Scores `items`: one outcome per item, in order. Requests of up to `batch` items go to the
     /// workers concurrently; never blocks longer than the timeout per request a worker serves.
     pub fn score(&self, items: &[Item]) -> Vec<Outcome> {
-        let chunks: Vec<&[Item]> = items.chunks(self.verifier.batch as usize).collect();
+        self.call::<Item, ItemResult>(items)
+            .into_iter()
+            .map(|r| r.and_then(|r| self.item(r)))
+            .collect()
+    }
+
+    /// Sends `items` and reads one result of type `R` per item, in order (or why that item has
+    /// none), as [`Pool::score`] does: requests of up to `batch` items on the workers
+    /// concurrently, each bounded by the timeout.
+    pub fn call<T, R>(&self, items: &[T]) -> Vec<Result<R, String>>
+    where
+        T: Serialize + Sync,
+        R: DeserializeOwned + Send + ItemError,
+    {
+        let chunks: Vec<&[T]> = items.chunks(self.served.batch as usize).collect();
         if chunks.len() <= 1 {
             return chunks
                 .first()
@@ -123,7 +194,7 @@ impl Pool {
         }
         let next = AtomicUsize::new(0);
         let threads = self.slots.len().min(chunks.len());
-        let mut done: Vec<(usize, Vec<Outcome>)> = std::thread::scope(|s| {
+        let mut done: Vec<(usize, Vec<Result<R, String>>)> = std::thread::scope(|s| {
             let handles: Vec<_> = self.slots[..threads]
                 .iter()
                 .map(|slot| {
@@ -145,7 +216,7 @@ impl Pool {
                 .collect()
         });
         done.sort_by_key(|(i, _)| *i);
-        let out: Vec<Outcome> = done.into_iter().flat_map(|(_, o)| o).collect();
+        let out: Vec<Result<R, String>> = done.into_iter().flat_map(|(_, o)| o).collect();
         debug_assert_eq!(out.len(), items.len());
         out
     }
@@ -156,20 +227,24 @@ impl Pool {
             && !self.warned.swap(true, Ordering::Relaxed)
         {
             eprintln!(
-                "warning: verifier `{}`: the OS does not let rlc cut its workers off the network \
+                "warning: {} `{}`: the OS does not let rlc cut its workers off the network \
                  ({why}); they run with network access",
-                self.verifier.name
+                self.served.what, self.served.name
             );
         }
         Ok(worker)
     }
 
     /// One request of `items` on `slot`'s worker: an outcome per item.
-    fn request(&self, slot: &Mutex<Slot>, items: &[Item]) -> Vec<Outcome> {
+    fn request<T: Serialize, R: DeserializeOwned + ItemError>(
+        &self,
+        slot: &Mutex<Slot>,
+        items: &[T],
+    ) -> Vec<Result<R, String>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let line = protocol::encode(id, items);
-        let timeout = Duration::from_millis(self.verifier.timeout_ms);
-        let all = |cause: String| vec![Err(cause); items.len()];
+        let timeout = Duration::from_millis(self.served.timeout_ms);
+        let all = |cause: String| (0..items.len()).map(|_| Err(cause.clone())).collect();
         let answer = match &self.target {
             Target::Http(target) => target.post(&line, timeout),
             Target::Program(spec) => {
@@ -184,7 +259,7 @@ impl Pool {
                     }
                 }
                 let worker = slot.worker.as_mut().expect("started above");
-                let cpu = self.verifier.limits.cpu_seconds;
+                let cpu = self.served.limits.cpu_seconds;
                 match worker.call(&line, timeout, cpu) {
                     Ok(text) => match self.check(&text, id, items.len()) {
                         Ok(outcomes) => return outcomes,
@@ -213,8 +288,13 @@ impl Pool {
 
     /// A response line → the outcome of each of `count` items, or the cause of failing them
     /// all and whether the worker must be started again.
-    fn check(&self, text: &str, id: u64, count: usize) -> Result<Vec<Outcome>, (String, bool)> {
-        let response = protocol::decode(text).map_err(|e| (format!(" {e}"), true))?;
+    fn check<R: DeserializeOwned + ItemError>(
+        &self,
+        text: &str,
+        id: u64,
+        count: usize,
+    ) -> Result<Vec<Result<R, String>>, (String, bool)> {
+        let response = protocol::decode::<R>(text).map_err(|e| (format!(" {e}"), true))?;
         if response.id != id {
             return Err((
                 format!(" answered request {} when asked request {id}", response.id),
@@ -231,13 +311,16 @@ impl Pool {
                 false,
             ));
         }
-        Ok(results.into_iter().map(|r| self.item(r)).collect())
+        Ok(results
+            .into_iter()
+            .map(|mut r| match r.take_error() {
+                Some(error) => Err(format!("error: {error}")),
+                None => Ok(r),
+            })
+            .collect())
     }
 
     fn item(&self, r: ItemResult) -> Outcome {
-        if let Some(error) = r.error {
-            return Err(format!("error: {error}"));
-        }
         let finite = |what: &str, v: Option<f64>| -> Result<f32, String> {
             let v = v.ok_or_else(|| format!("the result has no {what}"))?;
             let f = v as f32;
@@ -250,7 +333,8 @@ impl Pool {
         let reward = finite("reward", r.reward)?;
         let metrics = self
             .verifier
-            .metrics
+            .as_ref()
+            .map_or(&[][..], |v| &v.metrics)
             .iter()
             .map(|m| {
                 finite(
@@ -260,6 +344,18 @@ impl Pool {
             })
             .collect::<Result<_, _>>()?;
         Ok(Scored { reward, metrics })
+    }
+}
+
+/// A result that may be an error of its own item (`{"error": "..."}`): that item failed, the
+/// others of the request stand.
+pub trait ItemError {
+    fn take_error(&mut self) -> Option<String>;
+}
+
+impl ItemError for ItemResult {
+    fn take_error(&mut self) -> Option<String> {
+        self.error.take()
     }
 }
 

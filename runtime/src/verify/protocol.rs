@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// What a verifier scores: one sampled response.
@@ -25,19 +26,21 @@ pub struct Item {
     pub fields: BTreeMap<String, String>,
 }
 
-/// One line a worker reads.
+/// One line a worker reads: a verifier's [`Item`]s, or an environment's
+/// [`super::environment::StepItem`]s.
 #[derive(Debug, Serialize)]
-pub struct Request<'a> {
+pub struct Request<'a, T = Item> {
     pub id: u64,
-    pub items: &'a [Item],
+    pub items: &'a [T],
 }
 
 /// One line a worker writes: `results` (one per item, in order) or `error`.
 #[derive(Debug, Deserialize)]
-pub struct Response {
+#[serde(bound(deserialize = "R: Deserialize<'de>"))]
+pub struct Response<R = ItemResult> {
     pub id: u64,
     #[serde(default)]
-    pub results: Option<Vec<ItemResult>>,
+    pub results: Option<Vec<R>>,
     #[serde(default)]
     pub error: Option<String>,
 }
@@ -55,13 +58,13 @@ pub struct ItemResult {
 }
 
 /// A request as one line of text (no newline).
-pub fn encode(id: u64, items: &[Item]) -> String {
+pub fn encode<T: Serialize>(id: u64, items: &[T]) -> String {
     serde_json::to_string(&Request { id, items }).expect("requests are plain data")
 }
 
 /// A line a worker wrote, read as a response; the error says what is wrong with it.
-pub fn decode(line: &str) -> Result<Response, String> {
-    let response: Response = serde_json::from_str(line).map_err(|e| {
+pub fn decode<R: DeserializeOwned>(line: &str) -> Result<Response<R>, String> {
+    let response: Response<R> = serde_json::from_str(line).map_err(|e| {
         let hint = if ["NaN", "Infinity"].iter().any(|w| line.contains(w)) {
             " (NaN and Infinity are not JSON numbers: the reward is not finite)"
         } else {
