@@ -12,6 +12,7 @@ mod lsp;
 pub(crate) mod output;
 mod plan;
 pub(crate) mod run;
+mod signature;
 mod sources;
 
 use clap::{Parser, Subcommand};

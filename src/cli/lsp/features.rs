@@ -1,6 +1,7 @@
 //! Hover, go-to-definition, completion, document symbols and formatting, computed from one
 //! [`Analysis`] of the document.
 
+use super::super::signature;
 use super::analysis::{Analysis, UriMap};
 use super::resolve::{self, Found, Local, Target};
 use super::text::LineIndex;
@@ -96,7 +97,10 @@ fn item_hover(a: &Analysis, module: usize, index: usize) -> String {
     let m = a.checked.modules.get(module);
     let item = m.item(index);
     let text = &a.files.get(m.file).text;
-    let mut s = format!("```rl\n{}\n```", header(a, m.file, text, item));
+    let mut s = format!(
+        "```rl\n{}\n```",
+        signature::header(&a.checked.types, m.file, text, item)
+    );
     if module != 0 {
         let _ = write!(s, "\n*in `{}`*", m.name);
     }
@@ -157,51 +161,6 @@ fn cluster_hover(program: &Program, file: FileId, name: Span) -> Option<String> 
         let _ = write!(s, "\n\nplaced here: {}", placed.join(", "));
     }
     Some(s)
-}
-
-/// One line that shows what an item is: a function's signature, a model's kind, a constant's
-/// type.
-fn header(a: &Analysis, file: FileId, text: &str, item: &Item) -> String {
-    let pub_ = if item.is_pub { "pub " } else { "" };
-    match &item.kind {
-        ItemKind::Fn(f) => {
-            let sig = text
-                .get(item.span.start as usize..f.body.span.start as usize)
-                .unwrap_or("")
-                .trim();
-            // Skip the doc comments the item's span may start with.
-            let sig = sig
-                .find(&format!("fn {}", f.name.name))
-                .map_or(sig, |at| &sig[at..]);
-            format!(
-                "{pub_}{}",
-                sig.split_whitespace().collect::<Vec<_>>().join(" ")
-            )
-        }
-        ItemKind::Model(md) => format!("{pub_}model {}: {}", md.name.name, md.kind.name),
-        ItemKind::Const(c) => {
-            match a
-                .checked
-                .types
-                .get(&(file, c.value.span.start, c.value.span.end))
-            {
-                Some(ty) => format!("{pub_}let {}: {ty}", c.name.name),
-                None => format!("{pub_}let {}", c.name.name),
-            }
-        }
-        ItemKind::Pipeline(p) => {
-            let params: Vec<&str> = p
-                .params
-                .iter()
-                .map(|p| text.get(p.span.range()).unwrap_or(&p.name.name))
-                .collect();
-            format!("pipeline {}({})", p.name.name, params.join(", "))
-        }
-        _ => match item.name() {
-            Some(n) => format!("{pub_}{} {}", item.keyword(), n.name),
-            None => item.keyword().to_string(),
-        },
-    }
 }
 
 fn layout_text(l: &Layout) -> String {
