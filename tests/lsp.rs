@@ -1577,12 +1577,29 @@ fn semantic_tokens_of_the_examples() {
         "every",
         "checkpoint",
         "auto",
+        "environment",
     ] {
         assert!(
             tokens.iter().any(|t| t.kind == "keyword" && t.text == kw),
             "`{kw}` is not a keyword token"
         );
     }
+    // An environment's name is a read-only variable, like a dataset's (#24 item 4).
+    let keyword = tokens
+        .iter()
+        .find(|t| t.text == "environment")
+        .expect("an environment item");
+    let name = tokens
+        .iter()
+        .find(|t| t.line == keyword.line && t.text == "calc")
+        .expect("its name");
+    assert_eq!(
+        (name.kind.as_str(), name.modifiers.clone()),
+        (
+            "variable",
+            vec!["declaration".to_string(), "readonly".to_string()]
+        )
+    );
     for kind in ["struct", "typeParameter", "method", "enumMember", "string"] {
         assert!(tokens.iter().any(|t| t.kind == kind), "no {kind} token");
     }
