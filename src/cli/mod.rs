@@ -4,6 +4,7 @@
 // that need libtorch, src/bin/rlc-run/) builds on.
 pub(crate) mod build;
 mod check;
+mod doc;
 mod explain;
 mod fmt;
 pub(crate) mod graph;
@@ -123,6 +124,12 @@ pub enum Command {
         after_help = "Examples:\n  rlc kernel rewards.rl --fn exact --inputs batch.safetensors\n  rlc kernel loss.rl --fn my_loss --inputs in.safetensors --out out.safetensors"
     )]
     Kernel(kernel::KernelArgs),
+    /// Document a program's modules (or the standard library) from their `///` comments,
+    /// signatures and checked types: static HTML with cross-links and search, or Markdown.
+    #[command(
+        after_help = "Examples:\n  rlc doc examples/ --out target/rldoc\n  rlc doc --std --format markdown --out docs/std\n  rlc doc lib/ --private"
+    )]
+    Doc(doc::DocArgs),
     /// Run the language server on standard input and output (for editors).
     #[command(after_help = "Editors start it themselves; see editors/README.md.")]
     Lsp,
@@ -196,6 +203,7 @@ pub fn run(cli: Cli, runtime: &Runtime) -> Result<ExitCode, String> {
             Some(emit) => kernel::emit_kernel(&args, emit),
             None => (runtime.evaluate)(&args),
         },
+        Command::Doc(args) => doc::run(&args),
         Command::Lsp => lsp::run(),
     }
 }
