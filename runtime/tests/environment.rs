@@ -62,7 +62,11 @@ fn the_calculator_answers_calls_and_scores_final_answers() {
     assert_eq!(out[0], Ok((0.0, Observation::Text("=408".into()), false)));
     assert_eq!(out[1], Ok((0.0, Observation::Text("=46".into()), false)));
     assert_eq!(out[2], Ok((1.0, Observation::None, true)));
-    assert_eq!(out[3], Ok((1.0, Observation::None, true)), "compared as numbers");
+    assert_eq!(
+        out[3],
+        Ok((1.0, Observation::None, true)),
+        "compared as numbers"
+    );
     assert_eq!(out[4], Ok((0.0, Observation::None, true)));
     // An exception in `step` fails that item alone, naming it (the sixth: item 1 of the third
     // request of two items).

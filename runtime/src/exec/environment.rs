@@ -27,6 +27,10 @@ pub fn failures_key(environment: &str) -> String {
     format!("environment/{environment}/failures")
 }
 
+/// A turn's reward and the observation that follows it (text and ids; `None`: the episode is
+/// over), or why the environment's answer is a failure.
+type Answer = std::result::Result<(f32, Option<(String, Vec<i64>)>), String>;
+
 /// One generate op's episodes on one rank.
 pub(super) struct Session<'a> {
     pub pool: &'a Pool,
@@ -135,7 +139,7 @@ impl<'a> Session<'a> {
         row: usize,
         turn: i64,
         result: std::result::Result<StepResult, String>,
-    ) -> std::result::Result<(f32, Option<(String, Vec<i64>)>), String> {
+    ) -> Answer {
         let (reward, observation, done) = result?.read()?;
         if done || turn + 1 == self.max_turns {
             // No observation follows the last turn.

@@ -110,6 +110,7 @@ pub fn rollout(
 /// turns.response_len(max_new)` positions); `mask` covers the sampled tokens only, `turn` gives
 /// each sampled token's turn (−1 at observations and padding), `turns` each row's turns, and the
 /// sampler's log-probs are 0 off the sampled tokens. The caller adds `env_reward`.
+#[allow(clippy::too_many_arguments)]
 pub fn env_rollout(
     model: &dyn Decode,
     samples: &[Sample],
