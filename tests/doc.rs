@@ -12,8 +12,10 @@ use std::path::Path;
 
 mod common;
 
-/// The program of these tests: `lib.rl` imports `weights.rl` and `std.task.digits`.
+/// The program of these tests: `lib.rl` imports `weights.rl` and `std.task.digits`; `job.rl`
+/// (in the same folder) imports both and has a pipeline.
 const LIB: &str = "tests/programs/doc/lib.rl";
+const FOLDER: &str = "tests/programs/doc";
 
 /// Every file of `dir` (not recursive), by name.
 fn files_in(dir: &Path) -> BTreeMap<String, String> {
@@ -67,8 +69,9 @@ fn std_pages_are_current() {
 #[test]
 fn html_pages_link_and_search() {
     let dir = scratch("html");
-    let pages = doc(&dir, &[LIB, "--std"]);
+    let pages = doc(&dir, &[FOLDER, "--std"]);
     let lib = &pages["tests.programs.doc.lib.html"];
+    let job = &pages["tests.programs.doc.job.html"];
     let index = &pages["index.html"];
 
     // The index lists the program's modules and std's, with their summaries.
@@ -112,6 +115,23 @@ fn html_pages_link_and_search() {
     // The constant's checked type, and the parameter type inferred from its default.
     assert!(lib.contains("pub let width: i64 = 6"), "{lib}");
     assert!(lib.contains("<span class=\"note\">(of the default)</span>"));
+
+    // A pipeline (documented though not `pub`) with its parameters, their types and defaults
+    // linked to the constants of the modules it imports.
+    assert!(
+        job.contains("<section class=\"item\" id=\"pipeline-train\">"),
+        "{job}"
+    );
+    assert!(
+        job.contains(
+            "<tr><td><code>scale</code></td><td><code>f32</code></td><td><code>\
+             <a href=\"tests.programs.doc.weights.html#let-beta\""
+        ),
+        "{job}"
+    );
+    assert!(
+        job.contains("pipeline train(steps = <a href=\"tests.programs.doc.lib.html#let-width\"")
+    );
 
     // Search: the index holds every module and item; each page loads it, nothing external.
     let search = &pages["search-index.js"];

@@ -32,12 +32,12 @@ pub struct DocArgs {
     /// Files or directories whose modules (and the user modules they import) to document.
     #[arg(value_name = "FILE|DIR", required_unless_present = "std")]
     pub paths: Vec<PathBuf>,
-    /// Document the standard library (alone, or with the modules of PATHS).
+    /// Document the standard library (alone, or with the modules of the files named).
     #[arg(long)]
     pub std: bool,
     /// The folder to write the pages into (created if missing; files of the same names are
     /// replaced, others left alone).
-    #[arg(long, value_name = "DIR", default_value = "target/rldoc")]
+    #[arg(short = 'o', long, value_name = "DIR", default_value = "target/rldoc")]
     pub out: PathBuf,
     /// `html` (pages with search) or `markdown`.
     #[arg(long, value_enum, default_value_t = DocFormat::Html)]
