@@ -19,6 +19,7 @@ dataset reverse = task(kind: "reverse_digits", digits: 3)
 dataset lines = jsonl("prompts.jsonl", field: "question")
 cluster local = cpu(devices: 2)
 verifier v = program("python3", "v.py", metrics: ["m"])
+environment e = program("python3", "e.py")
 
 model policy: CausalLM {
   arch  = arch(layers: 1, hidden: 32, heads: 2, vocab: 16, max_len: 16)
@@ -40,6 +41,8 @@ pipeline train(steps = 4, prompts = 4, group = 4) {
     let ref_logp = reference.logprobs(rollout)
     let reward   = length(rollout.mask)
     let score    = v(rollout)
+    let multi    = policy.generate(reverse.sample(prompts), n: group, max_new: 3,
+                                   env: e, max_turns: 2, max_obs: 2)
     policy.update(rollout) { logp -> token_mean(ref_logp - logp, rollout.mask) }
     log { reward: mean(reward) }
   }
@@ -190,6 +193,184 @@ const HTTP: (&str, &str) = (
     "program(\"python3\", \"v.py\", metrics: [\"m\"])",
     "http(\"http://127.0.0.1:9/a\", metrics: [\"m\"])",
 );
+
+/// The environment as an HTTP server.
+const ENV_HTTP: (&str, &str) = (
+    "environment e = program(\"python3\", \"e.py\")",
+    "environment e = http(\"http://127.0.0.1:9/e\")",
+);
+
+fn environment(r: &Resolved) -> &rlc_plan::model::Environment {
+    r.plan.environments.first().expect("the plan's environment")
+}
+
+/// The multi-turn settings of the plan's second `generate` op (the base's first is single-turn).
+fn generate_env(r: &Resolved) -> String {
+    let env = r
+        .plan
+        .ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Generate { env, .. } => Some(env),
+            _ => None,
+        })
+        .nth(1)
+        .expect("a second generate op");
+    format!("{env:?}")
+}
+
+/// The environment cases: `program(…)`'s options and `http(…)`'s (those that are not a worker
+/// process's limits), and `generate`'s `env`, `max_turns` and `max_obs`.
+fn environment_cases() -> Vec<Case> {
+    // `written` after the endpoint: `"e.py", workers: 3)`, or `…9/e", workers: 3)` for `http`.
+    let option = |call: &'static str, param, written: &str, observe, expected| {
+        let (base, from) = if call == "environment http" {
+            (Some(ENV_HTTP), "9/e\")")
+        } else {
+            (None, "\"e.py\")")
+        };
+        let to = format!("{}, {written})", from.trim_end_matches(')'));
+        Case {
+            call,
+            param,
+            base,
+            from,
+            to: Box::leak(to.into_boxed_str()),
+            observe,
+            expected,
+        }
+    };
+    let mut cases = vec![
+        case(
+            "environment program",
+            "command",
+            "\"e.py\"",
+            "\"f.py\"",
+            |r| format!("{:?}", environment(r).endpoint),
+            "Program { command: [\"python3\", \"f.py\"] }",
+        ),
+        Case {
+            base: Some(ENV_HTTP),
+            ..case(
+                "environment http",
+                "url",
+                "9/e\"",
+                "9/f\"",
+                |r| format!("{:?}", environment(r).endpoint),
+                "Http { url: \"http://127.0.0.1:9/f\" }",
+            )
+        },
+        // `generate`'s, on the base's second generate op.
+        Case {
+            base: Some((
+                "environment e = ",
+                "environment f = program(\"python3\", \"f.py\")\nenvironment e = ",
+            )),
+            ..case(
+                "generate",
+                "env",
+                "env: e,",
+                "env: f,",
+                generate_env,
+                "Some(EnvTurns { environment: \"f\", max_turns: 2, max_obs: 2 })",
+            )
+        },
+        case(
+            "generate",
+            "max_turns",
+            "max_turns: 2",
+            "max_turns: 1",
+            generate_env,
+            "Some(EnvTurns { environment: \"e\", max_turns: 1, max_obs: 2 })",
+        ),
+        case(
+            "generate",
+            "max_obs",
+            "max_obs: 2",
+            "max_obs: 3",
+            generate_env,
+            "Some(EnvTurns { environment: \"e\", max_turns: 2, max_obs: 3 })",
+        ),
+    ];
+    for call in ["environment program", "environment http"] {
+        cases.extend([
+            option(
+                call,
+                "workers",
+                "workers: 3",
+                |r| environment(r).workers.to_string(),
+                "3",
+            ),
+            option(
+                call,
+                "batch",
+                "batch: 7",
+                |r| environment(r).batch.to_string(),
+                "7",
+            ),
+            option(
+                call,
+                "timeout",
+                "timeout: 5s",
+                |r| environment(r).timeout_ms.to_string(),
+                "5000",
+            ),
+            option(
+                call,
+                "on_error",
+                "on_error: zero",
+                |r| format!("{:?}", environment(r).on_error),
+                "Zero",
+            ),
+            option(
+                call,
+                "fields",
+                "fields: [\"answer\"]",
+                |r| format!("{:?}", environment(r).fields),
+                "[\"answer\"]",
+            ),
+        ]);
+    }
+    let program = "environment program";
+    cases.extend([
+        option(
+            program,
+            "cpu",
+            "cpu: 7s",
+            |r| format!("{:?}", environment(r).limits.cpu_seconds),
+            "Some(7)",
+        ),
+        option(
+            program,
+            "memory",
+            "memory: 256MiB",
+            |r| format!("{:?}", environment(r).limits.memory_bytes),
+            "Some(268435456)",
+        ),
+        option(
+            program,
+            "files",
+            "files: 1MiB",
+            |r| format!("{:?}", environment(r).limits.file_bytes),
+            "Some(1048576)",
+        ),
+        option(
+            program,
+            "processes",
+            "processes: 4",
+            |r| format!("{:?}", environment(r).limits.processes),
+            "Some(4)",
+        ),
+        option(
+            program,
+            "network",
+            "network: true",
+            |r| environment(r).limits.no_network.to_string(),
+            "false",
+        ),
+    ]);
+    cases
+}
 
 fn verifier(r: &Resolved) -> &rlc_plan::model::Verifier {
     r.plan.verifiers.first().expect("the plan's verifier")
@@ -346,6 +527,7 @@ const OTHER_MODEL: &str = "model reference: CausalLM = frozen(policy)";
 fn cases() -> Vec<Case> {
     let mut cases = setting_cases();
     cases.extend(verifier_cases());
+    cases.extend(environment_cases());
     cases
 }
 
@@ -801,6 +983,21 @@ fn every_parameter_has_a_case() {
         .map(|p| ("program", *p))
         .chain(http.chain(&["url"]).map(|p| ("http", *p)));
     for (call, param) in verifier_params {
+        if !cases.iter().any(|c| c.call == call && c.param == param) {
+            missing.push(format!("{call}({param}:)"));
+        }
+    }
+    // An environment's options (a verifier's but `metrics`), and its command or URL.
+    use rlc_check::value::ENVIRONMENT_OPTIONS;
+    let http = ENVIRONMENT_OPTIONS
+        .iter()
+        .filter(|o| !VERIFIER_PROCESS_OPTIONS.contains(o));
+    let environment_params = ENVIRONMENT_OPTIONS
+        .iter()
+        .chain(&["command"])
+        .map(|p| ("environment program", *p))
+        .chain(http.chain(&["url"]).map(|p| ("environment http", *p)));
+    for (call, param) in environment_params {
         if !cases.iter().any(|c| c.call == call && c.param == param) {
             missing.push(format!("{call}({param}:)"));
         }
