@@ -134,12 +134,7 @@ impl<'a> Session<'a> {
 
     /// One answer → the observation's ids (the episode goes on) or `None` (done), the reward
     /// added; or why the answer is a failure.
-    fn answer(
-        &mut self,
-        row: usize,
-        turn: i64,
-        result: std::result::Result<StepResult, String>,
-    ) -> Answer {
+    fn answer(&mut self, turn: i64, result: std::result::Result<StepResult, String>) -> Answer {
         let (reward, observation, done) = result?.read()?;
         if done || turn + 1 == self.max_turns {
             // No observation follows the last turn.
@@ -165,7 +160,7 @@ impl<'a> Session<'a> {
         };
         if ids.len() as i64 > self.max_obs {
             return Err(format!(
-                "the observation has {} tokens, more than max_obs {} (row {row})",
+                "the observation has {} tokens, more than max_obs {}",
                 ids.len(),
                 self.max_obs
             ));
@@ -199,7 +194,7 @@ impl generate::Environment for Session<'_> {
         let mut replies = Vec::with_capacity(rows.len());
         for ((&r, result), item) in rows.iter().zip(results).zip(items) {
             let r = r as usize;
-            match self.answer(r, turn, result) {
+            match self.answer(turn, result) {
                 Ok((reward, next)) => {
                     self.rewards[r] += reward;
                     match next {
