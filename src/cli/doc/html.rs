@@ -69,9 +69,14 @@ fn item_section(m: &ModuleDoc, item: &ItemDoc) -> String {
         s.push_str(&format!("<div class=\"doc\">\n{}</div>\n", doc_html(doc)));
     }
     if !item.params.is_empty() {
-        s.push_str(
-            "<table class=\"params\">\n<tr><th>parameter</th><th>type</th><th>default</th></tr>\n",
-        );
+        // The default column only where a parameter has one.
+        let defaults = item.params.iter().any(|p| p.default.is_some());
+        s.push_str("<table class=\"params\">\n<tr><th>parameter</th><th>type</th>");
+        s.push_str(if defaults {
+            "<th>default</th></tr>\n"
+        } else {
+            "</tr>\n"
+        });
         for p in &item.params {
             let ty = match &p.ty {
                 Some(t) if p.inferred => format!(
@@ -81,15 +86,19 @@ fn item_section(m: &ModuleDoc, item: &ItemDoc) -> String {
                 Some(t) => format!("<code>{}</code>", text_html(m, t)),
                 None => String::new(),
             };
-            let default = p
-                .default
-                .as_ref()
-                .map(|d| format!("<code>{}</code>", text_html(m, d)))
-                .unwrap_or_default();
             s.push_str(&format!(
-                "<tr><td><code>{}</code></td><td>{ty}</td><td>{default}</td></tr>\n",
+                "<tr><td><code>{}</code></td><td>{ty}</td>",
                 escape(&p.name)
             ));
+            if defaults {
+                let default = p
+                    .default
+                    .as_ref()
+                    .map(|d| format!("<code>{}</code>", text_html(m, d)))
+                    .unwrap_or_default();
+                s.push_str(&format!("<td>{default}</td>"));
+            }
+            s.push_str("</tr>\n");
         }
         s.push_str("</table>\n");
     }

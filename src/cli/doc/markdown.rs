@@ -72,20 +72,25 @@ fn item_section(m: &ModuleDoc, item: &ItemDoc) -> String {
         s.push_str("\n\n");
     }
     if !item.params.is_empty() {
-        s.push_str("| parameter | type | default |\n|---|---|---|\n");
+        // The default column only where a parameter has one.
+        let defaults = item.params.iter().any(|p| p.default.is_some());
+        s.push_str(if defaults {
+            "| parameter | type | default |\n|---|---|---|\n"
+        } else {
+            "| parameter | type |\n|---|---|\n"
+        });
         for p in &item.params {
             let ty = match &p.ty {
                 Some(t) if p.inferred => format!("{} (of the default)", code(&plain(t))),
                 Some(t) => code(&plain(t)),
                 None => String::new(),
             };
-            let default = p.default.as_ref().map(|d| code(&plain(d)));
-            s.push_str(&format!(
-                "| `{}` | {} | {} |\n",
-                p.name,
-                cell(&ty),
-                cell(&default.unwrap_or_default())
-            ));
+            s.push_str(&format!("| `{}` | {} |", p.name, cell(&ty)));
+            if defaults {
+                let default = p.default.as_ref().map(|d| code(&plain(d)));
+                s.push_str(&format!(" {} |", cell(&default.unwrap_or_default())));
+            }
+            s.push('\n');
         }
         s.push('\n');
     }
