@@ -97,53 +97,16 @@ impl Evaluator<'_> {
                 None
             }
         };
-        let mut budgets = [None, None];
-        for (slot, (what, a)) in budgets
-            .iter_mut()
-            .zip([("max_turns", turns), ("max_obs", obs)])
-        {
-            let Some(a) = a else { continue };
-            let Some((v, origin)) = self.const_arg(frame, Some(a), what, Val::Int(None)) else {
-                *slot = Some(None);
-                continue;
-            };
-            let problem = match v.as_int() {
-                None => Some((
-                    format!("`{what}` is a whole number, found {}", v.describe()),
-                    "not a whole number",
-                )),
-                Some(n) if n < 1 => Some((
-                    format!(
-                        "`{what}: {n}` leaves no room for {}",
-                        if what == "max_turns" {
-                            "a turn"
-                        } else {
-                            "an observation"
-                        }
-                    ),
-                    "must be at least 1",
-                )),
-                Some(_) => None,
-            };
-            if let Some((message, label)) = problem {
-                self.diags.push(
-                    Diagnostic::new(Code::EnvTurns, message, file, a.value.span)
-                        .primary_label(label),
-                );
-                *slot = Some(None);
-                continue;
-            }
-            *slot = Some(Some(Sourced {
-                value: v.as_int().unwrap_or(1),
-                origin,
-            }));
-        }
-        let missing: Vec<&str> = ["max_turns", "max_obs"]
-            .into_iter()
-            .zip(&budgets)
-            .filter(|(_, b)| b.is_none())
-            .map(|(w, _)| w)
-            .collect();
+        // Each budget: `None` when not written, `Some(Err(()))` after a reported error.
+        let max_turns = turns.map(|a| self.turn_budget(frame, "max_turns", a));
+        let max_obs = obs.map(|a| self.turn_budget(frame, "max_obs", a));
+        let missing: Vec<&str> = [
+            ("max_turns", max_turns.is_none()),
+            ("max_obs", max_obs.is_none()),
+        ]
+        .into_iter()
+        .filter_map(|(what, missing)| missing.then_some(what))
+        .collect();
         if !missing.is_empty() {
             let names = missing
                 .iter()
@@ -163,7 +126,8 @@ impl Evaluator<'_> {
             );
             return Err(());
         }
-        let (Some(spec), [Some(Some(max_turns)), Some(Some(max_obs))]) = (spec, budgets) else {
+        let (Some(spec), Some(Ok(max_turns)), Some(Ok(max_obs))) = (spec, max_turns, max_obs)
+        else {
             return Err(());
         };
         if !self.fields_kept(file, prompts, Endpoint::Environment, &spec, dataset) {
@@ -183,5 +147,40 @@ impl Evaluator<'_> {
             max_turns,
             max_obs,
         }))
+    }
+
+    /// `max_turns:` or `max_obs:` (`what`): a whole number of at least 1, known before the job
+    /// starts (E1010).
+    fn turn_budget(
+        &mut self,
+        frame: &mut Frame,
+        what: &str,
+        a: &ast::Arg,
+    ) -> Result<Sourced<i64>, ()> {
+        let (v, origin) = self
+            .const_arg(frame, Some(a), what, Val::Int(None))
+            .ok_or(())?;
+        let (message, label) = match v.as_int() {
+            Some(value) if value >= 1 => return Ok(Sourced { value, origin }),
+            Some(n) => (
+                format!(
+                    "`{what}: {n}` leaves no room for {}",
+                    if what == "max_turns" {
+                        "a turn"
+                    } else {
+                        "an observation"
+                    }
+                ),
+                "must be at least 1",
+            ),
+            None => (
+                format!("`{what}` is a whole number, found {}", v.describe()),
+                "not a whole number",
+            ),
+        };
+        self.diags.push(
+            Diagnostic::new(Code::EnvTurns, message, frame.file, a.value.span).primary_label(label),
+        );
+        Err(())
     }
 }
