@@ -699,7 +699,7 @@ fn environment_settings_and_generate_env() {
             .any(|e| e.code.as_str() == "P0002" && e.path.ends_with("/kind/env/environment")),
         "{errors:#?}"
     );
-    // prompt 6 + 3 × 5 + 2 × 4 = 29 positions fit a context of 32; 4 turns need 6 + 20 + 12 = 38.
+    // prompt 7 + 3 × 5 + 2 × 4 = 30 positions fit a context of 32; 4 turns need 7 + 20 + 12 = 39.
     let errors = edited(ENVIRONMENT, |j| {
         j["ops"][at]["kind"]["env"]["max_turns"] = json!(4);
     });
@@ -709,5 +709,5 @@ fn environment_settings_and_generate_env() {
         &format!("/ops/{at}/kind/max_new"),
         "max_new",
     );
-    assert!(errors[0].message.contains("38 positions"), "{}", errors[0]);
+    assert!(errors[0].message.contains("39 positions"), "{}", errors[0]);
 }
