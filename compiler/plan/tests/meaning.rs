@@ -659,8 +659,9 @@ const ENVIRONMENT: &str = "tests/programs/env_digits.rl";
 
 /// Multi-turn environments (#24 item 4): an environment's counts and limits of 0 (P0007, the
 /// verifier's rules), turn budgets of 0 (P0007), a `generate` op that names no plan environment
-/// (P0002), and episodes longer than the context: `max_len` against the prompt, every turn and
-/// every observation (P0008).
+/// (P0002), episodes longer than the context: `max_len` against the prompt, every turn and
+/// every observation, and a rollout whose fields or response length are not those of the turns
+/// (P0008).
 #[test]
 fn environment_settings_and_generate_env() {
     assert_eq!(rlc_plan::validate(&plan_of(ENVIRONMENT)), Vec::new());
@@ -699,9 +700,9 @@ fn environment_settings_and_generate_env() {
             .any(|e| e.code.as_str() == "P0002" && e.path.ends_with("/kind/env/environment")),
         "{errors:#?}"
     );
-    // prompt 7 + 3 × 5 + 2 × 4 = 30 positions fit a context of 32; 4 turns need 7 + 20 + 12 = 39.
+    // prompt 7 + 3 × 5 + 2 × 4 = 30 positions fit a context of 32; prompts of 10 need 33.
     let errors = edited(ENVIRONMENT, |j| {
-        j["ops"][at]["kind"]["env"]["max_turns"] = json!(4);
+        j["ops"][at]["kind"]["prompt_len"] = json!(10)
     });
     only(
         &errors,
@@ -709,5 +710,24 @@ fn environment_settings_and_generate_env() {
         &format!("/ops/{at}/kind/max_new"),
         "max_new",
     );
-    assert!(errors[0].message.contains("39 positions"), "{}", errors[0]);
+    assert!(errors[0].message.contains("33 positions"), "{}", errors[0]);
+    // Two turns take 2 × 5 + 4 = 14 response positions: the rollout's 23 do not match.
+    let errors = edited(ENVIRONMENT, |j| {
+        j["ops"][at]["kind"]["env"]["max_turns"] = json!(2);
+    });
+    only(&errors, "P0008", &format!("/ops/{at}/kind/env"), "max_new");
+    assert!(
+        errors[0].message.contains("23 response positions"),
+        "{}",
+        errors[0]
+    );
+    // The rollout without the field that says which turn each token belongs to.
+    let errors = edited(ENVIRONMENT, |j| {
+        let rollout = j["ops"][at]["outputs"][0].as_u64().unwrap() as usize;
+        j["values"][rollout]["type"]["fields"]
+            .as_object_mut()
+            .unwrap()
+            .remove("turn");
+    });
+    only(&errors, "P0008", &format!("/ops/{at}/kind/env"), "turn");
 }

@@ -208,9 +208,60 @@ fn environments(plan: &Plan, out: &mut Vec<PlanError>) {
     }
 }
 
+/// P0008: the rollout of a multi-turn `generate` op has the fields the runtime fills (`turns`,
+/// `env_reward`, `turn`) and as many response positions as the turns and observations take, so
+/// that `max_turns`, `max_new` or `max_obs` edited alone is refused rather than run on a
+/// rollout of another shape.
+fn env_rollout(
+    plan: &Plan,
+    kind: &str,
+    op: &Op,
+    max_new: u64,
+    env: &EnvTurns,
+    out: &mut Vec<PlanError>,
+) {
+    let Some(value) = op
+        .outputs
+        .first()
+        .and_then(|&v| plan.values.get(v as usize))
+    else {
+        return;
+    };
+    let ValueType::Record { fields, .. } = &value.ty else {
+        return;
+    };
+    let label = &op.label;
+    for field in ["turns", "env_reward", "turn"] {
+        if !fields.contains_key(field) {
+            out.push(err(
+                PlanCode::SizeMismatch,
+                format!("{kind}/env"),
+                format!(
+                    "the rollout `{}` of the multi-turn `{label}` has no field `{field}`",
+                    value.name
+                ),
+            ));
+        }
+    }
+    let want = response_positions(max_new, Some(env));
+    if let Some(response) = fields.get("response")
+        && let Some(Dim::Size(t)) = response.shape.get(1)
+        && u128::from(*t) != want
+    {
+        out.push(err(
+            PlanCode::SizeMismatch,
+            format!("{kind}/env"),
+            format!(
+                "the rollout `{}` of `{label}` has {t} response positions, but {} turns of `max_new` {max_new} with observations of `max_obs` {} between them take {want}",
+                value.name, env.max_turns, env.max_obs
+            ),
+        ));
+    }
+}
+
 /// Response positions of a `generate` op: `max_new`, or with an environment every turn's and
 /// an observation between two turns (checked counts: `max_turns` ≥ 1).
-fn response_positions(max_new: u64, env: &Option<EnvTurns>) -> u128 {
+fn response_positions(max_new: u64, env: Option<&EnvTurns>) -> u128 {
     match env {
         None => u128::from(max_new),
         Some(e) => {
@@ -725,7 +776,8 @@ fn operation(plan: &Plan, i: usize, op: &Op, sizes: &[Option<RoleSize>], out: &m
                 .filter(|&m| m > 0)
                 && let Some(new) = *max_new
             {
-                let need = u128::from(prompt_len.unwrap_or(0)) + response_positions(new, env);
+                let need =
+                    u128::from(prompt_len.unwrap_or(0)) + response_positions(new, env.as_ref());
                 if need > u128::from(max_len) {
                     let prompt = prompt_len.map_or(String::new(), |p| {
                         format!(" after prompts of `prompt_len` {p}")
@@ -747,8 +799,12 @@ fn operation(plan: &Plan, i: usize, op: &Op, sizes: &[Option<RoleSize>], out: &m
                 }
             }
             if sound && let (Some(b), Some(new)) = (batch, max_new) {
-                let positions = u128::from(prompt_len.unwrap_or(0)) + response_positions(*new, env);
+                let positions =
+                    u128::from(prompt_len.unwrap_or(0)) + response_positions(*new, env.as_ref());
                 generation_memory(plan, &kind, op, role, *b, positions, sizes, out);
+            }
+            if let (Some(env), Some(new)) = (env, max_new) {
+                env_rollout(plan, &kind, op, *new, env, out);
             }
         }
         OpKind::Logprobs { batch, micro, .. }
