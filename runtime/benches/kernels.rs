@@ -26,9 +26,13 @@ mod common;
 use criterion::{Criterion, black_box};
 use rlc_check::{Checked, SourceLoader};
 use rlc_diagnostics::Files;
+use rlc_reference::{Arg, Evaluator};
 use rlc_runtime::kernels::fused::{Fused, FusedError};
 use rlc_runtime::kernels::fused_cuda::FusedCuda;
-use rlc_runtime::kernels::reference::{Arg, Evaluator};
+
+#[path = "../tests/common/kernels.rs"]
+#[allow(dead_code)]
+mod kernels;
 use rlc_runtime::rng::Rng;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -91,18 +95,19 @@ enum Kernel {
 impl Kernel {
     fn new(p: &Checked, function: &str, given: &[&str], wrt: &[&str], device: Device) -> Self {
         let made = match device {
-            Device::Cuda(i) => FusedCuda::new(&p.modules, function, given, wrt, i)
+            Device::Cuda(i) => kernels::fused_cuda(&p.modules, function, given, wrt, i)
                 .map(|k| Kernel::Cuda(Box::new(k))),
-            _ => Fused::new(&p.modules, function, given, wrt)
+            _ => kernels::fused(&p.modules, function, given, wrt)
                 .map(|k| Kernel::Cpu(Box::new(k), RefCell::default())),
         };
         made.unwrap_or_else(|e: FusedError| panic!("{function} compiles: {e}"))
     }
 
     fn run(&self, args: &[(&str, Arg)]) -> Vec<Tensor> {
+        let args = runtime_args(args);
         let out = match self {
-            Kernel::Cpu(k, _) => k.run(args, THREADS),
-            Kernel::Cuda(k) => k.run(args),
+            Kernel::Cpu(k, _) => k.run(&args, THREADS),
+            Kernel::Cuda(k) => k.run(&args),
         };
         out.expect("runs")
     }
@@ -128,6 +133,8 @@ impl Kernel {
 
     /// A run into the outputs of the previous one (on CUDA, a plain run).
     fn run_reused(&self, args: &[(&str, Arg)]) {
+        let args = runtime_args(args);
+        let args = args.as_slice();
         match self {
             Kernel::Cpu(k, out) => k
                 .run_into(args, &mut out.borrow_mut(), THREADS)
@@ -233,6 +240,20 @@ fn bytes(ts: &[&Tensor]) -> usize {
     ts.iter()
         .map(|t| t.numel() * t.kind().elt_size_in_bytes())
         .sum()
+}
+
+/// The runtime's arguments for the reference evaluator's (the same tensors).
+fn runtime_args<'a>(args: &[(&'a str, Arg)]) -> Vec<(&'a str, rlc_runtime::kernels::args::Arg)> {
+    use rlc_runtime::kernels::args::Arg as R;
+    args.iter()
+        .map(|(n, a)| {
+            let a = match a {
+                Arg::Tensor(t) => R::Tensor(t.shallow_clone()),
+                Arg::Number(x) => R::Number(*x),
+            };
+            (*n, a)
+        })
+        .collect()
 }
 
 fn main() {

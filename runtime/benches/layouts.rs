@@ -18,7 +18,7 @@
 //! largest working set of gathered parameters, full gradients and collective buffers, plus the
 //! activations it keeps between units. Activations inside a unit and those of the other layouts
 //! are not counted (libtorch reports no CPU allocations). The largest rank is reported (pipeline
-//! stages differ). The checker's estimate (`fsdp::checker_estimate`, the E0801 breakdown) is
+//! stages differ). The checker's estimate (`tests/common/estimate.rs`, the E0801 breakdown) is
 //! compared term for term: its weights + gradients + optimiser state with `state`, its total
 //! (with activations) with FSDP's `peak`.
 //!
@@ -37,7 +37,10 @@ use rlc_runtime::collectives::{Communicator, ReduceOp};
 use rlc_runtime::model::{Heads, ModelConfig, Transformer, token_logprobs};
 use rlc_runtime::optim::{AdamW, AdamWConfig, clip_grad_norm};
 use rlc_runtime::parallel::combined::sum_gradients;
-use rlc_runtime::parallel::fsdp::{Fsdp, checker_estimate};
+use rlc_runtime::parallel::fsdp::Fsdp;
+#[path = "../tests/common/estimate.rs"]
+mod estimate;
+use estimate::checker_estimate;
 use rlc_runtime::parallel::pp::PipelineModel;
 use rlc_runtime::parallel::tp::TpTransformer;
 use rlc_runtime::parallel::{RankGroups, Tape, process_groups};

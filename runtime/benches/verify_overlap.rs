@@ -88,7 +88,7 @@ fn run(dir: &Path, steps: u64, in_place: bool) -> Vec<(f64, f64)> {
         trace: false,
         verify_in_place: in_place,
     };
-    exec::run(&plan, &checked.modules, &options).expect("the bench runs");
+    exec::run(&plan, &options).expect("the bench runs");
     std::fs::read_to_string(run_dir.join("metrics.jsonl"))
         .expect("metrics")
         .lines()

@@ -86,7 +86,7 @@ fn run_on(
         trace: false,
         verify_in_place: false,
     };
-    exec::run(&plan, &checked.modules, &options).map(|_| ())
+    exec::run(&plan, &options).map(|_| ())
 }
 
 /// The policy's weights in the checkpoint of `step`.

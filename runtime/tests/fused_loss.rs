@@ -1,20 +1,22 @@
-//! `update` loss closures through one fused kernel: its loss and its gradient w.r.t. the model's
-//! output, seeding the model's backward pass, against the reference evaluator with autograd —
-//! the loss and every parameter's gradient of a small model, within 1e-4 relative — on the GRPO
-//! example's closure, a PPO closure with a KL penalty (and a batch whitening inside), and a
-//! critic's value loss. A
-//! closure the fused kernels cannot differentiate (a scan on the way to `logp`) is refused by
-//! the fused path, and a job with it still trains through the reference evaluator.
+//! `update` loss closures as the kernel plan lowering makes of them: through one fused kernel
+//! (its loss and its gradient w.r.t. the model's output, seeding the model's backward pass) and
+//! run eagerly with autograd, each against the reference evaluator with autograd — the loss and
+//! every parameter's gradient of a small model, within 1e-4 relative — on the GRPO example's
+//! closure, a PPO closure with a KL penalty (and a batch whitening inside), and a critic's value
+//! loss. A closure the fused kernels cannot differentiate (a scan on the way to `logp`) is
+//! refused by the fused path, and a job with it still trains, eagerly.
 
 mod common;
 
 use std::path::PathBuf;
 
+use common::kernels::{closure_kernel, runtime_scope};
 use rlc_check::Checked;
 use rlc_kernel::KernelError;
+use rlc_reference::{Bound, Evaluator};
 use rlc_runtime::exec::{self, RunOptions};
+use rlc_runtime::kernels::eager::Eager;
 use rlc_runtime::kernels::fused::{Fused, FusedError, seed_backward};
-use rlc_runtime::kernels::reference::{Bound, Evaluator};
 use rlc_syntax::ast::{Block, Closure, Expr, ExprKind, ItemKind, StmtKind};
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
@@ -233,9 +235,11 @@ fn fused_matches_autograd(checked: &Checked, body: &Block, param: &str, critic: 
 
     model.zero_grad();
     let out = output();
-    let fused =
-        Fused::closure(&checked.modules, body, param, &scope(&out)).expect("the closure fuses");
-    let result = fused.run_scope(&scope(&out), 1).expect("the kernel runs");
+    let kernel = closure_kernel(&checked.modules, body, &scope(&out)).expect("the closure lowers");
+    let fused = Fused::with_gradient(&kernel, param).expect("the closure fuses");
+    let result = fused
+        .run_scope(&runtime_scope(&scope(&out)), 1)
+        .expect("the kernel runs");
     assert_eq!(result.len(), 2, "the loss and its gradient");
     let fused_loss = result[0].double_value(&[]);
     seed_backward(&out, &result[1], 1.0).expect("backward");
@@ -254,6 +258,27 @@ fn fused_matches_autograd(checked: &Checked, body: &Block, param: &str, critic: 
     for ((name, e), (_, g)) in expected.iter().zip(&got) {
         let err = relative(g, e);
         assert!(err < 1e-4, "gradient of `{name}`: {err:e} relative");
+    }
+
+    // The same kernel run eagerly, with autograd (the path off the CPU, or without a
+    // derivative rule): the same loss and gradients.
+    model.zero_grad();
+    let out = output();
+    let loss = Eager::default()
+        .run_scope(&kernel, &runtime_scope(&scope(&out)), Device::Cpu)
+        .expect("the kernel runs eagerly")
+        .remove(0);
+    let eager_loss = loss.double_value(&[]);
+    loss.backward();
+    let got = model.grads();
+    let loss_err = (eager_loss - expected_loss).abs() / expected_loss.abs().max(1e-12);
+    assert!(
+        loss_err < 1e-4,
+        "eager loss {eager_loss} vs {expected_loss}"
+    );
+    for ((name, e), (_, g)) in expected.iter().zip(&got) {
+        let err = relative(g, e);
+        assert!(err < 1e-4, "eager gradient of `{name}`: {err:e} relative");
     }
 }
 
@@ -302,7 +327,7 @@ fn train(loss: &str, name: &str) -> [Vec<(String, Tensor)>; 2] {
         trace: false,
         verify_in_place: false,
     };
-    exec::run(&plan, &checked.modules, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+    exec::run(&plan, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
     let weights = |step| {
         let ckpt = rlc_runtime::checkpoint::step_dir(&dir.join("checkpoints/policy"), step);
         rlc_runtime::checkpoint::load(&ckpt)
@@ -327,14 +352,15 @@ fn moved(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
 }
 
 #[test]
-fn a_closure_the_fused_kernels_cannot_differentiate_trains_through_the_reference() {
+fn a_closure_the_fused_kernels_cannot_differentiate_trains_eagerly() {
     let checked = common::checked("scan.rl", &program(THROUGH_A_SCAN, 2));
     let closure = &closures(&checked)[0];
     let (tokens, captures) = captures();
     let logp = Model::new(VOCAB).logprobs(&tokens);
     let mut scope = vec![("logp", Bound::Tensor(logp))];
     scope.extend(captures.iter().map(|(n, b)| (*n, b.shallow())));
-    let refused = Fused::closure(&checked.modules, &closure.body, "logp", &scope);
+    let kernel = closure_kernel(&checked.modules, &closure.body, &scope).expect("it lowers");
+    let refused = Fused::with_gradient(&kernel, "logp");
     assert!(
         matches!(
             refused,
@@ -346,7 +372,7 @@ fn a_closure_the_fused_kernels_cannot_differentiate_trains_through_the_reference
     let step = moved(&first, &second);
     assert!(step > 1e-4, "the policy did not train ({step})");
     // The same job with a closure the fused path takes trains too, and the scan's term
-    // (through the reference evaluator) made a difference.
+    // (run eagerly, with autograd) made a difference.
     let [fused_first, fused_second] = train(PPO_KL, "fused");
     let step = moved(&fused_first, &fused_second);
     assert!(

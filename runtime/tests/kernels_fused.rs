@@ -1,14 +1,17 @@
-//! Fused kernels (kernel IR → Cranelift JIT) against the reference evaluator, for every
-//! function of `std.algo`: inputs made from each signature (odd sizes, an empty row, rows
-//! with holes, an all-masked batch, single-sample groups, NaN at padded positions), rows
-//! split over three threads. Derivatives of every scalar `fn` against autograd.
+//! The kernel IR's runners — fused kernels (Cranelift JIT) and the eager runner — against the
+//! reference evaluator, for every function of `std.algo`: inputs made from each signature (odd
+//! sizes, an empty row, rows with holes, an all-masked batch, single-sample groups, NaN at
+//! padded positions), rows split over three threads. Derivatives of every scalar `fn` against
+//! autograd, the eager runner's through autograd too.
 
 mod common;
 
+use common::kernels::{fused, kernel};
 use rlc_check::Checked;
 use rlc_kernel::KernelError;
-use rlc_runtime::kernels::fused::{Fused, FusedError};
-use rlc_runtime::kernels::reference::{Arg, Evaluator};
+use rlc_reference::Evaluator;
+use rlc_runtime::kernels::eager::Eager;
+use rlc_runtime::kernels::fused::FusedError;
 use rlc_runtime::rng::Rng;
 use rlc_syntax::ast::{Dim, FnDef, ItemKind};
 use tch::{Kind, Tensor};
@@ -213,10 +216,9 @@ fn assert_close(what: &str, got: &Tensor, want: &Tensor, under: Option<&Tensor>)
     }
 }
 
-fn scalar_inputs(args: &[(String, Tensor)]) -> Vec<(&str, Arg)> {
-    args.iter()
-        .map(|(n, t)| (n.as_str(), Arg::from(t)))
-        .collect()
+/// Named arguments of either evaluator.
+fn scalar_inputs<'a, A: From<&'a Tensor>>(args: &'a [(String, Tensor)]) -> Vec<(&'a str, A)> {
+    args.iter().map(|(n, t)| (n.as_str(), A::from(t))).collect()
 }
 
 #[test]
@@ -227,7 +229,8 @@ fn every_std_function_matches_the_reference() {
     let mut compared = 0;
     for (name, def) in functions(&p) {
         let given: Vec<&str> = def.params.iter().map(|x| x.name.name.as_str()).collect();
-        let fused = match Fused::new(&p.modules, &name, &given, &[]) {
+        let k = kernel(&p.modules, &name, &given, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let fused = match rlc_runtime::kernels::fused::Fused::compile(&k) {
             Ok(f) => f,
             Err(FusedError::Kernel(KernelError::Unsupported { what, .. })) => {
                 // The only std fn beyond two dimensions: entropy over the vocabulary.
@@ -246,12 +249,12 @@ fn every_std_function_matches_the_reference() {
                 let got = fused
                     .run(&scalar_inputs(&args), 3)
                     .unwrap_or_else(|e| panic!("{name}: {e}"));
-                assert_close(
-                    &format!("{name} ({}×{}, poison {poison})", case.b, case.t),
-                    &got[0],
-                    &want,
-                    None,
-                );
+                let what = format!("{name} ({}×{}, poison {poison})", case.b, case.t);
+                assert_close(&what, &got[0], &want, None);
+                let eager = Eager::default()
+                    .run_args(&k, &scalar_inputs(&args), tch::Device::Cpu)
+                    .unwrap_or_else(|e| panic!("{name} eagerly: {e}"));
+                assert_close(&format!("{what} eagerly"), &eager[0], &want, None);
                 compared += 1;
             }
         }
@@ -264,7 +267,7 @@ fn defaults_apply_when_parameters_are_left_out() {
     let p = program();
     let case = &cases()[1];
     let mut rng = Rng::new(3);
-    let fused = Fused::new(
+    let fused = fused(
         &p.modules,
         "std.algo.ppo_clip",
         &["logp", "old_logp", "adv"],
@@ -318,7 +321,7 @@ fn derivatives_match_autograd() {
         }
         let given: Vec<&str> = def.params.iter().map(|x| x.name.name.as_str()).collect();
         let fused =
-            Fused::new(&p.modules, &name, &given, &wrt).unwrap_or_else(|e| panic!("{name}: {e}"));
+            fused(&p.modules, &name, &given, &wrt).unwrap_or_else(|e| panic!("{name}: {e}"));
         for case in cases() {
             let args = arguments(&def, &case, &mut rng, false);
             let leaves: Vec<(String, Tensor)> = args
@@ -376,7 +379,7 @@ fn scan_loss(r: f32[B, T], v: f32[B, T], m: Mask[B, T]) -> f32 {
 }
 "#,
     );
-    match Fused::new(&p.modules, "scan_loss", &["r", "v", "m"], &["v"]) {
+    match fused(&p.modules, "scan_loss", &["r", "v", "m"], &["v"]) {
         Err(FusedError::Kernel(KernelError::NoDerivative(why))) => {
             assert!(why.contains("scan"), "{why}")
         }
@@ -390,7 +393,7 @@ fn scan_loss(r: f32[B, T], v: f32[B, T], m: Mask[B, T]) -> f32 {
 /// `RLC_REQUIRE_GPU` is set (`scripts/gpu-check.sh`), where that is a failure.
 #[test]
 fn cuda_tensors_match_the_cpu_jit() {
-    use rlc_runtime::kernels::fused_cuda::FusedCuda;
+    use common::kernels::fused_cuda;
     if let Err(why) = rlc_runtime::device::cuda_devices() {
         assert!(
             std::env::var_os("RLC_REQUIRE_GPU").is_none(),
@@ -406,14 +409,14 @@ fn cuda_tensors_match_the_cpu_jit() {
         let given: Vec<&str> = def.params.iter().map(|x| x.name.name.as_str()).collect();
         // With derivatives where the fused back end has them (not through scans).
         let wrt = differentiable(&def);
-        let wrt = if Fused::new(&p.modules, &name, &given, &wrt).is_ok() {
+        let wrt = if fused(&p.modules, &name, &given, &wrt).is_ok() {
             wrt
         } else {
             Vec::new()
         };
         let (Ok(cpu), gpu) = (
-            Fused::new(&p.modules, &name, &given, &wrt),
-            FusedCuda::new(&p.modules, &name, &given, &wrt, 0),
+            fused(&p.modules, &name, &given, &wrt),
+            fused_cuda(&p.modules, &name, &given, &wrt, 0),
         ) else {
             continue;
         };

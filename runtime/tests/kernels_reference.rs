@@ -5,7 +5,7 @@
 mod common;
 
 use rlc_check::Checked;
-use rlc_runtime::kernels::reference::{Arg, EvalError, Evaluator};
+use rlc_reference::{Arg, EvalError, Evaluator};
 use tch::{Kind, Tensor};
 
 const ROOT: &str = r#"

@@ -7,10 +7,10 @@
 mod common;
 
 use rlc_check::Checked;
+use rlc_reference::{Arg, Evaluator};
 use rlc_runtime::kernels::oracle::{
     self, MaskRows, Rows, advantage, dapo, kl, loss, masked, preference,
 };
-use rlc_runtime::kernels::reference::{Arg, Evaluator};
 use rlc_runtime::rng::Rng;
 use tch::{Kind, Tensor};
 

@@ -105,7 +105,7 @@ fn run_with(source: &str, dir: &Path, in_place: bool, trace: bool) -> Result<(),
         trace,
         verify_in_place: in_place,
     };
-    exec::run(&plan, &checked.modules, &options).map(|_| ())
+    exec::run(&plan, &options).map(|_| ())
 }
 
 fn lines(path: &Path) -> Vec<serde_json::Value> {

@@ -1,6 +1,7 @@
 //! The builtin tensor functions of `fn` bodies and how call arguments match parameters: one
 //! table for every evaluator of `fn`s (the tch reference, the kernel IR).
 
+#[cfg(feature = "lower")]
 use rlc_syntax::ast::{Arg, Expr};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +104,7 @@ pub enum ArgError {
     Repeated { function: String, name: String },
 }
 
+#[cfg(feature = "lower")]
 /// Matches a call's arguments to parameter names: positional first, then by name. Returns
 /// the argument expression of each parameter, `None` where it is left out.
 pub fn match_args<'a>(

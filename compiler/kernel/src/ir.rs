@@ -6,11 +6,13 @@
 //! so element-wise nodes need no explicit broadcast. Reductions remove the last axis of their
 //! operand; a scan runs along the axis after its body's level.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 pub type NodeId = usize;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Elem {
     F32,
     I32,
@@ -35,7 +37,8 @@ impl Elem {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Un {
     Neg,
     Not,
@@ -52,7 +55,8 @@ pub enum Un {
     Cast,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Bin {
     Add,
     Sub,
@@ -82,14 +86,16 @@ impl Bin {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Red {
     Sum,
     Max,
     Min,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum GroupOp {
     Sum,
     Mean,
@@ -98,7 +104,7 @@ pub enum GroupOp {
     Count,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
     /// The kernel's input of this index.
     Input(usize),
@@ -135,7 +141,7 @@ pub enum Op {
 }
 
 /// `scan forward|reverse over A with (c = init, …) { t -> … emit v }`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Scan {
     pub reverse: bool,
     /// Outer nodes: the carries' initial values.
@@ -148,21 +154,21 @@ pub struct Scan {
     pub emit: NodeId,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Node {
     pub op: Op,
     pub elem: Elem,
     pub level: usize,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Param {
     pub name: String,
     pub elem: Elem,
     pub level: usize,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Output {
     pub name: String,
     pub node: NodeId,
@@ -171,7 +177,7 @@ pub struct Output {
 }
 
 /// A `fn` (or a derivative of one) as a graph.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Kernel {
     pub name: String,
     /// The iteration axes, outermost first.

@@ -18,6 +18,7 @@ pub mod cuda;
 pub mod error;
 pub mod grad;
 pub mod ir;
+#[cfg(feature = "lower")]
 pub mod lower;
 pub mod schedule;
 

@@ -137,6 +137,93 @@ pub fn lower_block(
     Ok(lw.kernel)
 }
 
+/// Lowers a call of `function` — a builtin (`mean`), an operator by name (`sub` is
+/// `lhs - rhs`, `neg` is `-x`) or a `fn` in the root module's scope — whose arguments are the
+/// names of `scope`, passed by name: what a pipeline's kernel op computes. Its one output,
+/// `result`, is the call's value.
+pub fn lower_call(modules: &Modules, function: &str, scope: &[(&str, Scoped)]) -> Result<Kernel> {
+    let names: Vec<&str> = scope.iter().map(|(n, _)| *n).collect();
+    let expr = operator_expr(function).unwrap_or_else(|| call_expr(function, &names));
+    let block = Block {
+        stmts: vec![ast::Stmt {
+            kind: StmtKind::Expr(expr),
+            span: ast::Span::default(),
+        }],
+        span: ast::Span::default(),
+    };
+    lower_block(modules, function, &block, scope)
+}
+
+fn name_expr(name: &str) -> Expr {
+    Expr {
+        kind: ExprKind::Name(ast::Ident {
+            name: name.to_string(),
+            span: ast::Span::default(),
+        }),
+        span: ast::Span::default(),
+    }
+}
+
+/// The expression of an operator kernel, as plan lowering names them.
+fn operator_expr(function: &str) -> Option<Expr> {
+    let name = |n: &str| Box::new(name_expr(n));
+    let unary = |op| ExprKind::Unary {
+        op,
+        op_span: ast::Span::default(),
+        operand: name("x"),
+    };
+    let binary = |op| ExprKind::Binary {
+        op,
+        op_span: ast::Span::default(),
+        lhs: name("lhs"),
+        rhs: name("rhs"),
+    };
+    let kind = match function {
+        "neg" => unary(UnaryOp::Neg),
+        "not" => unary(UnaryOp::Not),
+        "add" => binary(BinaryOp::Add),
+        "sub" => binary(BinaryOp::Sub),
+        "mul" => binary(BinaryOp::Mul),
+        "div" => binary(BinaryOp::Div),
+        "rem" => binary(BinaryOp::Rem),
+        "eq" => binary(BinaryOp::Eq),
+        "ne" => binary(BinaryOp::Ne),
+        "lt" => binary(BinaryOp::Lt),
+        "le" => binary(BinaryOp::Le),
+        "gt" => binary(BinaryOp::Gt),
+        "ge" => binary(BinaryOp::Ge),
+        "and" => binary(BinaryOp::And),
+        "or" => binary(BinaryOp::Or),
+        _ => return None,
+    };
+    Some(Expr {
+        kind,
+        span: ast::Span::default(),
+    })
+}
+
+/// `function(a: a, b: b, …)`: a call whose arguments are the bound names.
+fn call_expr(function: &str, params: &[&str]) -> Expr {
+    Expr {
+        kind: ExprKind::Call {
+            callee: Box::new(name_expr(function)),
+            args: params
+                .iter()
+                .map(|p| Arg {
+                    name: Some(ast::Ident {
+                        name: p.to_string(),
+                        span: ast::Span::default(),
+                    }),
+                    value: name_expr(p),
+                    span: ast::Span::default(),
+                })
+                .collect(),
+            closure: None,
+        },
+        span: ast::Span::default(),
+    }
+}
+
 /// The `fn` called `function` — a name in the root module's scope (defined or imported), or
 /// `module.fn` with a loaded module's full name (`std.algo.gae`) — as (module, item).
 pub fn resolve_fn(modules: &Modules, function: &str) -> Option<(usize, usize)> {

@@ -15,7 +15,7 @@ mod verifier;
 pub use verifier::{Environment, OnError, Verifier, VerifierEndpoint, WorkerLimits};
 
 /// The plan format version this crate writes and reads.
-pub const PLAN_VERSION: u32 = 2;
+pub const PLAN_VERSION: u32 = 3;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,8 +53,15 @@ pub struct Plan {
     /// names them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub environments: Vec<Environment>,
-    /// The program's own source files (std is built into `rlc`), so that `rlc run plan.json`
-    /// can evaluate its `fn`s and loss closures. `rlc build` fills it; lowering leaves it out.
+    /// The fused kernels the ops run, in the kernel IR of `rlc-kernel`: each `kernel` op's `fn`
+    /// and each `update`'s loss closure, lowered by the compiler, referred to by index
+    /// (`OpKind::Kernel::kernel`, `Loss::kernel`). The runtime runs them without the sources.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<rlc_kernel::ir::Kernel>,
+    /// Provenance: the program's own source files (std is built into `rlc`) the plan was built
+    /// from. `rlc build` fills it; lowering leaves it out. Running needs none of it (the kernels
+    /// travel above); relative dataset and verifier paths start from the root file's folder
+    /// when it is there, from the plan file's otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources: Option<Sources>,
 }
@@ -950,6 +957,9 @@ pub struct Loss {
     pub calls: Vec<String>,
     /// Values the body reads (with the record field when it reads one).
     pub captures: Vec<Input>,
+    /// The body as an entry of [`Plan::kernels`]: inputs `param`, each captured tensor by name
+    /// and each record field the body reads as `name.field`; output `result`, a scalar.
+    pub kernel: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -1045,6 +1055,9 @@ pub enum OpKind {
         batch_reduction: bool,
         /// Works on groups of rows (`group_*`): a group must not straddle two data ranks.
         grouped: bool,
+        /// Its entry in [`Plan::kernels`], whose inputs are the op's inputs and `attrs` (as
+        /// scalars) by name; `None` for a dataset's `score`, which the runtime implements.
+        kernel: Option<u32>,
     },
     /// An external reward: the plan's verifier `verifier` scores each data rank's rows (decoded
     /// prompt and response, token ids, the dataset row's other fields). Inputs: the rollout;

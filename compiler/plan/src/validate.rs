@@ -515,6 +515,40 @@ pub fn validate(plan: &Plan) -> Vec<PlanError> {
                 format!("no environment `{}` in `environments`", env.environment),
             ));
         }
+        // Each kernel op's and loss's entry in the kernel table; only a dataset's `score` (which
+        // the runtime implements) has none.
+        let kernel = match &op.kind {
+            OpKind::Kernel {
+                kernel: None,
+                function,
+                ..
+            } if !function
+                .rsplit_once('.')
+                .is_some_and(|(d, f)| f == "score" && plan.dataset(d).is_some()) =>
+            {
+                out.push(err(
+                    PlanCode::DanglingReference,
+                    format!("{path}/kind/kernel"),
+                    format!("the kernel op `{function}` carries no kernel"),
+                ));
+                None
+            }
+            OpKind::Kernel { kernel, .. } => kernel.map(|k| (k, format!("{path}/kind/kernel"))),
+            OpKind::Update { loss, .. } => Some((loss.kernel, format!("{path}/kind/loss/kernel"))),
+            _ => None,
+        };
+        if let Some((k, at)) = kernel
+            && k as usize >= plan.kernels.len()
+        {
+            out.push(err(
+                PlanCode::DanglingReference,
+                at,
+                format!(
+                    "no kernel {k} in `kernels` ({} of them)",
+                    plan.kernels.len()
+                ),
+            ));
+        }
         if let OpKind::Verify {
             verifier, dataset, ..
         } = &op.kind

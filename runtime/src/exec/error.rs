@@ -2,7 +2,7 @@
 
 use crate::collectives::CollectiveError;
 use crate::generate::GenerateError;
-use crate::kernels::reference::EvalError;
+use crate::kernels::fused::FusedError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -18,7 +18,7 @@ pub enum RunError {
     Kernel {
         function: String,
         step: u64,
-        source: EvalError,
+        source: FusedError,
     },
     #[error("cannot load the weights of `{role}`: {message}")]
     Weights { role: String, message: String },

@@ -42,7 +42,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rlc_check::modules::Modules;
 use rlc_plan::Plan;
 use rlc_plan::model::{OpKind, Precision};
 
@@ -89,13 +88,14 @@ pub struct RunOutcome {
     pub summary: String,
 }
 
-/// Runs `plan` (lowered from `modules`) to the end of its loop, or to `stop_after`.
-pub fn run(plan: &Plan, modules: &Modules, options: &RunOptions) -> Result<RunOutcome> {
+/// Runs `plan` to the end of its loop, or to `stop_after`. The plan is all it needs: its
+/// kernels and loss closures travel in it as kernel IR.
+pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
     supported(plan)?;
     if let Some(threads) = options.threads {
         check_threads(threads, machine_cpus())?;
     }
-    let job = Job::new(plan, modules, &options.source_dir)?;
+    let job = Job::new(plan, &options.source_dir)?;
     let world = plan.world_size;
     let processes = launched_processes(world)?;
     // The ranks this process runs, each on a thread of its own.

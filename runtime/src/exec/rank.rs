@@ -87,8 +87,8 @@ pub struct Rank<'j> {
     run_dir: &'j Path,
     /// Checkpoint ops of the current step: (op id, role).
     pending: Vec<(u32, String)>,
-    /// Kernel ops compiled to fused kernels, by function and inputs (`None`: the fused back end
-    /// does not cover it, the reference evaluator runs it).
+    /// The plan's kernels compiled by the JIT, by kernel index and derivative (`None`: the fused
+    /// back end does not cover it, [`crate::kernels::eager`] runs it).
     pub(super) fused:
         std::cell::RefCell<HashMap<String, Option<std::rc::Rc<crate::kernels::fused::Fused>>>>,
     /// The same on a CUDA rank: compiled by NVRTC for its device.

@@ -1,8 +1,9 @@
-//! `role.update(batch, epochs, minibatch) { logp -> loss }`: the loss closure evaluated on
-//! micro-batches — a fused kernel giving the loss and its gradient w.r.t. `logp`, which seeds
-//! the model's backward pass, or the reference evaluator with autograd where the fused back end
-//! does not cover the closure or its tensors are off the CPU — gradients averaged over
-//! micro-batches and data ranks, clipped, and one optimizer step per minibatch.
+//! `role.update(batch, epochs, minibatch) { logp -> loss }`: the loss closure (the plan's
+//! kernel of it) evaluated on micro-batches — a fused kernel giving the loss and its gradient
+//! w.r.t. `logp`, which seeds the model's backward pass, or the kernel run eagerly with
+//! autograd where the fused back end cannot differentiate it or its tensors are off the CPU —
+//! gradients averaged over micro-batches and data ranks, clipped, and one optimizer step per
+//! minibatch.
 //!
 //! Rows of a minibatch: minibatch `k` of `M` is every row `g` of the step's batch with
 //! `g mod M = k`, so each data rank holds its share of every minibatch. The rows of a
@@ -14,18 +15,20 @@ use rlc_plan::model::{Op, OpKind, RoleKind};
 use tch::{Kind, Tensor};
 
 use super::error::{Result, RunError};
+use super::kernel::compiled_once;
 use super::rank::Rank;
 use super::roles::Model;
 use super::rollout::{self, Output};
 use super::values::{Rollout, Val};
 use crate::collectives::ReduceOp;
-use crate::kernels::fused::{Fused, FusedError, scope_key};
-use crate::kernels::reference::{Bound, Evaluator};
+use crate::kernels::args::Bound;
+use crate::kernels::eager::Eager;
+use crate::kernels::fused::{Fused, FusedError};
 use crate::model::token_logprobs;
 use crate::parallel::Tape;
 use crate::parallel::pp::PipelineModel;
 use rlc_kernel::KernelError;
-use rlc_syntax::ast::Block;
+use rlc_kernel::ir::Kernel;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -42,7 +45,6 @@ impl Rank<'_> {
         else {
             unreachable!("update() runs update ops")
         };
-        let closure = self.job.losses[&op.id];
         let batch = whole(self.rollout_input(op)?, self.device);
         let rows = batch.rows();
         let (index, _) = self.data_rank(op)?;
@@ -78,7 +80,6 @@ impl Rank<'_> {
                     "`{role}` is updated but has no optimizer"
                 )));
             }
-            let eval = Evaluator::new(self.job.modules).with_device(self.device);
             let data_ranks = self.comm(op)?.world_size() as f64;
             for _ in 0..*epochs {
                 for k in 0..minibatches {
@@ -95,10 +96,9 @@ impl Rank<'_> {
                             let how = PpLoss {
                                 op,
                                 step,
-                                body: &closure.body,
+                                kernel: loss.kernel,
                                 param: &loss.param,
                                 captures: &captures,
-                                eval: &eval,
                                 micro_batches: accumulation as f64,
                             };
                             self.pp_backward(m, &part, &idx, &how)?;
@@ -136,10 +136,9 @@ impl Rank<'_> {
                         let value = self.surrogate_loss(
                             op,
                             step,
-                            &closure.body,
+                            loss.kernel,
                             &loss.param,
                             &scope,
-                            &eval,
                             &output,
                             how,
                         )?;
@@ -222,10 +221,10 @@ struct LossWeight {
 struct PpLoss<'a> {
     op: &'a Op,
     step: u64,
-    body: &'a Block,
+    /// The loss's entry in the plan's kernel table.
+    kernel: u32,
     param: &'a str,
     captures: &'a [(String, Capture)],
-    eval: &'a Evaluator<'a>,
     /// Micro-batches accumulated per optimizer step.
     micro_batches: f64,
 }
@@ -233,8 +232,8 @@ struct PpLoss<'a> {
 impl Rank<'_> {
     /// Forward and backward passes of one micro-batch (rows `idx` of the batch) through the
     /// pipeline: the last stage turns its logits into the response log-probs and the loss (the
-    /// fused kernel's gradient as the surrogate `(logp · grad).sum()`, or the reference
-    /// evaluator's loss); every stage's gradients accumulate.
+    /// fused kernel's gradient as the surrogate `(logp · grad).sum()`, or the kernel run
+    /// eagerly); every stage's gradients accumulate.
     fn pp_backward(
         &self,
         m: &PipelineModel,
@@ -271,23 +270,23 @@ impl Rank<'_> {
             data_ranks: 1.0,
         };
         self.surrogate_loss(
-            how.op, how.step, how.body, how.param, &scope, how.eval, logp, weight,
+            how.op, how.step, how.kernel, how.param, &scope, logp, weight,
         )
     }
 
     /// A scalar whose gradient w.r.t. `output` (the model's output bound to the closure's
-    /// parameter in `scope`) is the loss closure's, divided by `weight`'s micro-batches and data
-    /// ranks: from one fused kernel, the surrogate `(output · ∂loss/∂output).sum()`; where the
-    /// fused back end does not cover the closure, the reference evaluator's loss with autograd.
+    /// parameter in `scope`) is the loss closure's (the plan's kernel `kernel`), divided by
+    /// `weight`'s micro-batches and data ranks: from one fused kernel, the surrogate
+    /// `(output · ∂loss/∂output).sum()`; where the fused back end cannot differentiate the
+    /// loss or the rank is not on the CPU, the kernel run eagerly with autograd.
     #[allow(clippy::too_many_arguments)]
     fn surrogate_loss(
         &self,
         op: &Op,
         step: u64,
-        body: &Block,
+        kernel: u32,
         param: &str,
         scope: &[(&str, Bound)],
-        eval: &Evaluator,
         output: &Tensor,
         weight: LossWeight,
     ) -> Result<Tensor> {
@@ -298,7 +297,10 @@ impl Rank<'_> {
                 Err(RunError::NonFinite { step, value: x })
             }
         };
-        if let Some(fused) = self.loss_kernel(op, param, body, scope) {
+        let k = self.plan_kernel(kernel)?;
+        if self.device == tch::Device::Cpu
+            && let Some(fused) = self.loss_kernel(kernel, k, param)
+        {
             match fused.run_scope(scope, 1) {
                 Ok(out) => {
                     finite(out[0].double_value(&[]))?;
@@ -315,37 +317,24 @@ impl Rank<'_> {
                 }
             }
         }
-        let value = eval
-            .eval_block(body, scope)
+        let value = Eager::default()
+            .run_scope(k, scope, self.device)
             .map_err(|source| RunError::Kernel {
                 function: format!("the loss of `{}`", op.label),
                 step,
                 source,
-            })?;
+            })?
+            .remove(0);
         finite(value.double_value(&[]))?;
         Ok(value / weight.micro_batches / weight.data_ranks)
     }
 
-    /// The fused kernel of `op`'s loss closure for a scope of these kinds, shapes and devices,
-    /// compiled on first use (cached with the kernel ops'); `None` where the fused back end
-    /// does not cover it.
-    fn loss_kernel(
-        &self,
-        op: &Op,
-        param: &str,
-        body: &Block,
-        scope: &[(&str, Bound)],
-    ) -> Option<Rc<Fused>> {
-        let key = format!("update {} loss: {}", op.id, scope_key(scope));
-        self.fused
-            .borrow_mut()
-            .entry(key)
-            .or_insert_with(|| {
-                Fused::closure(self.job.modules, body, param, scope)
-                    .ok()
-                    .map(Rc::new)
-            })
-            .clone()
+    /// The loss kernel `index` (`k`) with its gradient w.r.t. `param`, compiled on first use
+    /// (cached with the kernel ops'); `None` where the fused back end cannot differentiate it.
+    fn loss_kernel(&self, index: u32, k: &Kernel, param: &str) -> Option<Rc<Fused>> {
+        compiled_once(&self.fused, format!("loss {index} d{param}"), || {
+            Fused::with_gradient(k, param).ok()
+        })
     }
 }
 

@@ -1,19 +1,16 @@
-//! Fused kernels on tch tensors: a `fn` lowered to the kernel IR (optionally with its
-//! derivative), compiled by the Cranelift JIT, run on CPU tensors without copies when they
+//! Fused kernels on tch tensors: a plan's kernel (the kernel IR, optionally with its
+//! derivative) compiled by the Cranelift JIT, run on CPU tensors without copies when they
 //! are already contiguous `f32`/`i32`/`bool`.
 //!
 //! ```ignore
-//! let k = Fused::new(&checked.modules, "token_mean", &["loss", "m"], &[])?;
+//! let k = Fused::compile(&plan.kernels[i])?;
 //! let out = k.run(&[("loss", (&loss).into()), ("m", (&mask).into())], 2)?;
 //! ```
 
-use super::reference::{Arg, Bound};
-use rlc_check::modules::Modules;
+use super::args::{Arg, Bound, scope_args};
 use rlc_kernel::KernelError;
 use rlc_kernel::ir::{Elem, Kernel};
-use rlc_kernel::lower::Scoped;
 use rlc_kernel_exec::jit::{Jit, Slice, SliceMut};
-use rlc_syntax::ast::Block;
 use tch::{Device, Kind, Tensor};
 
 /// A compiled fused kernel.
@@ -93,111 +90,41 @@ pub(super) fn kind_of(elem: Elem) -> Kind {
     }
 }
 
-/// The kernel of `function` with the parameters in `given` as inputs, and with `wrt` non-empty
-/// the derivatives of its scalar result as outputs `d_<name>` (what both back ends compile).
-pub(super) fn fn_kernel(
-    modules: &Modules,
-    function: &str,
-    given: &[&str],
-    wrt: &[&str],
-) -> Result<Kernel, FusedError> {
-    let kernel = rlc_kernel::lower::lower_fn(modules, function, given)?;
-    if wrt.is_empty() {
-        return Ok(kernel);
-    }
-    Ok(rlc_kernel::grad::differentiate(&kernel, "result", wrt)?)
-}
-
 impl Fused {
-    /// `function` with the parameters in `given` as inputs (the others take their defaults);
-    /// with `wrt` non-empty, also the derivative of its (scalar) result with respect to each
-    /// of those inputs, as outputs `d_<name>`.
-    pub fn new(
-        modules: &Modules,
-        function: &str,
-        given: &[&str],
-        wrt: &[&str],
-    ) -> Result<Fused, FusedError> {
+    /// Compiles `kernel` (a plan's, or with the derivatives `rlc_kernel::grad` appends) for
+    /// this CPU.
+    pub fn compile(kernel: &Kernel) -> Result<Fused, FusedError> {
         Ok(Fused {
-            jit: Jit::compile(&fn_kernel(modules, function, given, wrt)?)?,
+            jit: Jit::compile(kernel)?,
         })
     }
 
-    /// A loss closure's body (`update(…) { logp -> body }`) with its parameter `param` and the
-    /// values it captures bound as `scope` says (the reference evaluator's pipeline scope: a
-    /// record's fields read as `name.field`), and the derivative of its scalar value with
-    /// respect to `param`: outputs `result` and `d_<param>`. Every tensor of `scope` must be on
-    /// the CPU. A body the fused back end cannot lower or differentiate (a group reduction or a
-    /// scan on the way to `param`, a 3-D tensor) is an error: the caller uses the reference
-    /// evaluator with autograd then.
-    pub fn closure(
-        modules: &Modules,
-        body: &Block,
-        param: &str,
-        scope: &[(&str, Bound)],
-    ) -> Result<Fused, FusedError> {
-        let mut scoped = Vec::with_capacity(scope.len());
-        for (name, bound) in scope {
-            let s = match bound {
-                Bound::Tensor(t) => {
-                    let (elem, level) = elem_level(name, t)?;
-                    Scoped::Tensor { elem, level }
-                }
-                Bound::Number(_) => Scoped::Tensor {
-                    elem: Elem::F32,
-                    level: 0,
-                },
-                Bound::Record(fields) => Scoped::Record(
-                    fields
-                        .iter()
-                        .map(|(f, t)| {
-                            elem_level(f, t).map(|(elem, level)| (f.clone(), elem, level))
-                        })
-                        .collect::<Result<_, _>>()?,
-                ),
-            };
-            scoped.push((*name, s));
-        }
-        let kernel = rlc_kernel::lower::lower_block(modules, "loss", body, &scoped)?;
-        let kernel = rlc_kernel::grad::differentiate(&kernel, "result", &[param])?;
-        Ok(Fused {
-            jit: Jit::compile(&kernel)?,
-        })
+    /// The loss kernel `kernel` (scalar output `result`) with the derivative of its value with
+    /// respect to its input `param` appended (output `d_<param>`), compiled: one pass gives a
+    /// loss and the gradient that seeds the model's backward pass. A kernel the IR cannot
+    /// differentiate (a group reduction or a scan on the way to `param`) is an error: the
+    /// caller runs it eagerly with autograd then.
+    pub fn with_gradient(kernel: &Kernel, param: &str) -> Result<Fused, FusedError> {
+        Fused::compile(&rlc_kernel::grad::differentiate(
+            kernel,
+            "result",
+            &[param],
+        )?)
     }
 
-    /// [`Fused::run`] on a scope of [`Fused::closure`]: a record's fields are the inputs
-    /// `name.field`. Tensors are read detached (the kernel is not part of autograd's graph).
+    /// [`Fused::run`] on a loss closure's scope ([`scope_args`]). Tensors are read detached
+    /// (the kernel is not part of autograd's graph).
     pub fn run_scope(
         &self,
         scope: &[(&str, Bound)],
         threads: usize,
     ) -> Result<Vec<Tensor>, FusedError> {
-        let mut names: Vec<String> = Vec::new();
-        let mut values: Vec<Arg> = Vec::new();
-        for (name, bound) in scope {
-            match bound {
-                Bound::Tensor(t) => {
-                    names.push(name.to_string());
-                    values.push(Arg::Tensor(t.detach()));
-                }
-                Bound::Number(x) => {
-                    names.push(name.to_string());
-                    values.push(Arg::Number(*x));
-                }
-                Bound::Record(fields) => {
-                    for (f, t) in fields {
-                        let full = format!("{name}.{f}");
-                        // Only the fields the body reads are inputs.
-                        if self.jit.kernel().input_index(&full).is_some() {
-                            names.push(full);
-                            values.push(Arg::Tensor(t.detach()));
-                        }
-                    }
-                }
-            }
-        }
-        let args: Vec<(&str, Arg)> = names.iter().map(String::as_str).zip(values).collect();
-        self.run(&args, threads)
+        let args = scope_args(self.jit.kernel(), scope, true);
+        let named: Vec<(&str, Arg)> = args
+            .iter()
+            .map(|(n, a)| (n.as_str(), a.shallow()))
+            .collect();
+        self.run(&named, threads)
     }
 
     pub fn jit(&self) -> &Jit {
@@ -258,44 +185,8 @@ impl Fused {
     }
 }
 
-/// The kernel element type and level of a bound tensor; an error off the CPU or for a kind the
-/// kernels do not read.
-fn elem_level(name: &str, t: &Tensor) -> Result<(Elem, usize), FusedError> {
-    if t.device() != Device::Cpu {
-        return Err(FusedError::Input(format!("`{name}` is not on the CPU")));
-    }
-    let elem = match t.kind() {
-        Kind::Float | Kind::Double | Kind::Half | Kind::BFloat16 => Elem::F32,
-        Kind::Int | Kind::Int64 | Kind::Int16 | Kind::Int8 | Kind::Uint8 => Elem::I32,
-        Kind::Bool => Elem::Bool,
-        k => return Err(FusedError::Input(format!("`{name}` is a {k:?} tensor"))),
-    };
-    Ok((elem, t.dim()))
-}
-
-/// A key for the kernel [`Fused::closure`] compiles for `scope`: each value's kind, number of
-/// dimensions and device (a kernel compiled for one scope runs on any other with this key).
-pub fn scope_key(scope: &[(&str, Bound)]) -> String {
-    let tensor = |t: &Tensor| format!("{:?}{}{:?}", t.kind(), t.dim(), t.device());
-    let parts: Vec<String> = scope
-        .iter()
-        .map(|(name, bound)| match bound {
-            Bound::Tensor(t) => format!("{name}:{}", tensor(t)),
-            Bound::Number(_) => format!("{name}:number"),
-            Bound::Record(fields) => {
-                let fs: Vec<String> = fields
-                    .iter()
-                    .map(|(f, t)| format!("{f}:{}", tensor(t)))
-                    .collect();
-                format!("{name}{{{}}}", fs.join(","))
-            }
-        })
-        .collect();
-    parts.join(";")
-}
-
 /// Seeds the backward pass of the model that computed `output` with the gradient of a loss
-/// with respect to it (`d_<param>` of a [`Fused::closure`] kernel), times `scale`: the
+/// with respect to it (`d_<param>` of a [`Fused::with_gradient`] kernel), times `scale`: the
 /// parameters' gradients accumulate as `(scale · loss).backward()` would accumulate them.
 pub fn seed_backward(output: &Tensor, grad: &Tensor, scale: f64) -> Result<(), FusedError> {
     let g = grad.f_to_kind(output.kind())?.f_mul_scalar(scale)?;

@@ -5,9 +5,9 @@
 //! Ordering with libtorch: both queue work on the device's legacy default stream, so a
 //! kernel runs after the tensor operations that produced its inputs; it returns when done.
 
-use super::fused::{FusedError, fn_kernel, kernel_inputs, kind_of};
-use super::reference::Arg;
-use rlc_check::modules::Modules;
+use super::args::Arg;
+use super::fused::{FusedError, kernel_inputs, kind_of};
+use rlc_kernel::ir::Kernel;
 use rlc_kernel_exec::cuda::{Gpu, GpuKernel};
 use tch::{Device, Tensor};
 
@@ -18,19 +18,12 @@ pub struct FusedCuda {
 }
 
 impl FusedCuda {
-    /// As [`super::fused::Fused::new`], for CUDA device `ordinal`. Fails (the caller falls back
-    /// to the reference evaluator) where the kernel cannot be lowered or CUDA/NVRTC is missing.
-    pub fn new(
-        modules: &Modules,
-        function: &str,
-        given: &[&str],
-        wrt: &[&str],
-        ordinal: usize,
-    ) -> Result<FusedCuda, FusedError> {
-        let kernel = fn_kernel(modules, function, given, wrt)?;
+    /// As [`super::fused::Fused::compile`], for CUDA device `ordinal`. Fails (the caller runs
+    /// the kernel eagerly) where CUDA or NVRTC is missing.
+    pub fn compile(kernel: &Kernel, ordinal: usize) -> Result<FusedCuda, FusedError> {
         let gpu = Gpu::on(ordinal)?;
         Ok(FusedCuda {
-            kernel: gpu.compile(&kernel)?,
+            kernel: gpu.compile(kernel)?,
             ordinal,
         })
     }

@@ -28,3 +28,6 @@ pub fn checked(name: &str, source: &str) -> Checked {
     );
     checked
 }
+
+#[allow(dead_code)]
+pub mod kernels;

@@ -8,7 +8,10 @@ use rlc_runtime::generate::generate;
 use rlc_runtime::model::ModelConfig;
 use rlc_runtime::optim::{AdamW, AdamWConfig};
 use rlc_runtime::parallel::RankGroups;
-use rlc_runtime::parallel::fsdp::{Fsdp, FsdpError, MemoryReport, checker_estimate};
+use rlc_runtime::parallel::fsdp::{Fsdp, FsdpError, MemoryReport};
+#[path = "../common/estimate.rs"]
+mod estimate;
+use estimate::checker_estimate;
 use tch::Tensor;
 
 use crate::fixture;

@@ -7,8 +7,9 @@ use crate::cli::{build, output};
 use std::process::ExitCode;
 
 pub fn evaluate(args: &KernelArgs) -> Result<ExitCode, String> {
-    use rlc_runtime::kernels::reference::{Arg, Evaluator};
-    use rlc_runtime::tch::Tensor;
+    use rlc_runtime::kernels::args::Arg;
+    use rlc_runtime::kernels::eager::Eager;
+    use rlc_runtime::tch::{Device, Kind, Tensor};
     use rlc_syntax::ast::ItemKind;
 
     let (checked, files) = match build::check_file(&args.path, &args.output)? {
@@ -59,13 +60,27 @@ pub fn evaluate(args: &KernelArgs) -> Result<ExitCode, String> {
     if !problems.is_empty() {
         return Ok(output::emit(&mut problems, &files, &args.output));
     }
-    let eval = Evaluator::new(&checked.modules);
+    // The `fn` lowered to the kernel IR, as a plan carries it, and run one operation per node
+    // (in f64 when an input is).
+    let given: Vec<&str> = inputs.iter().map(|(name, _)| name.as_str()).collect();
+    let kernel = match rlc_kernel::lower::lower_fn(&checked.modules, &args.function, &given) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("error: `{}` cannot run as a kernel: {e}", args.function);
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let float = if inputs.iter().any(|(_, t)| t.kind() == Kind::Double) {
+        Kind::Double
+    } else {
+        Kind::Float
+    };
     let call: Vec<(&str, Arg)> = inputs
         .iter()
         .map(|(name, t)| (name.as_str(), Arg::from(t)))
         .collect();
-    let result = match eval.call(&args.function, &call) {
-        Ok(t) => t,
+    let result = match Eager::with_float(float).run_args(&kernel, &call, Device::Cpu) {
+        Ok(mut out) => out.remove(0),
         Err(e) => {
             eprintln!("error: `{}` failed: {e}", args.function);
             return Ok(ExitCode::from(1));

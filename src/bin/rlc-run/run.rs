@@ -3,7 +3,7 @@
 //! curves, a summary and checkpoints into a run folder.
 
 use crate::cli::run::RunArgs;
-use crate::cli::{OutputArgs, build, graph, output};
+use crate::cli::{build, graph};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -22,12 +22,14 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     use rlc_runtime::exec::{self, RunOptions};
     use std::io::IsTerminal;
 
+    // A plan file carries everything the run needs (its kernels and losses as kernel IR), so
+    // its sources need not exist any more.
     let compiled = if args.path.extension().is_some_and(|e| e == "json") {
-        from_plan_file(&args.path, &args.output)?
+        graph::load(&args.path)?
     } else {
-        build::compile_checked(&args.path, &args.output)?
+        build::compile_checked(&args.path, &args.output)?.map(|(plan, _)| plan)
     };
-    let (mut plan, checked) = match compiled {
+    let mut plan = match compiled {
         Ok(compiled) => compiled,
         Err(code) => return Ok(code),
     };
@@ -80,7 +82,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             run_dir.display()
         );
     }
-    match exec::run(&plan, &checked.modules, &options) {
+    match exec::run(&plan, &options) {
         Ok(_) if !leader => Ok(ExitCode::SUCCESS),
         Ok(outcome) => {
             if let Some(step) = outcome.resumed_from {
@@ -107,50 +109,6 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
                 Ok(ExitCode::from(1))
             }
         },
-    }
-}
-
-/// A plan file and the program it carries (checked again: the runtime evaluates its `fn`s).
-fn from_plan_file(
-    path: &Path,
-    output: &OutputArgs,
-) -> Result<Result<(rlc_plan::Plan, rlc_check::Checked), ExitCode>, String> {
-    let plan = match graph::load(path)? {
-        Ok(plan) => plan,
-        Err(code) => return Ok(Err(code)),
-    };
-    let Some(sources) = plan.sources.clone() else {
-        return Err(format!(
-            "`{}` carries no sources to run; build it with `rlc build`",
-            path.display()
-        ));
-    };
-    let root_text = sources.files.get(&sources.root).cloned().ok_or_else(|| {
-        format!(
-            "`{}` names `{}` as its root but does not carry it",
-            path.display(),
-            sources.root
-        )
-    })?;
-    let mut files = rlc_diagnostics::Files::new();
-    let checked = rlc_check::check(&Embedded(&sources), &mut files, &sources.root, root_text);
-    if checked.has_errors() {
-        let mut diagnostics = checked.diagnostics.clone();
-        return Ok(Err(output::emit(&mut diagnostics, &files, output)));
-    }
-    Ok(Ok((plan, checked)))
-}
-
-/// Serves a plan's embedded files to the checker.
-struct Embedded<'a>(&'a rlc_plan::model::Sources);
-
-impl rlc_check::SourceLoader for Embedded<'_> {
-    fn read(&self, path: &str) -> Result<String, String> {
-        self.0
-            .files
-            .get(path)
-            .cloned()
-            .ok_or_else(|| format!("{path}: not carried by the plan"))
     }
 }
 

@@ -601,12 +601,14 @@ impl<'a> Lowerer<'a> {
         );
         let (batch_reduction, grouped) = facts;
         let batch_reduction = batch_reduction || (is_scalar(&ty) && !inputs.is_empty());
+        let kernel = self.call_kernel(&function, module.as_deref(), &inputs, &attrs);
         let kind = OpKind::Kernel {
             function: function.clone(),
             module,
             attrs,
             batch_reduction,
             grouped,
+            kernel,
         };
         let driver = self.driver;
         let ranks = self.instances[driver].ranks.clone();
@@ -758,6 +760,18 @@ impl<'a> Lowerer<'a> {
                     }
                 }
                 inputs.extend(captures.iter().cloned());
+                let kernel = match closure {
+                    Some(c) => {
+                        let kind = self.program.models[model].kind;
+                        self.loss_kernel(&role, kind, &c.body, &param, &captures)
+                    }
+                    None => {
+                        self.errors.push(lower_err(format!(
+                            "`{role}.update` has no loss closure (`{{ logp -> loss }}`)"
+                        )));
+                        0
+                    }
+                };
                 self.update_kind(
                     model,
                     &role,
@@ -767,6 +781,7 @@ impl<'a> Lowerer<'a> {
                         param,
                         calls,
                         captures,
+                        kernel,
                     },
                 )
             }

@@ -23,6 +23,7 @@
 
 mod dataflow;
 mod instances;
+mod kernels;
 mod reuse;
 pub use reuse::forward_logprobs;
 mod schedule;
@@ -107,6 +108,8 @@ struct Lowerer<'a> {
     /// The outputs of each `verify` op whose verifier declares metrics, by its reward value:
     /// `r.reward`, `r.format` read them (the pipeline binds `r` to the reward).
     verify_outputs: BTreeMap<u32, Vec<(String, u32)>>,
+    /// The plan's kernel table (see [`kernels`]).
+    kernels: Vec<rlc_kernel::ir::Kernel>,
     errors: Vec<LowerError>,
 }
 
@@ -286,6 +289,7 @@ impl<'a> Lowerer<'a> {
             updates: BTreeMap::new(),
             carried: Vec::new(),
             verify_outputs: BTreeMap::new(),
+            kernels: Vec::new(),
             errors: Vec::new(),
         })
     }
@@ -399,6 +403,7 @@ impl<'a> Lowerer<'a> {
             carried: self.carried.clone(),
             verifiers,
             environments,
+            kernels: self.kernels.clone(),
             sources: None,
         };
         reuse::sampling_logprobs(&mut plan);

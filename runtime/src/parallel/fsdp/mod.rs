@@ -21,7 +21,7 @@ mod decode;
 mod flat;
 mod memory;
 
-pub use memory::{MemoryReport, checker_estimate};
+pub use memory::MemoryReport;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
