@@ -16,6 +16,7 @@ mod pipeline;
 mod place;
 pub mod program;
 mod shapes;
+pub mod types;
 pub mod value;
 
 pub use eval::TypeTable;

@@ -390,9 +390,8 @@ fn item_doc(scope: &Scope, m: &LoadedModule, text: &str, item: &Item) -> ItemDoc
                 let key = (m.file, d.span.start, d.span.end);
                 // The type alone: a constant's type reads `i64 = 2`, and the default has
                 // its own column.
-                let ty = scope.checked.types.get(&key)?;
-                let ty = ty.split(" = ").next().unwrap_or(ty);
-                Some(scope.link(ty, &own))
+                let ty = scope.checked.types.get(&key)?.without_value();
+                Some(scope.link(&ty, &own))
             };
             let (ty, inferred) = match &p.ty {
                 Some(t) => (Some(scope.link(source(t.span), &own)), false),

@@ -78,7 +78,7 @@ pub fn hover(a: &Analysis, offset: u32) -> Option<Hover> {
         let shown = if src.len() <= 60 && !src.contains('\n') {
             format!("{src}: {ty}")
         } else {
-            ty.clone()
+            ty.to_string()
         };
         sections.push(format!("```rl\n{shown}\n```"));
         range = Some(span);
@@ -607,36 +607,16 @@ fn fields_of(def: &ast::Definition) -> Vec<CompletionItem> {
     }
 }
 
-/// The fields of a record type as the checker displays it: `Name { a: T, b: U[B, T] }`.
-pub fn record_fields(ty: &str) -> Vec<CompletionItem> {
-    let Some(open) = ty.find('{') else {
+/// The fields of a record type (a `Rollout`, a struct) as completions, each with its type.
+pub fn record_fields(ty: &rlc_check::types::Type) -> Vec<CompletionItem> {
+    let rlc_check::types::Type::Record(record) = ty else {
         return Vec::new();
     };
-    let inner = ty[open + 1..].trim_end().trim_end_matches('}');
-    let mut fields = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
-    let bytes = inner.as_bytes();
-    for i in 0..=bytes.len() {
-        let c = bytes.get(i).copied();
-        match c {
-            Some(b'[' | b'{' | b'(') => depth += 1,
-            Some(b']' | b'}' | b')') => depth -= 1,
-            Some(b',') | None if depth == 0 => {
-                let part = inner[start..i].trim();
-                if let Some((name, t)) = part.split_once(':') {
-                    fields.push(item(
-                        name.trim(),
-                        CompletionItemKind::FIELD,
-                        Some(t.trim().to_string()),
-                        None,
-                    ));
-                }
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    fields
+    record
+        .fields
+        .iter()
+        .map(|(name, t)| item(name, CompletionItemKind::FIELD, Some(t.to_string()), None))
+        .collect()
 }
 
 fn names_in_scope(a: &Analysis, good: Option<&Analysis>, offset: u32) -> Vec<CompletionItem> {
@@ -683,7 +663,7 @@ fn names_in_scope(a: &Analysis, good: Option<&Analysis>, offset: u32) -> Vec<Com
                 an.checked
                     .types
                     .get(&(an.root_file(), v.start, v.end))
-                    .cloned()
+                    .map(ToString::to_string)
             });
             out.insert(
                 l.ident.name.clone(),

@@ -177,9 +177,9 @@ fn type_label(a: &Analysis, span: Span) -> Option<String> {
         .checked
         .types
         .get(&(a.root_file(), span.start, span.end))?;
-    let ty = match ty.find(" {") {
-        Some(at) => &ty[..at],
-        None => ty.as_str(),
+    let ty = match ty {
+        rlc_check::types::Type::Record(r) => r.name.clone(),
+        other => other.to_string(),
     };
     (!ty.is_empty()).then(|| format!(": {ty}"))
 }

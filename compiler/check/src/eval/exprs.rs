@@ -9,7 +9,7 @@ impl Evaluator<'_> {
     pub(crate) fn expr(&mut self, frame: &mut Frame, e: &Expr) -> Val {
         let v = self.expr_inner(frame, e);
         if !matches!(v, Val::Unit | Val::Error) {
-            let ty = self.type_text(&v);
+            let ty = self.type_of(&v);
             self.types
                 .push(((frame.file, e.span.start, e.span.end), ty));
         }

@@ -182,8 +182,8 @@ impl HfProblem {
     }
 }
 
-/// Types of expressions, by file and span, for tools (hover in the LSP).
-pub type TypeTable = BTreeMap<(FileId, u32, u32), String>;
+pub use crate::types::TypeTable;
+use crate::types::{RecordType, Type};
 
 pub struct Evaluator<'m> {
     modules: &'m Modules,
@@ -192,7 +192,7 @@ pub struct Evaluator<'m> {
     pub diags: Vec<Diagnostic>,
     pub program: Program,
     /// The type table's entries in the order they were found (see `take_types`).
-    types: Vec<((FileId, u32, u32), String)>,
+    types: Vec<((FileId, u32, u32), Type)>,
     memo: HashMap<ItemRef, Val>,
     in_progress: BTreeSet<ItemRef>,
     model_ids: HashMap<ItemRef, usize>,
@@ -208,7 +208,7 @@ pub struct Evaluator<'m> {
     /// The type text of each record value met (the `Rc` keeps its address from being reused):
     /// a pipeline names the same rollout at every use, and writing its fields out each time was
     /// a third of checking a long pipeline.
-    record_types: HashMap<*const RecordVal, (Rc<RecordVal>, String)>,
+    record_types: HashMap<*const RecordVal, (Rc<RecordVal>, Type)>,
     /// Names the "did you mean" search for undefined names may still compare: each search reads
     /// every name in scope, so a file of thousands of distinct unknown names among thousands of
     /// items would cost their product (20 000 of each: two minutes). Past the budget the errors
@@ -253,10 +253,10 @@ impl<'m> Evaluator<'m> {
     /// insert per expression cost more); the last type found for a span wins, as it did when
     /// each was inserted.
     pub fn take_types(&mut self) -> TypeTable {
-        let mut texts: Vec<Option<String>> = Vec::with_capacity(self.types.len());
+        let mut types: Vec<Option<Type>> = Vec::with_capacity(self.types.len());
         let mut order: Vec<((FileId, u32, u32), usize)> = Vec::with_capacity(self.types.len());
-        for (i, (key, text)) in std::mem::take(&mut self.types).into_iter().enumerate() {
-            texts.push(Some(text));
+        for (i, (key, ty)) in std::mem::take(&mut self.types).into_iter().enumerate() {
+            types.push(Some(ty));
             order.push((key, i));
         }
         // By span, then by when found (small keys sort fast), so the last of a span is last.
@@ -266,7 +266,7 @@ impl<'m> Evaluator<'m> {
             .enumerate()
             .filter(|(n, (key, _))| order.get(n + 1).is_none_or(|(next, _)| next != key));
         last_of_each
-            .map(|(_, (key, i))| (*key, texts[*i].take().unwrap_or_default()))
+            .filter_map(|(_, (key, i))| Some((*key, types[*i].take()?)))
             .collect()
     }
 
@@ -302,16 +302,33 @@ impl<'m> Evaluator<'m> {
         self.close_scope(frame)
     }
 
-    /// `display_val(v)`, written once per record value.
-    fn type_text(&mut self, v: &Val) -> String {
+    /// The type of value `v`; a record value's is made once (records are shared by every
+    /// expression that reads them).
+    fn type_of(&mut self, v: &Val) -> Type {
         match v {
-            Val::Record(r) | Val::Rollout(r, _) => self
-                .record_types
-                .entry(Rc::as_ptr(r))
-                .or_insert_with(|| (r.clone(), display_val(v)))
-                .1
-                .clone(),
-            _ => display_val(v),
+            Val::Record(r) | Val::Rollout(r, _) => {
+                if let Some((_, ty)) = self.record_types.get(&Rc::as_ptr(r)) {
+                    return ty.clone();
+                }
+                let fields = r
+                    .fields
+                    .iter()
+                    .map(|(n, v)| (n.clone(), self.type_of(v)))
+                    .collect();
+                let ty = Type::Record(std::sync::Arc::new(RecordType {
+                    name: r.name.clone(),
+                    fields,
+                }));
+                self.record_types
+                    .insert(Rc::as_ptr(r), (r.clone(), ty.clone()));
+                ty
+            }
+            Val::Int(i) => Type::Int(*i),
+            Val::Float(x) => Type::Float(*x),
+            Val::Bool(b) => Type::Bool(*b),
+            Val::Str(s) => Type::Str(s.clone()),
+            Val::Tensor(t) => Type::Tensor(t.clone()),
+            other => Type::Item(display_val(other).into()),
         }
     }
 
@@ -432,15 +449,11 @@ fn ret_display(v: &Val) -> String {
 /// How a value's type reads in hover text and messages.
 pub fn display_val(v: &Val) -> String {
     match v {
-        Val::Int(Some(i)) => format!("i64 = {i}"),
-        Val::Int(None) => "i64".into(),
-        Val::Float(Some(f)) => format!("f32 = {f}"),
-        Val::Float(None) => "f32".into(),
-        Val::Bool(Some(b)) => format!("bool = {b}"),
-        Val::Bool(None) => "bool".into(),
-        Val::Str(Some(s)) => format!("str = {s:?}"),
-        Val::Str(None) => "str".into(),
-        Val::Tensor(t) => tensor_text(t),
+        Val::Int(i) => Type::Int(*i).to_string(),
+        Val::Float(x) => Type::Float(*x).to_string(),
+        Val::Bool(b) => Type::Bool(*b).to_string(),
+        Val::Str(s) => Type::Str(s.clone()).to_string(),
+        Val::Tensor(t) => crate::types::tensor_text(t),
         Val::Record(r) | Val::Rollout(r, _) => {
             let fields: Vec<String> = r
                 .fields
@@ -455,21 +468,4 @@ pub fn display_val(v: &Val) -> String {
         ),
         other => other.describe(),
     }
-}
-
-/// `t.to_string()` without the formatting machinery: the type table writes one per expression.
-fn tensor_text(t: &TensorTy) -> String {
-    let mut s = String::with_capacity(8 + 4 * t.dims.len());
-    s.push_str(t.dtype.as_str());
-    for (i, d) in t.dims.iter().enumerate() {
-        s.push_str(if i == 0 { "[" } else { ", " });
-        match d {
-            Dim::Sym(name) => s.push_str(name),
-            Dim::Size(n) => s.push_str(&n.to_string()),
-        }
-    }
-    if !t.dims.is_empty() {
-        s.push(']');
-    }
-    s
 }

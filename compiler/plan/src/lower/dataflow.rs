@@ -112,9 +112,9 @@ impl<'a> Lowerer<'a> {
     /// `beta = 0.1` in a loop's `with (…)`: a value of the step without a producer, held where
     /// kernels run (the checker made it a scalar `f32` or `i64` with a constant initial value).
     pub(super) fn carry(&mut self, c: &ast::Carry) {
-        let text = self.type_at(c.init.span).cloned().unwrap_or_default();
-        let (dtype, init) = match text.split_once(" = ") {
-            Some((d, v)) if d == "f32" || d == "i64" => (d.to_string(), v.to_string()),
+        let (dtype, init) = match self.type_at(c.init.span) {
+            Some(Type::Float(Some(x))) => ("f32".to_string(), x.to_string()),
+            Some(Type::Int(Some(n))) => ("i64".to_string(), n.to_string()),
             _ => {
                 self.errors.push(lower_err(format!(
                     "the initial value of `{}` is not a known `f32` or `i64` constant",
@@ -206,16 +206,13 @@ impl<'a> Lowerer<'a> {
             .map_or(written, |d| d.name.clone())
     }
 
-    pub(super) fn type_at(&self, span: ast::Span) -> Option<&'a String> {
+    /// The checker's type of the root module's expression at `span`.
+    pub(super) fn type_at(&self, span: ast::Span) -> Option<&'a Type> {
         self.types.get(&(self.root_file, span.start, span.end))
     }
 
     pub(super) fn const_int(&self, e: &ast::Expr) -> Option<u64> {
-        let t = self.type_at(e.span)?;
-        t.strip_prefix("i64 = ")?
-            .parse::<i64>()
-            .ok()
-            .map(|v| v.max(0) as u64)
+        self.type_at(e.span)?.const_int().map(|v| v.max(0) as u64)
     }
 
     /// A constant the checker knows (`f32 = 0.5`, `i64 = 8`), as text.
@@ -226,9 +223,7 @@ impl<'a> Lowerer<'a> {
             ExprKind::Str(s) => return Some(format!("{:?}", s.value)),
             _ => {}
         }
-        let t = self.type_at(e.span)?;
-        let (_, v) = t.split_once(" = ")?;
-        Some(v.to_string())
+        self.type_at(e.span)?.const_text()
     }
 
     pub(super) fn expr(&mut self, e: &ast::Expr) -> Lowered {
@@ -314,7 +309,7 @@ impl<'a> Lowerer<'a> {
                             || ValueType::Opaque {
                                 opaque: "prompts".into(),
                             },
-                            |t| parse_type(t),
+                            value_type,
                         );
                         let kind = OpKind::Sample {
                             dataset: dataset.clone(),
@@ -414,7 +409,7 @@ impl<'a> Lowerer<'a> {
             || ValueType::Opaque {
                 opaque: "unknown".into(),
             },
-            |t| parse_type(t),
+            value_type,
         );
         let reward_ty = if verifier.metrics.is_empty() {
             ty
@@ -505,7 +500,7 @@ impl<'a> Lowerer<'a> {
             || ValueType::Opaque {
                 opaque: "rollout".into(),
             },
-            |t| parse_type(t),
+            value_type,
         );
         let rows = count.map(|c| if form == "preferences" { 2 * c } else { c });
         let dataset = self.dataset_name(e, dataset.to_string());
@@ -597,7 +592,7 @@ impl<'a> Lowerer<'a> {
             || ValueType::Opaque {
                 opaque: "unknown".into(),
             },
-            |t| parse_type(t),
+            value_type,
         );
         let (batch_reduction, grouped) = facts;
         let batch_reduction = batch_reduction || (is_scalar(&ty) && !inputs.is_empty());
@@ -809,7 +804,7 @@ impl<'a> Lowerer<'a> {
             || ValueType::Opaque {
                 opaque: "unknown".into(),
             },
-            |t| parse_type(t),
+            value_type,
         );
         let rows = rows_of(&ty).or(batch);
         let v = self.new_value(format!("{role}.{}#", op.as_str()), id, ty, rows);

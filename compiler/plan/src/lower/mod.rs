@@ -36,6 +36,7 @@ use rlc_check::Checked;
 use rlc_check::checks::memory;
 use rlc_check::modules::{Binding, Modules};
 use rlc_check::program::{self as prog, Phase, Program};
+use rlc_check::types::Type;
 use rlc_diagnostics::FileId;
 use rlc_syntax::ast::{self, ExprKind, ItemKind, StmtKind};
 use std::collections::{BTreeMap, BTreeSet};
@@ -144,74 +145,57 @@ fn value_bytes(ty: &ValueType) -> Option<u64> {
     ty.bytes()
 }
 
-/// Splits `text` at top-level `sep` (outside brackets and braces).
-fn split_top(text: &str, sep: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut depth = 0i32;
-    let mut start = 0;
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'[' | b'{' | b'(' => depth += 1,
-            b']' | b'}' | b')' => depth -= 1,
-            _ => {}
-        }
-        if depth == 0 && text[i..].starts_with(sep) {
-            out.push(text[start..i].to_string());
-            i += sep.len();
-            start = i;
-            continue;
-        }
-        i += 1;
-    }
-    out.push(text[start..].to_string());
-    out
-}
-
-fn parse_tensor(text: &str) -> Option<TensorType> {
-    let text = text.split(" = ").next()?.trim();
-    let t = TensorType::parse(text).ok()?;
-    t.bytes()
-        .or_else(|| (t.shape.iter().any(|d| matches!(d, Dim::Sym(_)))).then_some(0))?;
-    Some(t)
-}
-
-/// Reads the checker's display of a type (`f32[16, 8]`, `Rollout { mask: bool[16, 8], … }`).
-fn parse_type(text: &str) -> ValueType {
-    if let Some(t) = parse_tensor(text) {
-        return ValueType::Tensor(t);
-    }
-    if let Some((name, rest)) = text.split_once(" { ")
-        && let Some(body) = rest.strip_suffix(" }")
-        && !name.contains(' ')
-    {
-        let mut fields = BTreeMap::new();
-        for part in split_top(body, ", ") {
-            let Some((fname, fty)) = part.split_once(": ") else {
-                return ValueType::Opaque {
-                    opaque: text.to_string(),
-                };
-            };
-            match parse_tensor(fty) {
-                Some(ty) => {
-                    fields.insert(fname.to_string(), ty);
-                }
-                None => {
-                    return ValueType::Opaque {
-                        opaque: text.to_string(),
-                    };
+/// The plan's type of a value the checker typed `ty`: a tensor (a scalar for numbers and
+/// booleans) when its element type has a size or its shape a symbol, a record of such tensors,
+/// anything else opaque (described as the hover does).
+fn value_type(ty: &Type) -> ValueType {
+    let opaque = || ValueType::Opaque {
+        opaque: ty.to_string(),
+    };
+    match ty {
+        Type::Record(r) => {
+            let mut fields = BTreeMap::new();
+            for (name, field) in &r.fields {
+                match tensor_type(field) {
+                    Some(t) => {
+                        fields.insert(name.clone(), t);
+                    }
+                    None => return opaque(),
                 }
             }
+            ValueType::Record {
+                record: r.name.clone(),
+                fields,
+            }
         }
-        return ValueType::Record {
-            record: name.to_string(),
-            fields,
-        };
+        other => tensor_type(other).map_or_else(opaque, ValueType::Tensor),
     }
-    ValueType::Opaque {
-        opaque: text.to_string(),
-    }
+}
+
+fn tensor_type(ty: &Type) -> Option<TensorType> {
+    let scalar = |dtype: &str| TensorType {
+        dtype: dtype.to_string(),
+        shape: Vec::new(),
+    };
+    let t = match ty {
+        Type::Int(_) => scalar("i64"),
+        Type::Float(_) => scalar("f32"),
+        Type::Bool(_) => scalar("bool"),
+        Type::Tensor(t) => TensorType {
+            dtype: t.dtype.as_str().to_string(),
+            shape: t
+                .dims
+                .iter()
+                .map(|d| match d {
+                    rlc_check::value::Dim::Size(n) => Dim::Size(*n),
+                    rlc_check::value::Dim::Sym(s) => Dim::Sym(s.clone()),
+                })
+                .collect(),
+        },
+        Type::Str(_) | Type::Record(_) | Type::Item(_) => return None,
+    };
+    // Known bytes, or a symbolic size (the batch or prompt length) to be fixed at run time.
+    (t.bytes().is_some() || t.shape.iter().any(|d| matches!(d, Dim::Sym(_)))).then_some(t)
 }
 
 fn rows_of(ty: &ValueType) -> Option<u64> {
