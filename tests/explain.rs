@@ -77,16 +77,23 @@ fn check(src: &str) -> Vec<(String, Severity)> {
         .iter()
         .map(|d| (d.code.as_str().to_string(), d.severity))
         .collect();
-    // The planner's codes (E09xx) come from `rlc plan`, after a clean check.
-    if !checked.has_errors()
-        && let Err(rlc_plan::planner::apply::PlanFailure::Diagnostics(diags)) =
-            rlc_plan::planner::plan_auto(&checked, &rlc_plan::cost::CostParams::default())
-    {
-        out.extend(
-            diags
-                .iter()
-                .map(|d| (d.code.as_str().to_string(), d.severity)),
-        );
+    // The planner's codes (E09xx) and lowering's (E0314) come from `rlc plan` and `rlc build`,
+    // after a clean check.
+    if !checked.has_errors() {
+        let failure = match rlc_plan::planner::plan_auto(&checked, &Default::default()) {
+            Err(failure) => Some(failure),
+            Ok(Some(_)) => None,
+            Ok(None) => rlc_plan::lower::lower(&checked)
+                .err()
+                .map(rlc_plan::lower::failure),
+        };
+        if let Some(rlc_plan::planner::apply::PlanFailure::Diagnostics(diags)) = failure {
+            out.extend(
+                diags
+                    .iter()
+                    .map(|d| (d.code.as_str().to_string(), d.severity)),
+            );
+        }
     }
     out
 }

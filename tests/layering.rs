@@ -574,3 +574,54 @@ fn lowering_passes_are_functions_of_their_input() {
         }
     }
 }
+
+/// The plan is the contract (#22): the runtime reads plans, so its manifest names neither the
+/// parser nor the checker, and takes the plan's data model and the kernel IR without their
+/// lowering from the AST (`default-features = false`; their `lower` features bring the AST).
+#[test]
+fn the_runtime_depends_on_the_plan_not_the_ast() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--offline", "--no-deps"])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runtime = metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "rlc-runtime")
+        .expect("the runtime is a workspace member");
+    let normal: Vec<&serde_json::Value> = runtime["dependencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["kind"].is_null())
+        .collect();
+    for ast in ["rlc-syntax", "rlc-check", "rlc-diagnostics", "rlc-reference"] {
+        assert!(
+            !normal.iter().any(|d| d["name"] == ast),
+            "the runtime depends on {ast}: plans, not sources, are its input"
+        );
+    }
+    for model in ["rlc-plan", "rlc-kernel"] {
+        let dep = normal
+            .iter()
+            .find(|d| d["name"] == model)
+            .unwrap_or_else(|| panic!("the runtime reads {model}"));
+        assert_eq!(
+            dep["uses_default_features"], false,
+            "{model} without its lowering (default features off)"
+        );
+        assert!(
+            dep["features"].as_array().unwrap().is_empty(),
+            "{model}: no features"
+        );
+    }
+}

@@ -86,9 +86,7 @@ pub(super) fn plan_checked(
         }
         None => rlc_plan::lower::lower(checked)
             .map(|plan| (plan, None))
-            .map_err(|errors| {
-                PlanFailure::Messages(errors.iter().map(ToString::to_string).collect())
-            }),
+            .map_err(rlc_plan::lower::failure),
     }
 }
 

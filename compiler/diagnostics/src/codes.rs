@@ -86,6 +86,7 @@ codes! {
     NotConstant = "E0311", Error, "a value that must be known before the job starts";
     CarriedTwice = "E0312", Error, "a carried value assigned more than once in a step";
     SizeOutOfRange = "E0313", Error, "a size too large for the compiler to check";
+    NotAKernel = "E0314", Error, "a computation the kernel IR cannot express";
     // Roles.
     UnsupportedOperation = "E0401", Error, "operation not supported by the model's kind";
     UpdateFrozen = "E0402", Error, "update of a frozen model";

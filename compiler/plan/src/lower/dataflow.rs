@@ -596,7 +596,7 @@ impl<'a> Lowerer<'a> {
         );
         let (batch_reduction, grouped) = facts;
         let batch_reduction = batch_reduction || (is_scalar(&ty) && !inputs.is_empty());
-        let kernel = self.call_kernel(&function, module.as_deref(), &inputs, &attrs);
+        let kernel = self.call_kernel(e.span, &function, module.as_deref(), &inputs, &attrs);
         let kind = OpKind::Kernel {
             function: function.clone(),
             module,

@@ -13,6 +13,7 @@ impl Lowerer<'_> {
     /// for a dataset's `score`, which the runtime implements.
     pub(super) fn call_kernel(
         &mut self,
+        at: ast::Span,
         function: &str,
         module: Option<&str>,
         inputs: &[Input],
@@ -23,12 +24,14 @@ impl Lowerer<'_> {
         {
             return None;
         }
-        let fail = |detail: String| format!("`{function}` cannot run as a fused kernel: {detail}");
+        let fail = |detail: String| LowerError {
+            message: format!("`{function}` cannot be computed by a kernel: {detail}"),
+            kernel_at: Some((self.root_file, at.start, at.end)),
+        };
         for (name, value) in attrs {
             if value.parse::<f64>().is_err() {
-                self.errors.push(lower_err(fail(format!(
-                    "its argument `{name}` = `{value}` is not a number"
-                ))));
+                let e = fail(format!("its argument `{name}` = `{value}` is not a number"));
+                self.errors.push(e);
                 return None;
             }
         }
@@ -50,7 +53,8 @@ impl Lowerer<'_> {
                             scope.push((input.name.as_str(), Scoped::Tensor { elem, level }))
                         }
                         Err(e) => {
-                            self.errors.push(lower_err(fail(e)));
+                            let e = fail(e);
+                            self.errors.push(e);
                             return None;
                         }
                     }
@@ -64,7 +68,8 @@ impl Lowerer<'_> {
         match lowered {
             Ok(kernel) => Some(self.intern_kernel(kernel)),
             Err(e) => {
-                self.errors.push(lower_err(fail(e)));
+                let e = fail(e);
+                self.errors.push(e);
                 None
             }
         }
@@ -91,7 +96,11 @@ impl Lowerer<'_> {
                 level: output_level,
             },
         )];
-        let fail = |detail: String| format!("the loss of `{role}.update` cannot run: {detail}");
+        let at = body.span;
+        let fail = |detail: String| LowerError {
+            message: format!("the loss of `{role}.update` cannot be computed by a kernel: {detail}"),
+            kernel_at: Some((self.root_file, at.start, at.end)),
+        };
         for input in captures {
             // A whole record (`rollout`, read as `rollout.mask`), or one output of a verifier's
             // record (`scores.format`), which the body reads as a field too.
@@ -112,7 +121,8 @@ impl Lowerer<'_> {
             let scoped = match scoped {
                 Ok(s) => s,
                 Err(e) => {
-                    self.errors.push(lower_err(fail(e)));
+                    let e = fail(e);
+                    self.errors.push(e);
                     continue;
                 }
             };
@@ -135,7 +145,8 @@ impl Lowerer<'_> {
         match lower_block(self.modules, "loss", body, &scope) {
             Ok(kernel) => self.intern_kernel(kernel),
             Err(e) => {
-                self.errors.push(lower_err(fail(e.to_string())));
+                let e = fail(e.to_string());
+                self.errors.push(e);
                 0
             }
         }

@@ -45,6 +45,29 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LowerError {
     pub message: String,
+    /// For a computation the kernel IR cannot express (E0314): the file and span of the call
+    /// or closure, so that it is reported as a diagnostic.
+    pub kernel_at: Option<(FileId, u32, u32)>,
+}
+
+impl LowerError {
+    /// The coded diagnostic of an error that has a place in the program.
+    pub fn diagnostic(&self) -> Option<rlc_diagnostics::Diagnostic> {
+        let (file, start, end) = self.kernel_at?;
+        Some(
+            rlc_diagnostics::Diagnostic::new(
+                rlc_diagnostics::Code::NotAKernel,
+                self.message.clone(),
+                file,
+                rlc_diagnostics::Span { start, end },
+            )
+            .primary_label("computed here")
+            .help(
+                "write it with what the kernels express (see `rlc explain E0314`), or compute \
+                 it in another step of the pipeline",
+            ),
+        )
+    }
 }
 
 impl std::fmt::Display for LowerError {
@@ -56,6 +79,19 @@ impl std::fmt::Display for LowerError {
 fn lower_err(message: impl Into<String>) -> LowerError {
     LowerError {
         message: message.into(),
+        kernel_at: None,
+    }
+}
+
+/// Lowering errors as the CLI reports them: the coded diagnostics of those with a place in the
+/// program (E0314), else their messages.
+pub fn failure(errors: Vec<LowerError>) -> crate::planner::apply::PlanFailure {
+    use crate::planner::apply::PlanFailure;
+    let diagnostics: Vec<_> = errors.iter().filter_map(LowerError::diagnostic).collect();
+    if diagnostics.is_empty() {
+        PlanFailure::Messages(errors.iter().map(ToString::to_string).collect())
+    } else {
+        PlanFailure::Diagnostics(diagnostics)
     }
 }
 

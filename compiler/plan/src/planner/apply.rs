@@ -31,7 +31,7 @@ pub struct Planned {
 /// Why the planner gave no plan.
 #[derive(Clone, Debug)]
 pub enum PlanFailure {
-    /// No layout fits (E0901).
+    /// No layout fits (E0901), or a computation no kernel expresses (E0314).
     Diagnostics(Vec<Diagnostic>),
     /// The program cannot be costed or lowered.
     Messages(Vec<String>),
@@ -171,6 +171,10 @@ pub fn plan_auto(checked: &Checked, params: &CostParams) -> Result<Option<Planne
                     }
                     Err(e) => problems.push(format!("candidate {}: {e}", i + 1)),
                 }
+            }
+            // A computation no kernel expresses fails every candidate alike: say it once, coded.
+            Err(errors) if errors.iter().any(|e| e.kernel_at.is_some()) => {
+                return Err(lower::failure(errors));
             }
             Err(errors) => problems.extend(
                 errors
