@@ -1,7 +1,9 @@
 //! Every explain page's examples do what the page says: the `## Wrong` program produces the
 //! page's code and the `## Fixed` program produces no error. Examples that are also UI cases
 //! (`tests/ui/**`, compared without their `//~` annotations) are checked through their
-//! annotations, which `tests/ui.rs` verifies; the others are checked here, in memory.
+//! annotations, which `tests/ui.rs` verifies; the others are checked here, in memory. A package
+//! manifest example (`rl.toml` of a case in `tests/ui/packages/`) stands for its case's folder:
+//! the annotations of its program and manifest (`#~ E0207`).
 
 use rlc_diagnostics::{CODES, Files, Severity};
 use std::collections::BTreeMap;
@@ -11,10 +13,11 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The text without `//~` annotations and trailing white space, for comparison.
+/// The text without `//~` (or, in a manifest, `#~`) annotations and trailing white space, for
+/// comparison.
 fn normalize(src: &str) -> String {
     src.lines()
-        .map(|l| l.find("//~").map_or(l, |i| &l[..i]).trim_end())
+        .map(|l| marker(l).map_or(l, |(i, _)| &l[..i]).trim_end())
         .collect::<Vec<_>>()
         .join("\n")
         .trim()
@@ -27,7 +30,7 @@ fn ui_cases() -> BTreeMap<String, PathBuf> {
             let path = entry.path();
             if path.is_dir() {
                 walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rl") {
+            } else if path.extension().is_some_and(|e| e == "rl") || path.ends_with("rl.toml") {
                 out.insert(normalize(&std::fs::read_to_string(&path).unwrap()), path);
             }
         }
@@ -37,15 +40,37 @@ fn ui_cases() -> BTreeMap<String, PathBuf> {
     out
 }
 
-/// Codes a UI case's annotations expect.
+/// Where a line's annotation starts, and its marker's length.
+fn marker(line: &str) -> Option<(usize, usize)> {
+    line.find("//~")
+        .map(|i| (i, 3))
+        .or_else(|| line.find("#~").map(|i| (i, 2)))
+}
+
+/// Codes a UI case's annotations expect; for a manifest, those of its folder's program and
+/// manifest.
 fn annotated(path: &Path) -> Vec<String> {
+    if path.ends_with("rl.toml") {
+        let dir = path.parent().unwrap();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.is_file() && (p.ends_with("rl.toml") || p.extension().is_some_and(|e| e == "rl"))
+            })
+            .collect();
+        files.sort();
+        return files.iter().flat_map(|f| annotations(f)).collect();
+    }
+    annotations(path)
+}
+
+fn annotations(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
-        .filter_map(|l| {
-            l.find("//~")
-                .map(|i| l[i + 3..].trim_start_matches('^').to_string())
-        })
+        .filter_map(|l| marker(l).map(|(i, n)| l[i + n..].trim_start_matches('^').to_string()))
         .flat_map(|rest| {
             rest.split_whitespace()
                 .map(str::to_string)

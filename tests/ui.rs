@@ -5,6 +5,10 @@
 //! above, `//~^^` two lines above). The test fails if the codes and lines reported differ
 //! from those expected, in either direction. The rendered human output (no colour, fixed width,
 //! relative paths) is compared with an insta snapshot in `tests/ui/snapshots/`.
+//!
+//! A case in a folder with a package manifest (`tests/ui/packages/<case>/main.rl` with
+//! `rl.toml`; its dependencies under `lib/`) may also expect diagnostics in the manifests of that
+//! folder and below, annotated in TOML comments: `#~ E0207`.
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use std::collections::BTreeMap;
@@ -43,20 +47,45 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `(line, code)` → how many times.
-type Expectations = BTreeMap<(u32, String), usize>;
+/// `(file, line, code)` → how many times.
+type Expectations = BTreeMap<(String, u32, String), usize>;
 
-fn expected(src: &str) -> Expectations {
-    let mut out = Expectations::new();
+fn expected(file: &str, src: &str, marker: &str, out: &mut Expectations) {
     for (i, line) in src.lines().enumerate() {
-        let Some(at) = line.find("//~") else { continue };
-        let rest = &line[at + 3..];
+        let Some(at) = line.find(marker) else {
+            continue;
+        };
+        let rest = &line[at + marker.len()..];
         let up = rest.chars().take_while(|&c| c == '^').count();
         for code in rest[up..].split_whitespace() {
-            *out.entry((i as u32 + 1 - up as u32, code.to_string()))
+            *out.entry((file.to_string(), i as u32 + 1 - up as u32, code.to_string()))
                 .or_default() += 1;
         }
     }
+}
+
+/// The package manifests of a case: every `rl.toml` in its folder and below, when its folder
+/// has one.
+fn manifests(rel: &str) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(rel).parent().unwrap();
+    if !root.join(dir).join("rl.toml").is_file() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(root.join(&d)).unwrap() {
+            let entry = entry.unwrap();
+            let rel = d.join(entry.file_name());
+            if entry.path().is_dir() {
+                stack.push(rel);
+            } else if entry.file_name() == "rl.toml" {
+                out.push(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    out.sort();
     out
 }
 
@@ -72,6 +101,7 @@ fn rlc(args: &[&str]) -> std::process::Output {
 fn run_case(rel: &str) -> Result<(), Failed> {
     let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap();
     let json = rlc(&["check", "--format", "json", rel]);
+    let manifests = manifests(rel);
     let stdout = String::from_utf8(json.stdout).unwrap();
     let mut actual = Expectations::new();
     let mut has_error = false;
@@ -86,14 +116,20 @@ fn run_case(rel: &str) -> Result<(), Failed> {
             .ok_or("diagnostic without a code")?
             .to_string();
         has_error |= v["severity"] == "error";
-        // Expectations are written in the case's own file: a diagnostic elsewhere (an imported
-        // module, std) must not satisfy one by its line number.
-        if v["file"] != rel {
+        // Expectations are written in the case's own file (or its manifests): a diagnostic
+        // elsewhere (an imported module, std) must not satisfy one by its line number.
+        let file = v["file"].as_str().unwrap_or_default().to_string();
+        if file != rel && !manifests.contains(&file) {
             return Err(format!("diagnostic in another file than the case:\n{line}").into());
         }
-        *actual.entry((line_no, code)).or_default() += 1;
+        *actual.entry((file, line_no, code)).or_default() += 1;
     }
-    let want = expected(&src);
+    let mut want = Expectations::new();
+    expected(rel, &src, "//~", &mut want);
+    for m in &manifests {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(m)).unwrap();
+        expected(m, &text, "#~", &mut want);
+    }
     if actual != want {
         return Err(format!(
             "diagnostics differ\n  expected: {want:?}\n  actual:   {actual:?}\n{stdout}"

@@ -66,4 +66,29 @@ impl rlc_check::SourceLoader for FileLoader {
         let bytes = std::fs::read(path).map_err(|e| e.kind().to_string())?;
         String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
     }
+
+    fn find_manifest(&self, path: &str) -> Option<String> {
+        find_manifest(path)
+    }
+}
+
+/// The `rl.toml` nearest to source `path`: in its folder or any folder above, up to the file
+/// system's root (like `Cargo.toml`), named relative to `path`'s folder as the checker joins
+/// paths (`../rl.toml` for `main.rl` under the package's `src/`).
+pub fn find_manifest(path: &str) -> Option<String> {
+    let manifest = rlc_check::packages::MANIFEST;
+    let dir = Path::new(path).parent().unwrap_or(Path::new(""));
+    let start = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let absolute = std::fs::canonicalize(start).ok()?;
+    for (ups, folder) in absolute.ancestors().enumerate() {
+        if folder.join(manifest).is_file() {
+            let rel = format!("{}{manifest}", "../".repeat(ups));
+            return Some(rlc_check::modules::join_relative(path, &rel));
+        }
+    }
+    None
 }

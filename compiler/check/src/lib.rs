@@ -12,6 +12,7 @@ mod hints;
 mod imports;
 mod limits;
 pub mod modules;
+pub mod packages;
 mod pipeline;
 mod place;
 pub mod program;
@@ -34,6 +35,13 @@ pub mod std_lib {
 /// tests serve text from memory).
 pub trait SourceLoader {
     fn read(&self, path: &str) -> Result<String, String>;
+
+    /// The package manifest (`rl.toml`) that governs source `path`: the nearest one in its
+    /// folder or a folder above. By default, the first the loader can read going up the
+    /// folders `path` names; a loader over a file system goes on above them (the CLI's does).
+    fn find_manifest(&self, path: &str) -> Option<String> {
+        packages::find_manifest_by_reading(self, path)
+    }
 }
 
 /// Everything the checker learned about a program.

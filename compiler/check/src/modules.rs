@@ -1,8 +1,9 @@
 //! Loading modules (the root file, relative imports through the [`SourceLoader`], `std` from the
-//! binary), binding their names, and diagnosing unknown modules, missing or private items,
+//! binary, package imports through the root's `rl.toml`: [`crate::packages`]), binding their names, and diagnosing unknown modules, missing or private items,
 //! duplicate names and import cycles.
 
 use crate::SourceLoader;
+use crate::packages::{self, Packages};
 use crate::std_lib::STD_MODULES;
 use rlc_diagnostics::{Code, Diagnostic, FileId, Files, Span};
 use rlc_syntax::Broken;
@@ -44,6 +45,12 @@ pub struct LoadedModule {
     /// Items that parsed but hold an expression the lowering refused (E01xx, replaced by a
     /// placeholder): their values are unknown, so they are not evaluated.
     pub refused: BTreeSet<usize>,
+    /// The package the module belongs to (an index into [`Modules::packages`]): the root's,
+    /// inherited through file imports, or the one a package import reached.
+    pub package: Option<usize>,
+    /// The dotted name a package import gave it (`recipes.grpo`), for tools that resolve
+    /// import paths by name.
+    pub package_path: Option<String>,
 }
 
 impl LoadedModule {
@@ -96,6 +103,8 @@ pub struct Modules {
     pub modules: Vec<LoadedModule>,
     /// Import edges `(from, to, span of the import in from)`, for cycle detection.
     edges: Vec<(usize, usize, Span)>,
+    /// The root's package and its dependencies (none without a manifest).
+    pub packages: Packages,
 }
 
 impl Modules {
@@ -112,7 +121,10 @@ pub fn load(
     files: &mut Files,
     diags: &mut Vec<Diagnostic>,
 ) -> Modules {
-    let mut modules = Modules::default();
+    let mut modules = Modules {
+        packages: packages::load(loader, root_path, files, diags),
+        ..Modules::default()
+    };
     let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
     let root = add_module(
         &mut modules,
@@ -124,6 +136,9 @@ pub fn load(
         false,
     );
     by_key.insert(format!("file:{root_path}"), root);
+    if !modules.packages.packages.is_empty() {
+        modules.modules[root].package = Some(0);
+    }
 
     let mut next = 0;
     while next < modules.modules.len() {
@@ -142,7 +157,19 @@ pub fn load(
                 continue;
             };
             let file = modules.modules[id].file;
+            let package = modules.modules[id].package;
             let target = match &import.source {
+                ImportSource::Path(path) if path[0].name != "std" && package.is_some() => {
+                    let package = package.unwrap_or_default();
+                    let mut load = Load {
+                        loader,
+                        modules: &mut modules,
+                        by_key: &mut by_key,
+                        files,
+                        diags,
+                    };
+                    load.package_import(file, package, path)
+                }
                 ImportSource::Path(path) => {
                     resolve_std(&mut modules, &mut by_key, files, diags, file, path)
                 }
@@ -163,6 +190,7 @@ pub fn load(
                                     text,
                                     false,
                                 );
+                                modules.modules[m].package = package;
                                 by_key.insert(key, m);
                                 Some((m, None))
                             }
@@ -236,6 +264,8 @@ fn add_module(
         broken: parsed.broken,
         poisoned_imports: BTreeSet::new(),
         refused: parsed.refused.into_iter().collect(),
+        package: None,
+        package_path: None,
     });
     modules.modules.len() - 1
 }
@@ -336,6 +366,136 @@ fn resolve_std(
     };
     diags.push(d);
     None
+}
+
+/// What loading a package import needs.
+struct Load<'a> {
+    loader: &'a dyn SourceLoader,
+    modules: &'a mut Modules,
+    by_key: &'a mut BTreeMap<String, usize>,
+    files: &'a mut Files,
+    diags: &'a mut Vec<Diagnostic>,
+}
+
+impl Load<'_> {
+    /// `pkg.a.b`, imported from a module of package `from`: module `a.b` of package `pkg` (the
+    /// package itself or one of its dependencies), or item `b` of its module `a`.
+    fn package_import(
+        &mut self,
+        file: FileId,
+        from: usize,
+        path: &[Ident],
+    ) -> Option<(usize, Option<Ident>)> {
+        let here = self.modules.packages.get(from).clone();
+        let first = &path[0];
+        let span = first.span.to(path[path.len() - 1].span);
+        let full: Vec<&str> = path.iter().map(|i| i.name.as_str()).collect();
+        let target = if first.name == here.name {
+            from
+        } else if let Some(&dep) = here.deps.get(&first.name) {
+            dep
+        } else if here.declared.contains_key(&first.name) {
+            // Declared but not found: its manifest entry is reported.
+            return None;
+        } else {
+            let mut d = Diagnostic::new(
+                Code::NotADependency,
+                format!(
+                    "`{}` is not a dependency of package `{}`",
+                    first.name, here.name
+                ),
+                file,
+                first.span,
+            )
+            .primary_label("not in `[dependencies]`")
+            .note(format!(
+                "the dependencies are those of `{}`",
+                self.files.get(here.manifest).name
+            ));
+            let known: Vec<&str> = std::iter::once(here.name.as_str())
+                .chain(here.deps.keys().map(String::as_str))
+                .chain(std::iter::once("std"))
+                .collect();
+            d = match rlc_syntax::closest(&first.name, known.iter().copied(), 2) {
+                Some(near) => crate::hints::did_you_mean(d, near),
+                None => d.help(format!(
+                    "add it to `[dependencies]` of `{}`: `{} = {{ path = \"../{}\" }}`",
+                    self.files.get(here.manifest).name,
+                    first.name,
+                    first.name
+                )),
+            };
+            self.diags.push(d);
+            return None;
+        };
+        let package = self.modules.packages.get(target).clone();
+        if path.len() == 1 {
+            self.diags.push(
+                Diagnostic::new(
+                    Code::NoSuchPackageModule,
+                    format!("`{}` is a package, not a module", first.name),
+                    file,
+                    span,
+                )
+                .primary_label("a package")
+                .help(format!(
+                    "import one of its modules: `import {}.<module>`, the file `<module>.rl` of its `src/`",
+                    first.name
+                )),
+            );
+            return None;
+        }
+        if let Some(m) = self.load_module(target, &full) {
+            return Some((m, None));
+        }
+        if path.len() > 2
+            && let Some(m) = self.load_module(target, &full[..full.len() - 1])
+        {
+            return Some((m, Some(path[path.len() - 1].clone())));
+        }
+        let [in_src, at_root] = package.module_files(&full[1..]);
+        self.diags.push(
+            Diagnostic::new(
+                Code::NoSuchPackageModule,
+                format!("package `{}` has no module `{}`", package.name, full[1..].join(".")),
+                file,
+                span,
+            )
+            .primary_label("no such module")
+            .help(format!(
+                "a package's module `a.b` is its file `src/a/b.rl` (or `a/b.rl`): neither `{in_src}` nor `{at_root}` exists"
+            )),
+        );
+        None
+    }
+
+    /// Module `path` (`[pkg, a, b]`) of package `package`, loaded once.
+    fn load_module(&mut self, package: usize, path: &[&str]) -> Option<usize> {
+        let files = self.modules.packages.get(package).module_files(&path[1..]);
+        for file in files {
+            let key = format!("file:{file}");
+            if let Some(&m) = self.by_key.get(&key) {
+                return Some(m);
+            }
+            let Ok(text) = self.loader.read(&file) else {
+                continue;
+            };
+            let m = add_module(
+                self.modules,
+                self.files,
+                self.diags,
+                file.clone(),
+                file,
+                text,
+                false,
+            );
+            self.modules.modules[m].package = Some(package);
+            self.modules.modules[m].package_path = Some(path.join("."));
+            self.by_key.insert(key, m);
+            return Some(m);
+        }
+        None
+    }
 }
 
 /// Names an import binds, each with how to bind it under another name (for a clash).

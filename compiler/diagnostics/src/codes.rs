@@ -70,6 +70,12 @@ codes! {
     ImportCycle = "E0204", Error, "import cycle";
     PrivateItem = "E0205", Error, "private item used from another module";
     NoSuchItem = "E0206", Error, "module has no item of that name";
+    ManifestInvalid = "E0207", Error, "malformed package manifest (`rl.toml`)";
+    MissingDependency = "E0208", Error, "a dependency with no package at its path";
+    NotADependency = "E0209", Error, "import of a package that is not a dependency";
+    DependencyNameMismatch = "E0210", Error, "a dependency whose manifest names another package";
+    NoSuchPackageModule = "E0211", Error, "a package has no module of that name";
+    DependencyCycle = "E0212", Error, "packages that depend on each other in a cycle";
     UnusedImport = "W0201", Warning, "unused import";
     UnusedBinding = "W0202", Warning, "unused binding";
     // Types.
