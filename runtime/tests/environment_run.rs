@@ -35,6 +35,10 @@ rlc_env.serve(step)
 "#;
 
 fn program(on_error: &str, extra: &str) -> String {
+    program_in(on_error, extra, "dp(2)")
+}
+
+fn program_in(on_error: &str, extra: &str, layout: &str) -> String {
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python");
     format!(
         r#"
@@ -56,7 +60,7 @@ model policy: CausalLM {{
   optim = adamw(lr: 1e-3)
 }}
 
-place policy on local[0..2] with dp(2)
+place policy on local[0..2] with {layout}
 
 pipeline train(steps = 2, prompts_per_step = 4, group = 2) {{
   loop step in 0..steps {{
@@ -193,4 +197,20 @@ fn a_long_observation_fails_the_run_or_ends_its_episode_with_zero() {
         "{message}"
     );
     assert!(message.contains("more than max_obs 3"), "{message}");
+}
+
+/// The ranks of a tensor-parallel group decode together: a multi-turn generate there is refused
+/// before the run starts, naming the op and the environment.
+#[test]
+fn a_multi_turn_generate_under_tensor_parallelism_is_refused_up_front() {
+    let dir = scratch("tp");
+    let e = run(&program_in("fail", "", "tp(2)"), &dir, false).unwrap_err();
+    let message = e.to_string();
+    assert!(matches!(e, RunError::Unsupported(_)), "{message}");
+    assert!(message.contains("environment `hints`"), "{message}");
+    assert!(message.contains("tp 2"), "{message}");
+    assert!(
+        !dir.join("items.jsonl").exists(),
+        "no episode was played: {message}"
+    );
 }

@@ -400,6 +400,25 @@ fn supported(plan: &Plan) -> Result<()> {
             )));
         }
     }
+    // A multi-turn generate asks its environment on each data rank; the ranks of a TP, FSDP
+    // or pipeline group decode together and would each ask.
+    for op in &plan.ops {
+        if let OpKind::Generate { env: Some(env), .. } = &op.kind
+            && let Some(l) = op
+                .instance
+                .as_deref()
+                .and_then(|id| plan.instances.iter().find(|i| i.id == id))
+                .map(|i| &i.layout)
+            && (l.tp > 1 || l.fsdp > 1 || l.pp > 1)
+        {
+            return Err(RunError::Unsupported(format!(
+                "`{}` plays episodes against environment `{}` in a layout with tp {}, fsdp {}, \
+                 pp {}; a multi-turn generate runs on roles placed with `dp` only \
+                 (docs/environments.md#layouts)",
+                op.label, env.environment, l.tp, l.fsdp, l.pp
+            )));
+        }
+    }
     Ok(())
 }
 
