@@ -478,19 +478,7 @@ fn compiler_crates_depend_on_no_executor() {
         .lines()
         .find_map(|l| l.strip_prefix("host: "))
         .expect("rustc -vV names the host");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
-        .args(["--filter-platform", host])
-        .current_dir(root())
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let metadata = cargo_metadata(&["--locked", "--filter-platform", host]);
     let packages = metadata["packages"].as_array().unwrap();
     let name_of = |id: &str| -> String {
         let package = packages.iter().find(|p| p["id"] == id).unwrap();
@@ -580,18 +568,7 @@ fn lowering_passes_are_functions_of_their_input() {
 /// lowering from the AST (`default-features = false`; their `lower` features bring the AST).
 #[test]
 fn the_runtime_depends_on_the_plan_not_the_ast() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline", "--no-deps"])
-        .current_dir(root())
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let metadata = cargo_metadata(&["--no-deps"]);
     let runtime = metadata["packages"]
         .as_array()
         .unwrap()
@@ -604,7 +581,12 @@ fn the_runtime_depends_on_the_plan_not_the_ast() {
         .iter()
         .filter(|d| d["kind"].is_null())
         .collect();
-    for ast in ["rlc-syntax", "rlc-check", "rlc-diagnostics", "rlc-reference"] {
+    for ast in [
+        "rlc-syntax",
+        "rlc-check",
+        "rlc-diagnostics",
+        "rlc-reference",
+    ] {
         assert!(
             !normal.iter().any(|d| d["name"] == ast),
             "the runtime depends on {ast}: plans, not sources, are its input"
@@ -624,4 +606,21 @@ fn the_runtime_depends_on_the_plan_not_the_ast() {
             "{model}: no features"
         );
     }
+}
+
+/// `cargo metadata` of the workspace (offline), with `args`.
+fn cargo_metadata(args: &[&str]) -> serde_json::Value {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -104,10 +104,9 @@ impl Kernel {
     }
 
     fn run(&self, args: &[(&str, Arg)]) -> Vec<Tensor> {
-        let args = runtime_args(args);
         let out = match self {
-            Kernel::Cpu(k, _) => k.run(&args, THREADS),
-            Kernel::Cuda(k) => k.run(&args),
+            Kernel::Cpu(k, _) => k.run(args, THREADS),
+            Kernel::Cuda(k) => k.run(args),
         };
         out.expect("runs")
     }
@@ -133,8 +132,6 @@ impl Kernel {
 
     /// A run into the outputs of the previous one (on CUDA, a plain run).
     fn run_reused(&self, args: &[(&str, Arg)]) {
-        let args = runtime_args(args);
-        let args = args.as_slice();
         match self {
             Kernel::Cpu(k, out) => k
                 .run_into(args, &mut out.borrow_mut(), THREADS)
@@ -240,20 +237,6 @@ fn bytes(ts: &[&Tensor]) -> usize {
     ts.iter()
         .map(|t| t.numel() * t.kind().elt_size_in_bytes())
         .sum()
-}
-
-/// The runtime's arguments for the reference evaluator's (the same tensors).
-fn runtime_args<'a>(args: &[(&'a str, Arg)]) -> Vec<(&'a str, rlc_runtime::kernels::args::Arg)> {
-    use rlc_runtime::kernels::args::Arg as R;
-    args.iter()
-        .map(|(n, a)| {
-            let a = match a {
-                Arg::Tensor(t) => R::Tensor(t.shallow_clone()),
-                Arg::Number(x) => R::Number(*x),
-            };
-            (*n, a)
-        })
-        .collect()
 }
 
 fn main() {

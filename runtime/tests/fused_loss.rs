@@ -10,7 +10,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::kernels::{closure_kernel, runtime_scope};
+use common::kernels::closure_kernel;
 use rlc_check::Checked;
 use rlc_kernel::KernelError;
 use rlc_reference::{Bound, Evaluator};
@@ -237,9 +237,7 @@ fn fused_matches_autograd(checked: &Checked, body: &Block, param: &str, critic: 
     let out = output();
     let kernel = closure_kernel(&checked.modules, body, &scope(&out)).expect("the closure lowers");
     let fused = Fused::with_gradient(&kernel, param).expect("the closure fuses");
-    let result = fused
-        .run_scope(&runtime_scope(&scope(&out)), 1)
-        .expect("the kernel runs");
+    let result = fused.run_scope(&scope(&out), 1).expect("the kernel runs");
     assert_eq!(result.len(), 2, "the loss and its gradient");
     let fused_loss = result[0].double_value(&[]);
     seed_backward(&out, &result[1], 1.0).expect("backward");
@@ -265,7 +263,7 @@ fn fused_matches_autograd(checked: &Checked, body: &Block, param: &str, critic: 
     model.zero_grad();
     let out = output();
     let loss = Eager::default()
-        .run_scope(&kernel, &runtime_scope(&scope(&out)), Device::Cpu)
+        .run_scope(&kernel, &scope(&out), Device::Cpu)
         .expect("the kernel runs eagerly")
         .remove(0);
     let eager_loss = loss.double_value(&[]);

@@ -54,55 +54,8 @@ use rlc_syntax::ast::{Block, Expr};
 use tch::{Device, Kind, Tensor};
 use value::{Numeric, Value};
 
-/// An argument of a top-level call.
-#[derive(Debug)]
-pub enum Arg {
-    Tensor(Tensor),
-    Number(f64),
-}
-
-impl From<Tensor> for Arg {
-    fn from(t: Tensor) -> Self {
-        Arg::Tensor(t)
-    }
-}
-
-impl From<&Tensor> for Arg {
-    fn from(t: &Tensor) -> Self {
-        Arg::Tensor(t.shallow_clone())
-    }
-}
-
-impl From<f64> for Arg {
-    fn from(x: f64) -> Self {
-        Arg::Number(x)
-    }
-}
-
-/// A name bound for [`Evaluator::eval`].
-#[derive(Debug)]
-pub enum Bound {
-    Tensor(Tensor),
-    Number(f64),
-    /// A record whose fields are read as `name.field`.
-    Record(Vec<(String, Tensor)>),
-}
-
-impl Bound {
-    /// The same binding, sharing the tensors' storage.
-    pub fn shallow(&self) -> Bound {
-        match self {
-            Bound::Tensor(t) => Bound::Tensor(t.shallow_clone()),
-            Bound::Number(x) => Bound::Number(*x),
-            Bound::Record(fields) => Bound::Record(
-                fields
-                    .iter()
-                    .map(|(n, t)| (n.clone(), t.shallow_clone()))
-                    .collect(),
-            ),
-        }
-    }
-}
+// The runtime's argument and binding types: what the kernels it is compared with take.
+pub use rlc_runtime::kernels::args::{Arg, Bound};
 
 /// Evaluates the `fn`s of a checked program (`Checked.modules`; module 0 is the root).
 pub struct Evaluator<'m> {

@@ -100,10 +100,40 @@ pub fn ordered(k: &Kernel, args: &[(&str, Arg)], device: Device) -> Result<Vec<T
         .iter()
         .map(|p| match args.iter().find(|(n, _)| *n == p.name) {
             Some((_, Arg::Tensor(t))) => Ok(t.shallow_clone()),
-            Some((_, Arg::Number(x))) => Ok(Tensor::from(*x as f32)
-                .to_kind(Kind::Float)
-                .to_device(device)),
+            Some((_, Arg::Number(x))) => {
+                Tensor::f_scalar_tensor(*x, (Kind::Float, device)).map_err(|e| e.to_string())
+            }
             None => Err(format!("missing `{}`", p.name)),
         })
         .collect()
+}
+
+/// The size of each of `k`'s axes that `inputs` (its inputs, in order) give; an input with
+/// another number of dimensions than its level, or two sizes of one axis, is an error; an axis
+/// no input spans has size 1.
+pub fn axis_sizes(k: &Kernel, inputs: &[Tensor]) -> Result<Vec<i64>, String> {
+    let mut sizes: Vec<Option<i64>> = vec![None; k.axes.len()];
+    for (p, t) in k.inputs.iter().zip(inputs) {
+        let shape = t.size();
+        if shape.len() != p.level {
+            return Err(format!(
+                "`{}` has {} dimensions, the kernel needs {}",
+                p.name,
+                shape.len(),
+                p.level
+            ));
+        }
+        for (i, &n) in shape.iter().enumerate() {
+            match sizes[i] {
+                Some(s) if s != n => {
+                    return Err(format!(
+                        "`{}` has {n} along `{}`, another input {s}",
+                        p.name, k.axes[i]
+                    ));
+                }
+                _ => sizes[i] = Some(n),
+            }
+        }
+    }
+    Ok(sizes.into_iter().map(|s| s.unwrap_or(1)).collect())
 }

@@ -11,7 +11,7 @@
 use rlc_kernel::ir::{Bin, Elem, GroupOp, Kernel, Node, NodeId, Op, Red, Scan, Un};
 use tch::{Device, Kind, Tensor};
 
-use super::args::{Arg, Bound, ordered, scope_args};
+use super::args::{Arg, Bound, axis_sizes, ordered, scope_args};
 use super::fused::FusedError;
 
 /// Runs kernels eagerly, floats in `float` (f32 unless asked).
@@ -54,32 +54,8 @@ impl Eager {
                 inputs.len()
             )));
         }
-        let mut sizes: Vec<Option<i64>> = vec![None; k.axes.len()];
-        let mut device = Device::Cpu;
-        for (p, t) in k.inputs.iter().zip(inputs) {
-            let shape = t.size();
-            if shape.len() != p.level {
-                return Err(FusedError::Input(format!(
-                    "`{}` has {} dimensions, the kernel needs {}",
-                    p.name,
-                    shape.len(),
-                    p.level
-                )));
-            }
-            for (i, &n) in shape.iter().enumerate() {
-                match sizes[i] {
-                    Some(s) if s != n => {
-                        return Err(FusedError::Input(format!(
-                            "`{}` has {n} along `{}`, another input {s}",
-                            p.name, k.axes[i]
-                        )));
-                    }
-                    _ => sizes[i] = Some(n),
-                }
-            }
-            device = t.device();
-        }
-        let sizes: Vec<i64> = sizes.into_iter().map(|s| s.unwrap_or(1)).collect();
+        let sizes = axis_sizes(k, inputs).map_err(FusedError::Input)?;
+        let device = inputs.first().map_or(Device::Cpu, Tensor::device);
         let ctx = Ctx {
             eager: self,
             inputs,

@@ -7,7 +7,7 @@
 //! let out = k.run(&[("loss", (&loss).into()), ("m", (&mask).into())], 2)?;
 //! ```
 
-use super::args::{Arg, Bound, scope_args};
+use super::args::{Arg, Bound, axis_sizes, ordered, scope_args};
 use rlc_kernel::KernelError;
 use rlc_kernel::ir::{Elem, Kernel};
 use rlc_kernel_exec::jit::{Jit, Slice, SliceMut};
@@ -36,50 +36,16 @@ pub(super) fn kernel_inputs(
     args: &[(&str, Arg)],
     device: Device,
 ) -> Result<(Vec<usize>, Vec<Tensor>), FusedError> {
-    let mut sizes: Vec<Option<i64>> = vec![None; k.axes.len()];
-    let mut inputs: Vec<Tensor> = Vec::with_capacity(k.inputs.len());
-    for p in &k.inputs {
-        let arg = args
-            .iter()
-            .find(|(n, _)| *n == p.name)
-            .map(|(_, a)| a)
-            .ok_or_else(|| FusedError::Input(format!("missing `{}`", p.name)))?;
-        let t = match arg {
-            Arg::Tensor(t) => t.shallow_clone(),
-            Arg::Number(x) => Tensor::f_scalar_tensor(*x, (Kind::Float, device))?,
-        };
-        let shape = t.size();
-        if shape.len() != p.level {
-            return Err(FusedError::Input(format!(
-                "`{}` has {} dimensions, the kernel needs {}",
-                p.name,
-                shape.len(),
-                p.level
-            )));
-        }
-        for (i, &n) in shape.iter().enumerate() {
-            match sizes[i] {
-                Some(s) if s != n => {
-                    return Err(FusedError::Input(format!(
-                        "`{}` has {n} along `{}`, another input {s}",
-                        p.name, k.axes[i]
-                    )));
-                }
-                _ => sizes[i] = Some(n),
-            }
-        }
+    let mut inputs = ordered(k, args, device).map_err(FusedError::Input)?;
+    let sizes = axis_sizes(k, &inputs).map_err(FusedError::Input)?;
+    for (t, p) in inputs.iter_mut().zip(&k.inputs) {
         // Converted only where needed: each libtorch call costs as much as a small kernel.
         let kind = kind_of(p.elem);
-        let ready = t.device() == device && t.kind() == kind && t.is_contiguous();
-        let t = if ready {
-            t
-        } else {
-            t.f_to_device(device)?.f_to_kind(kind)?.f_contiguous()?
-        };
-        inputs.push(t);
+        if t.device() != device || t.kind() != kind || !t.is_contiguous() {
+            *t = t.f_to_device(device)?.f_to_kind(kind)?.f_contiguous()?;
+        }
     }
-    let sizes = sizes.into_iter().map(|s| s.unwrap_or(1) as usize).collect();
-    Ok((sizes, inputs))
+    Ok((sizes.into_iter().map(|s| s as usize).collect(), inputs))
 }
 
 pub(super) fn kind_of(elem: Elem) -> Kind {

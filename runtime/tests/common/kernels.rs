@@ -48,10 +48,10 @@ pub fn fused_cuda(
 pub fn closure_kernel(
     modules: &Modules,
     body: &rlc_syntax::ast::Block,
-    scope: &[(&str, rlc_reference::Bound)],
+    scope: &[(&str, rlc_runtime::kernels::args::Bound)],
 ) -> Result<Kernel, FusedError> {
     use rlc_kernel::lower::Scoped;
-    use rlc_reference::Bound;
+    use rlc_runtime::kernels::args::Bound;
     let elem_level = |t: &tch::Tensor| {
         let elem = match t.kind() {
             tch::Kind::Bool => rlc_kernel::ir::Elem::Bool,
@@ -90,28 +90,4 @@ pub fn closure_kernel(
     Ok(rlc_kernel::lower::lower_block(
         modules, "loss", body, &scoped,
     )?)
-}
-
-/// The runtime's binding of a reference evaluator's scope (the same tensors).
-pub fn runtime_scope<'a>(
-    scope: &[(&'a str, rlc_reference::Bound)],
-) -> Vec<(&'a str, rlc_runtime::kernels::args::Bound)> {
-    use rlc_reference::Bound as R;
-    use rlc_runtime::kernels::args::Bound;
-    scope
-        .iter()
-        .map(|(n, b)| {
-            let b = match b {
-                R::Tensor(t) => Bound::Tensor(t.shallow_clone()),
-                R::Number(x) => Bound::Number(*x),
-                R::Record(fields) => Bound::Record(
-                    fields
-                        .iter()
-                        .map(|(f, t)| (f.clone(), t.shallow_clone()))
-                        .collect(),
-                ),
-            };
-            (*n, b)
-        })
-        .collect()
 }
