@@ -800,6 +800,52 @@ fn file_imports_and_module_members() {
     c.shutdown();
 }
 
+/// Imports through a package manifest (docs/packages.md): `import recipes.shaping { bonus }`
+/// resolves to `../recipes/src/shaping.rl` by the job's `rl.toml`; definition and hover follow
+/// it, from the imported name, its use and the module path.
+#[test]
+fn package_imports_navigate() {
+    let mut c = Client::start("packages");
+    let write = |rel: &str, text: &str| {
+        let path = c.dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        "job/rl.toml",
+        "[package]\nname = \"job\"\nversion = \"0.1.0\"\n\n[dependencies]\nrecipes = { path = \"../recipes\" }\n",
+    );
+    write(
+        "recipes/rl.toml",
+        "[package]\nname = \"recipes\"\nversion = \"0.1.0\"\n",
+    );
+    let shaping = "/// A small bonus above one half.\npub fn bonus(reward: f32[B]) -> f32[B] {\n  where(reward > 0.5, 0.1, 0.0)\n}\n";
+    write("recipes/src/shaping.rl", shaping);
+    let main = "import recipes.shaping { bonus }\n\npub fn shaped(reward: f32[B]) -> f32[B] {\n  reward + bonus(reward)\n}\n";
+    let uri = c.open("job/main.rl", main);
+    assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
+    let lib_uri = c.uri("recipes/src/shaping.rl");
+    let d = c.at(
+        "textDocument/definition",
+        &uri,
+        pos(main, "bonus(reward)", 0),
+    );
+    assert_eq!(d["uri"], lib_uri, "{d}");
+    assert_eq!(d["range"]["start"], json!({ "line": 1, "character": 7 }));
+    let d = c.at("textDocument/definition", &uri, pos(main, "bonus }", 1));
+    assert_eq!(d["uri"], lib_uri, "{d}");
+    let d = c.at("textDocument/definition", &uri, pos(main, "shaping", 2));
+    assert_eq!(d["uri"], lib_uri, "{d}");
+    let h = c.at("textDocument/hover", &uri, pos(main, "bonus(reward)", 1));
+    assert!(hover_text(&h).contains("A small bonus"), "{h}");
+    // A package that is not a dependency is E0209 in the editor too.
+    let other = main.replace("recipes.shaping", "recipe.shaping");
+    c.change(&uri, 2, &other);
+    let diags = c.diagnostics_until(&uri, |d| !d.is_empty());
+    assert_eq!(diags[0]["code"], "E0209", "{diags:#?}");
+    c.shutdown();
+}
+
 // A client that sends anything: each malformed message is answered with a JSON-RPC error or
 // skipped with a line on standard error, and the server goes on serving.
 

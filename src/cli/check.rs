@@ -18,5 +18,13 @@ pub fn run(paths: &[PathBuf], args: &OutputArgs) -> Result<ExitCode, String> {
         );
         diagnostics.extend(checked.diagnostics);
     }
+    // A file that several roots share (a package manifest, an imported module) is added once per
+    // root: one of its diagnostics is reported once.
+    let mut seen = std::collections::BTreeSet::new();
+    diagnostics.retain(|d| {
+        let p = d.primary();
+        let name = files.get(p.file).name.clone();
+        seen.insert((name, p.span.start, p.span.end, d.code, d.message.clone()))
+    });
     Ok(output::emit(&mut diagnostics, &files, args))
 }

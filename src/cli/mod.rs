@@ -10,6 +10,7 @@ mod fmt;
 pub(crate) mod graph;
 pub(crate) mod kernel;
 mod lsp;
+mod new;
 pub(crate) mod output;
 mod plan;
 pub(crate) mod run;
@@ -130,6 +131,17 @@ pub enum Command {
         after_help = "Examples:\n  rlc doc examples/ --out target/rldoc\n  rlc doc --std --format markdown --out docs/std\n  rlc doc lib/ --private"
     )]
     Doc(doc::DocArgs),
+    /// Create a package: a folder with its `rl.toml`, a working example (a small GRPO job, or
+    /// with --lib a module with a `pub fn` and a job using it) and a README on checking it.
+    #[command(after_help = "Examples:\n  rlc new digits_job\n  rlc new recipes --lib")]
+    New {
+        /// The folder to create (new or empty); its name is the package's (`-` read as `_`).
+        #[arg(value_name = "NAME")]
+        path: PathBuf,
+        /// A library: a module with a `pub fn`, and a job that uses it under examples/.
+        #[arg(long)]
+        lib: bool,
+    },
     /// Run the language server on standard input and output (for editors).
     #[command(after_help = "Editors start it themselves; see editors/README.md.")]
     Lsp,
@@ -204,6 +216,7 @@ pub fn run(cli: Cli, runtime: &Runtime) -> Result<ExitCode, String> {
             None => (runtime.evaluate)(&args),
         },
         Command::Doc(args) => doc::run(&args),
+        Command::New { path, lib } => new::run(&path, lib),
         Command::Lsp => lsp::run(),
     }
 }

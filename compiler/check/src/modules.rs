@@ -170,6 +170,10 @@ pub fn load(
                     };
                     load.package_import(file, package, path)
                 }
+                // The root's manifest is unusable (and reported): its packages are unknown.
+                ImportSource::Path(path) if path[0].name != "std" && modules.packages.broken => {
+                    None
+                }
                 ImportSource::Path(path) => {
                     resolve_std(&mut modules, &mut by_key, files, diags, file, path)
                 }
@@ -362,7 +366,7 @@ fn resolve_std(
     d = match rlc_syntax::closest(&full, known.iter().copied(), 3) {
         Some(near) => crate::hints::did_you_mean(d, near),
         None if full.starts_with("std") => d.help(format!("the std modules are {}", known.join(", "))),
-        None => d.help("import a file with `import \"./path.rl\" as name`, or a std module with `import std.…`"),
+        None => d.help("import a file with `import \"./path.rl\" as name`, a std module with `import std.…`, or a package's module with `import pkg.module` (a dependency in `rl.toml`)"),
     };
     diags.push(d);
     None

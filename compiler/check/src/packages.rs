@@ -65,6 +65,9 @@ impl Package {
 #[derive(Clone, Debug, Default)]
 pub struct Packages {
     pub packages: Vec<Package>,
+    /// A manifest was found but is unusable (reported): package imports are then not reported
+    /// again as unknown modules.
+    pub broken: bool,
 }
 
 impl Packages {
@@ -138,6 +141,7 @@ pub fn load(
     let mut queue: Vec<(usize, Manifest)> = Vec::new();
     let file = files.add(manifest_path.clone(), text);
     let Some(manifest) = parse(files, file, diags) else {
+        packages.broken = true;
         return packages;
     };
     let root = folder(&manifest_path);
@@ -255,7 +259,7 @@ fn package(manifest: &Manifest, root: String, file: FileId) -> Package {
 
 /// A package or dependency name: an identifier (it is the first segment of an import path), and
 /// not `std`.
-fn valid_name(name: &str) -> bool {
+pub fn valid_name(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && name != "std"

@@ -142,7 +142,10 @@ impl Walk<'_> {
 
 /// The module a std path or a relative file path names, among those loaded.
 pub fn module_named(modules: &Modules, name: &str) -> Option<usize> {
-    modules.modules.iter().position(|m| m.name == name)
+    modules
+        .modules
+        .iter()
+        .position(|m| m.name == name || m.package_path.as_deref() == Some(name))
 }
 
 pub use rlc_check::modules::join_relative;
