@@ -24,6 +24,16 @@ fn ppo_token_mean(logp: f32[B, T], old: f32[B, T], adv: f32[B, T], m: Mask[B, T]
   algo.token_mean(algo.ppo_clip(logp, old, adv, eps: 0.2), m)
 }
 
+/// The off-policy corrected PPO losses as an `update` block computes them: derivatives through
+/// a weight that has none (`stop_grad`), truncated (TIS) or filtered (decoupled PPO).
+fn tis_token_mean(logp: f32[B, T], old: f32[B, T], behav: f32[B, T], adv: f32[B, T], m: Mask[B, T]) -> f32 {
+  algo.token_mean(algo.ppo_clip_tis(logp, old, behav, adv, cap: 2.0), m)
+}
+
+fn decoupled_token_mean(logp: f32[B, T], prox: f32[B, T], behav: f32[B, T], adv: f32[B, T], m: Mask[B, T]) -> f32 {
+  algo.token_mean(algo.decoupled_ppo_clip(logp, prox, behav, adv, cap: 2.0), m)
+}
+
 /// Everything the fused kernels lower: min/max reductions, casts, integer math, softmax over T.
 fn odds_and_ends(x: f32[B, T], m: Mask[B, T], g: i32[B]) -> f32[B, T] {
   let hi = max(x, over: T, mask: m)
@@ -117,6 +127,8 @@ fn value_for(name: &str, t: usize) -> f64 {
     match name {
         "eps" | "eps_low" | "eps_high" => 0.2,
         "c" => 3.0,
+        // Importance ratios `exp(N(0, 2))` fall on both sides of it.
+        "cap" => 2.0,
         "max_len" => t as f64,
         "buffer" => 2.0,
         "clip" => 0.5,

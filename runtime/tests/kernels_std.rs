@@ -9,7 +9,7 @@ mod common;
 use rlc_check::Checked;
 use rlc_reference::{Arg, Evaluator};
 use rlc_runtime::kernels::oracle::{
-    self, MaskRows, Rows, advantage, dapo, kl, loss, masked, preference,
+    self, MaskRows, Rows, advantage, dapo, kl, loss, masked, off_policy, preference,
 };
 use rlc_runtime::rng::Rng;
 use tch::{Kind, Tensor};
@@ -24,12 +24,22 @@ import std.algo {
   ppo_clip_range, ppo_clip_plain, ppo_clipfrac, ppo_clipfrac_lower, approx_kl, gspo_clip,
   gspo_loss, value_loss, value_clipfrac, entropy, actor_loss, token_mean, seq_mean_token_sum,
   seq_mean_token_mean, seq_mean_token_sum_norm, overlong_penalty, informative_groups,
-  bradley_terry, pair_accuracy, pair_margin
+  bradley_terry, pair_accuracy, pair_margin, tis_weight, ppo_clip_tis, decoupled_weight,
+  decoupled_ppo_clip
 }
 
 /// The PPO loss as an `update` block computes it, for the gradient test.
 fn ppo_token_mean(logp: f32[B, T], old: f32[B, T], adv: f32[B, T], m: Mask[B, T], eps: f32) -> f32 {
   token_mean(ppo_clip(logp, old, adv, eps: eps), m)
+}
+
+/// The off-policy corrected losses as an `update` block computes them, for the gradient test.
+fn tis_token_mean(logp: f32[B, T], old: f32[B, T], behav: f32[B, T], adv: f32[B, T], m: Mask[B, T], cap: f32) -> f32 {
+  token_mean(ppo_clip_tis(logp, old, behav, adv, cap: cap), m)
+}
+
+fn decoupled_token_mean(logp: f32[B, T], prox: f32[B, T], behav: f32[B, T], adv: f32[B, T], m: Mask[B, T], cap: f32) -> f32 {
+  token_mean(decoupled_ppo_clip(logp, prox, behav, adv, cap: cap), m)
 }
 "#;
 
@@ -904,6 +914,276 @@ fn ppo_token_mean_gradient_matches_the_oracle() {
             .collect();
         // Padded positions too: a loss's gradient must be exactly 0 there.
         assert_rows("d loss / d logp", &logp.grad(), &want, None);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Off-policy corrections
+
+/// Behaviour log-probs near `old` — ratios on both sides of the caps (2 and 5) — and a few far
+/// off (ratios of `e^±30`).
+fn behaviour(rng: &mut Rng, old: &Rows) -> Rows {
+    old.iter()
+        .map(|row| {
+            row.iter()
+                .map(|o| {
+                    let wide = if rng.uniform() < 0.05 { 30.0 } else { 1.0 };
+                    o + wide * rng.normal()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The per-token oracle of a correction at every position of `x` (the ratio taken to `x.old`).
+type Correction = fn(f64, f64, f64, f64, f64, f64, f64, f64) -> off_policy::Weighted;
+
+fn corrected_rows(
+    f: Correction,
+    x: &PolicyInputs,
+    behav: &Rows,
+    (eps_low, eps_high, c, cap): (f64, f64, f64, f64),
+) -> Vec<Vec<off_policy::Weighted>> {
+    (0..x.logp.len())
+        .map(|i| {
+            (0..x.logp[i].len())
+                .map(|t| {
+                    let (l, o, b, a) = (x.logp[i][t], x.old[i][t], behav[i][t], x.adv[i][t]);
+                    f(l, o, b, a, eps_low, eps_high, c, cap)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn weighted(rows: &[Vec<off_policy::Weighted>], f: impl Fn(&off_policy::Weighted) -> f64) -> Rows {
+    rows.iter().map(|r| r.iter().map(&f).collect()).collect()
+}
+
+/// `ppo_clip_tis` and `decoupled_ppo_clip` (with their defaults and with every parameter
+/// given), their weights, and their token means with NaN at padded positions.
+#[test]
+fn off_policy_corrections_match_the_oracle() {
+    let p = program();
+    // (function, its weight, the name of the log-probs the ratio is taken to, the oracle,
+    // the default cap)
+    let corrections: [(&str, &str, &str, Correction, f64); 2] = [
+        (
+            "ppo_clip_tis",
+            "tis_weight",
+            "old_logp",
+            off_policy::ppo_tis,
+            2.0,
+        ),
+        (
+            "decoupled_ppo_clip",
+            "decoupled_weight",
+            "prox_logp",
+            off_policy::decoupled_ppo,
+            5.0,
+        ),
+    ];
+    for (mut rng, b, t) in cases(17) {
+        let x = policy_inputs(&mut rng, b, t);
+        let behav = behaviour(&mut rng, &x.old);
+        for (f, weight, to, oracle, cap) in corrections {
+            let base = |old: &Rows, behav: &Rows, logp: &Rows, adv: &Rows| {
+                vec![
+                    ("logp", t2(logp).into()),
+                    (to, t2(old).into()),
+                    ("behav_logp", t2(behav).into()),
+                    ("adv", t2(adv).into()),
+                ]
+            };
+            let want = corrected_rows(oracle, &x, &behav, (0.2, 0.2, 3.0, cap));
+            let got = run(&p, f, base(&x.old, &behav, &x.logp, &x.adv));
+            assert_rows(f, &got, &weighted(&want, |w| w.loss), None);
+            let got = run(
+                &p,
+                weight,
+                vec![(to, t2(&x.old).into()), ("behav_logp", t2(&behav).into())],
+            );
+            assert_rows(weight, &got, &weighted(&want, |w| w.weight), None);
+            // Both sides of a cap of 1.5 and 3.
+            for cap in [1.5, 3.0] {
+                let want = corrected_rows(oracle, &x, &behav, (0.1, 0.28, 2.5, cap));
+                let mut args = base(&x.old, &behav, &x.logp, &x.adv);
+                args.extend([
+                    ("eps_low", 0.1.into()),
+                    ("eps_high", 0.28.into()),
+                    ("c", 2.5.into()),
+                    ("cap", cap.into()),
+                ]);
+                let what = format!("{f} (cap {cap})");
+                assert_rows(&what, &run(&p, f, args), &weighted(&want, |w| w.loss), None);
+                let got = run(
+                    &p,
+                    weight,
+                    vec![
+                        (to, t2(&x.old).into()),
+                        ("behav_logp", t2(&behav).into()),
+                        ("cap", cap.into()),
+                    ],
+                );
+                let what = format!("{weight} (cap {cap})");
+                assert_rows(&what, &got, &weighted(&want, |w| w.weight), None);
+            }
+            // NaN at padded positions: the per-token loss is compared under the mask, and its
+            // token mean does not see them.
+            let poisoned = base(
+                &poison(&x.old, &x.m),
+                &poison(&behav, &x.m),
+                &poison(&x.logp, &x.m),
+                &poison(&x.adv, &x.m),
+            );
+            let per = weighted(&want, |w| w.loss);
+            assert_rows(f, &run(&p, f, poisoned), &per, Some(&x.m));
+            let (mean_of, to) = match f {
+                "ppo_clip_tis" => ("tis_token_mean", "old"),
+                _ => ("decoupled_token_mean", "prox"),
+            };
+            let got = run(
+                &p,
+                mean_of,
+                vec![
+                    ("logp", t2(&poison(&x.logp, &x.m)).into()),
+                    (to, t2(&poison(&x.old, &x.m)).into()),
+                    ("behav", t2(&poison(&behav, &x.m)).into()),
+                    ("adv", t2(&poison(&x.adv, &x.m)).into()),
+                    ("m", m2(&x.m).into()),
+                    ("cap", cap.into()),
+                ],
+            );
+            assert_scalar(mean_of, &got, loss::token_mean(&per, &x.m));
+        }
+    }
+}
+
+/// The weights exactly at the cap (a ratio of exactly 1 and a cap of 1): TIS keeps 1, decoupled
+/// PPO keeps the token (`w ≤ cap`); a hair above the cap TIS truncates to the cap and decoupled
+/// PPO drops the token; with the behaviour policy equal to the old one TIS is plain PPO.
+#[test]
+fn off_policy_weights_at_the_cap() {
+    let p = program();
+    let old = vec![vec![-1.25, -0.5, -2.0, 0.0]];
+    let behav = vec![vec![-1.25, -0.5 - 1e-9, -1.5, 0.0]];
+    let cap = 1.0;
+    let exp_half = (-0.5f64).exp();
+    let args = |to: &'static str| {
+        vec![
+            (to, t2(&old).into()),
+            ("behav_logp", t2(&behav).into()),
+            ("cap", cap.into()),
+        ]
+    };
+    let want_tis = vec![vec![1.0, 1.0, exp_half, 1.0]];
+    let want_decoupled = vec![vec![1.0, 0.0, exp_half, 1.0]];
+    for (i, &w) in want_tis[0].iter().enumerate() {
+        assert_eq!(off_policy::tis_weight(old[0][i], behav[0][i], cap), w);
+    }
+    for (i, &w) in want_decoupled[0].iter().enumerate() {
+        assert_eq!(off_policy::decoupled_weight(old[0][i], behav[0][i], cap), w);
+    }
+    // Exact where the ratio is 1 or a hair above it; `e^−0.5` within rounding.
+    for (weight, to, want) in [
+        ("tis_weight", "old_logp", &want_tis),
+        ("decoupled_weight", "prox_logp", &want_decoupled),
+    ] {
+        let got = run(&p, weight, args(to));
+        let rows = Vec::<Vec<f64>>::try_from(&got).unwrap();
+        for i in [0, 1, 3] {
+            assert_eq!(rows[0][i], want[0][i], "{weight}[0, {i}] at the cap");
+        }
+        assert_rows(weight, &got, want, None);
+    }
+
+    let mut rng = Rng::new(43);
+    let x = policy_inputs(&mut rng, 9, 13);
+    let plain = run(
+        &p,
+        "ppo_clip_range",
+        vec![
+            ("logp", t2(&x.logp).into()),
+            ("old_logp", t2(&x.old).into()),
+            ("adv", t2(&x.adv).into()),
+        ],
+    );
+    let tis = run(
+        &p,
+        "ppo_clip_tis",
+        vec![
+            ("logp", t2(&x.logp).into()),
+            ("old_logp", t2(&x.old).into()),
+            ("behav_logp", t2(&x.old).into()),
+            ("adv", t2(&x.adv).into()),
+        ],
+    );
+    assert!(
+        tis.equal(&plain),
+        "ppo_clip_tis with behav_logp = old_logp is not ppo_clip_range"
+    );
+}
+
+/// The gradient of the token-mean corrected losses: the weight times PPO's gradient on real
+/// tokens, 0 at padded ones, and none through the weight (`d/d behav_logp = 0`).
+#[test]
+fn off_policy_token_mean_gradients_match_the_oracle() {
+    let p = program();
+    let losses: [(&str, &str, Correction); 2] = [
+        ("tis_token_mean", "old", off_policy::ppo_tis),
+        ("decoupled_token_mean", "prox", off_policy::decoupled_ppo),
+    ];
+    for (mut rng, b, t) in cases(18) {
+        let x = policy_inputs(&mut rng, b, t);
+        let behav = behaviour(&mut rng, &x.old);
+        for (f, to, oracle) in losses {
+            let cap = 2.0;
+            let logp = t2(&x.logp).set_requires_grad(true);
+            let behav_t = t2(&behav).set_requires_grad(true);
+            let loss_t = Evaluator::new(&p.modules)
+                .with_float(Kind::Double)
+                .call(
+                    f,
+                    &[
+                        ("logp", (&logp).into()),
+                        (to, t2(&x.old).into()),
+                        ("behav", (&behav_t).into()),
+                        ("adv", t2(&x.adv).into()),
+                        ("m", m2(&x.m).into()),
+                        ("cap", cap.into()),
+                    ],
+                )
+                .unwrap();
+            let per = corrected_rows(oracle, &x, &behav, (0.2, 0.2, 3.0, cap));
+            let want = loss::token_mean(&weighted(&per, |w| w.loss), &x.m);
+            assert_scalar(f, &loss_t, want);
+            if !loss_t.requires_grad() {
+                // Every real token's weight or PPO gradient is 0 (or there is none).
+                assert!(
+                    per.iter().flatten().all(|w| w.grad == 0.0),
+                    "{f}: no gradient"
+                );
+                continue;
+            }
+            loss_t.backward();
+            let n: f64 = x.m.iter().flatten().filter(|b| **b).count() as f64;
+            let want: Rows = per
+                .iter()
+                .zip(&x.m)
+                .map(|(r, m)| {
+                    r.iter()
+                        .zip(m)
+                        .map(|(w, &b)| if b { w.grad / n } else { 0.0 })
+                        .collect()
+                })
+                .collect();
+            assert_rows(&format!("d {f} / d logp"), &logp.grad(), &want, None);
+            let g = behav_t.grad();
+            if g.defined() {
+                let zero = vec![vec![0.0; t]; b];
+                assert_rows(&format!("d {f} / d behav"), &g, &zero, None);
+            }
+        }
     }
 }
 

@@ -307,6 +307,58 @@ pub fn gspo_loss(logp: f32[B, T], old_logp: f32[B, T], adv: f32[B, T], m: Mask[B
 }
 
 // ---------------------------------------------------------------------------------------------
+// Off-policy corrections: the behaviour policy (the one that sampled the tokens, `behav_logp`)
+// is not the policy the PPO ratio is taken against (`old_logp`, recomputed by the trainer, or
+// `prox_logp`, a recent policy). The weights are data: `sg(·)`, no gradient through them.
+
+/// The truncated importance-sampling (TIS) weight per token:
+/// `w = sg(min(exp(old_logp − behav_logp), C))`, with `old_logp` the trainer's log-probs of
+/// the sampled tokens (veRL's `old_log_prob`) and `behav_logp` the sampler's (veRL's
+/// `rollout_log_probs`). Only the top is truncated; `w` is never negative, and no gradient
+/// flows through it. `cap` is `C`, veRL's `tis_imp_ratio_cap`: 2 by default, the value of
+/// Yao et al. (2025), "Your efficient RL framework secretly brings you off-policy RL
+/// training", and of veRL's TIS recipes (veRL's own config leaves TIS off, `-1`).
+pub fn tis_weight(old_logp: f32[B, T], behav_logp: f32[B, T], cap: f32 = 2.0) -> f32[B, T] {
+  stop_grad(min(exp(old_logp - behav_logp), cap))
+}
+
+/// PPO with truncated importance sampling, veRL's vanilla policy loss with
+/// `tis_imp_ratio_cap` set, per token: `L = ppo_clip_range(logp, old_logp, adv, …) · w` with
+/// `w = tis_weight(old_logp, behav_logp, cap:)` `= sg(min(exp(old_logp − behav_logp), C))`.
+/// The weight multiplies the whole dual-clipped loss; the PPO ratio is `logp − old_logp` as
+/// in `ppo_clip_range`. Defaults: `ε_low = ε_high = 0.2`, `c = 3`, `C = 2`.
+/// With `behav_logp = old_logp` it is `ppo_clip_range`.
+pub fn ppo_clip_tis(logp: f32[B, T], old_logp: f32[B, T], behav_logp: f32[B, T], adv: f32[B, T], eps_low: f32 = 0.2, eps_high: f32 = 0.2, c: f32 = 3.0, cap: f32 = 2.0) -> f32[B, T] {
+  let w = tis_weight(old_logp, behav_logp, cap: cap)
+  ppo_clip_range(logp, old_logp, adv, eps_low: eps_low, eps_high: eps_high, c: c) * w
+}
+
+/// The behaviour weight of decoupled PPO per token, as AReaL filters it:
+/// `w = exp(prox_logp − behav_logp)`, kept where `w ≤ cap` and 0 elsewhere (a token whose
+/// weight exceeds the cap is dropped, not truncated: that is `tis_weight`), `sg(·)`.
+/// `cap` is AReaL's `behav_imp_weight_cap`: 5 by default, the value of AReaL's example
+/// configurations (AReaL's own default is no cap; pass a large `cap`, such as `1e30`).
+pub fn decoupled_weight(prox_logp: f32[B, T], behav_logp: f32[B, T], cap: f32 = 5.0) -> f32[B, T] {
+  let w = exp(prox_logp - behav_logp)
+  stop_grad(where(w <= cap, w, 0.0))
+}
+
+/// The decoupled PPO objective (Hilton et al. 2022, "Batch size-invariance for policy
+/// optimization"; AReaL, Fu et al. 2025), per token: the clip is taken around the proximal
+/// policy `π_prox` (`prox_logp`, recomputed by the trainer, e.g. the policy before this
+/// step's update), not the behaviour policy that sampled the tokens (`behav_logp`), and the
+/// loss is weighted by the behaviour importance ratio `π_prox / π_behav`:
+/// `L = ppo_clip_range(logp, prox_logp, adv, …) · w`, `w = decoupled_weight(prox_logp,
+/// behav_logp, cap:)` `= sg(exp(prox_logp − behav_logp))` where it is at most `cap`, else 0.
+/// A dropped token still counts in the aggregation's denominator, as in AReaL. Defaults:
+/// `ε_low = ε_high = 0.2` (AReaL's `eps_clip`), `c = 3` (the dual clip of `ppo_clip`;
+/// AReaL has none by default: a `c` above `e^20` never binds), `cap = 5`.
+pub fn decoupled_ppo_clip(logp: f32[B, T], prox_logp: f32[B, T], behav_logp: f32[B, T], adv: f32[B, T], eps_low: f32 = 0.2, eps_high: f32 = 0.2, c: f32 = 3.0, cap: f32 = 5.0) -> f32[B, T] {
+  let w = decoupled_weight(prox_logp, behav_logp, cap: cap)
+  ppo_clip_range(logp, prox_logp, adv, eps_low: eps_low, eps_high: eps_high, c: c) * w
+}
+
+// ---------------------------------------------------------------------------------------------
 // Value loss
 
 /// The clipped value loss per token: `v̂ = clamp(v, v_old − c_v, v_old + c_v)`,

@@ -10,6 +10,7 @@ pub mod dapo;
 pub mod kl;
 pub mod loss;
 pub mod masked;
+pub mod off_policy;
 pub mod preference;
 
 /// A `[B, T]` tensor as rows.
