@@ -3,7 +3,8 @@
 //! dependencies by path, vendored ones by name, nested modules and its own modules by its
 //! package's name, with the manifest found above the working directory; a dependency's modules
 //! resolve through its own manifest; `rlc build` and `rlc doc` resolve them too; a manifest's
-//! diagnostic is reported once however many roots share it. (The codes' single cases are UI
+//! diagnostic is reported once however many roots share it. With the runtime, the scaffolded job
+//! runs. (The codes' single cases are UI
 //! cases in tests/ui/packages/.)
 
 mod common;
@@ -101,6 +102,23 @@ fn new_scaffolds_a_job_and_a_library_that_check() {
     let t = refused(&rlc_in(&dir, &["new", "1bad"]), 2);
     assert!(t.contains("not a package name"), "{t}");
     assert!(!dir.join("1bad").exists());
+}
+
+/// The job `rlc new` makes runs: three steps of its GRPO, from inside the package.
+#[cfg(feature = "runtime")]
+#[test]
+fn the_scaffolded_job_runs() {
+    let dir = common::scratch("run");
+    let out = rlc_in(&dir, &["new", "job"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = rlc_in(
+        &dir.join("job"),
+        &["run", "main.rl", "--stop-after", "3", "--out", "../out"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let metrics = std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap();
+    let steps = metrics.lines().filter(|l| l.contains("\"reward\"")).count();
+    assert_eq!(steps, 3, "{metrics}");
 }
 
 /// A job with a dependency by path (nested modules, an item path, modules that import their
