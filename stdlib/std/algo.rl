@@ -315,9 +315,10 @@ pub fn gspo_loss(logp: f32[B, T], old_logp: f32[B, T], adv: f32[B, T], m: Mask[B
 /// `w = sg(min(exp(old_logp − behav_logp), C))`, with `old_logp` the trainer's log-probs of
 /// the sampled tokens (veRL's `old_log_prob`) and `behav_logp` the sampler's (veRL's
 /// `rollout_log_probs`). Only the top is truncated; `w` is never negative, and no gradient
-/// flows through it. `cap` is `C`, veRL's `tis_imp_ratio_cap`: 2 by default, the value of
-/// Yao et al. (2025), "Your efficient RL framework secretly brings you off-policy RL
-/// training", and of veRL's TIS recipes (veRL's own config leaves TIS off, `-1`).
+/// flows through it. `cap` is `C`, veRL's `tis_imp_ratio_cap` (Yao et al. 2025, "Your
+/// efficient RL framework secretly brings you off-policy RL training"): 2 by default, the
+/// value of their runs and of veRL's rollout-correction recipe (`rollout_is_threshold`);
+/// veRL's config itself leaves TIS off (`-1`).
 pub fn tis_weight(old_logp: f32[B, T], behav_logp: f32[B, T], cap: f32 = 2.0) -> f32[B, T] {
   stop_grad(min(exp(old_logp - behav_logp), cap))
 }
