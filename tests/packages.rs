@@ -195,6 +195,23 @@ fn dependencies_by_path_vendored_nested_and_own() {
 }
 
 #[test]
+fn an_unimported_name_of_a_dependency_is_fixed_by_a_package_import() {
+    let dir = common::scratch("fix");
+    job_with_dependencies(&dir);
+    // `twice` is in `recipes.util`, which `recipes.grpo.loss` imports.
+    write(
+        &dir,
+        "job/src/main.rl",
+        "import recipes.grpo.loss { scaled }\n\n/// Six times.\npub fn total(reward: f32[B]) -> f32[B] {\n  scaled(reward) + twice(reward)\n}\n",
+    );
+    let out = rlc_in(&dir, &["check", "--format", "json", "job/src/main.rl"]);
+    let t = text(&out);
+    assert!(t.contains("E0201"), "{t}");
+    assert!(t.contains("`twice` is in recipes.util: import it"), "{t}");
+    assert!(t.contains("import recipes.util { twice }"), "{t}");
+}
+
+#[test]
 fn a_dependency_resolves_through_its_own_manifest() {
     let dir = common::scratch("own");
     job_with_dependencies(&dir);

@@ -48,6 +48,11 @@ pub(crate) fn import_fix(modules: &Modules, from: usize, name: &str) -> Option<I
         *i != from && !m.is_std && m.items.get(name).is_some_and(|&index| m.item(index).is_pub)
     });
     let (source, target_key) = match user {
+        // A module of this package or of one of its dependencies: by its package path.
+        Some((_, m)) if visible_package_path(modules, here.package, m).is_some() => {
+            let dotted = visible_package_path(modules, here.package, m).unwrap_or_default();
+            (dotted.clone(), Target::Std(dotted))
+        }
         Some((_, m)) => {
             let path = relative_path(&here.name, &m.name);
             (format!("\"{path}\""), Target::File(m.name.clone()))
@@ -109,9 +114,23 @@ pub(crate) fn import_fix(modules: &Modules, from: usize, name: &str) -> Option<I
     })
 }
 
+/// A module imported by a dotted path (`std.algo`, `recipes.grpo`), or a file.
 enum Target {
     Std(String),
     File(String),
+}
+
+/// `m`'s package path (`recipes.grpo`) when a module of package `from` can import it by that
+/// path: `m` is a module of `from` itself or of one of its dependencies.
+fn visible_package_path(
+    modules: &Modules,
+    from: Option<usize>,
+    m: &crate::modules::LoadedModule,
+) -> Option<String> {
+    let dotted = m.package_path.clone()?;
+    let from = modules.packages.get(from?);
+    let first = dotted.split('.').next()?;
+    (first == from.name || from.deps.contains_key(first)).then_some(dotted)
 }
 
 fn insert(file: FileId, at: usize, text: String) -> Edit {
