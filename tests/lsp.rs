@@ -838,11 +838,18 @@ fn package_imports_navigate() {
     assert_eq!(d["uri"], lib_uri, "{d}");
     let h = c.at("textDocument/hover", &uri, pos(main, "bonus(reward)", 1));
     assert!(hover_text(&h).contains("A small bonus"), "{h}");
+    // Completion: a dependency's module paths after `import`, its pub items in the braces.
+    let typing = format!("import recipes.\nimport recipes.shaping {{ \n{main}");
+    c.change(&uri, 2, &typing);
+    let l = labels(&c.at("textDocument/completion", &uri, (0, 15)));
+    assert!(l.contains(&"shaping".to_string()), "{l:?}");
+    let l = labels(&c.at("textDocument/completion", &uri, (1, 25)));
+    assert_eq!(l, ["bonus"]);
     // A package that is not a dependency is E0209 in the editor too.
     let other = main.replace("recipes.shaping", "recipe.shaping");
-    c.change(&uri, 2, &other);
-    let diags = c.diagnostics_until(&uri, |d| !d.is_empty());
-    assert_eq!(diags[0]["code"], "E0209", "{diags:#?}");
+    c.change(&uri, 3, &other);
+    let diags = c.diagnostics_until(&uri, |d| d.iter().any(|d| d["code"] == "E0209"));
+    assert_eq!(diags.len(), 1, "{diags:#?}");
     c.shutdown();
 }
 

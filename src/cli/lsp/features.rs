@@ -376,17 +376,21 @@ pub fn completion(
     }
     let line = head.rsplit('\n').next().unwrap_or("");
     if let Some(rest) = line.trim_start().strip_prefix("import ") {
-        // `import std.ta|`: std module paths.
+        // `import std.ta|`, `import recipes.|`: std module paths, and those of the package and
+        // its dependencies (docs/packages.md).
         let typed = rest.trim_start();
         if !typed.starts_with('"') {
+            let prefix = typed.trim_end_matches(|c: char| c != '.');
             return rlc_check::std_lib::STD_MODULES
                 .iter()
-                .filter_map(|(m, _, _)| {
-                    let tail = m.strip_prefix(typed.trim_end_matches(|c: char| c != '.'))?;
+                .map(|(m, _, _)| m.to_string())
+                .chain(package_module_paths(&a.checked.modules))
+                .filter_map(|m| {
+                    let tail = m.strip_prefix(prefix)?;
                     Some(item(
                         tail,
                         CompletionItemKind::MODULE,
-                        Some(m.to_string()),
+                        Some(m.clone()),
                         None,
                     ))
                 })
@@ -434,6 +438,8 @@ fn import_items(
         let file = file.trim_end_matches('"');
         let root = &a.checked.modules.get(0).name;
         read_file(&resolve::join_relative(root, file))
+    } else if let Some(text) = package_module_text(&a.checked.modules, path, read_file) {
+        Some(text)
     } else {
         rlc_check::std_lib::STD_MODULES
             .iter()
@@ -451,6 +457,83 @@ fn import_items(
         .filter(|i| i.is_pub)
         .filter_map(|i| item_completion(i, &source))
         .collect()
+}
+
+/// The packages the root's module may import from: its own and its dependencies, by name.
+fn visible_packages(modules: &Modules) -> Vec<(String, usize)> {
+    let Some(own) = modules.modules.first().and_then(|m| m.package) else {
+        return Vec::new();
+    };
+    let here = modules.packages.get(own);
+    std::iter::once((here.name.clone(), own))
+        .chain(here.deps.iter().map(|(n, &d)| (n.clone(), d)))
+        .collect()
+}
+
+/// The text of package module `path` (`recipes.grpo`), when it names one.
+fn package_module_text(
+    modules: &Modules,
+    path: &str,
+    read_file: &dyn Fn(&str) -> Option<String>,
+) -> Option<String> {
+    let segments: Vec<&str> = path.split('.').collect();
+    let (_, id) = visible_packages(modules)
+        .into_iter()
+        .find(|(n, _)| n == segments[0])?;
+    if segments.len() < 2 {
+        return None;
+    }
+    let files = modules.packages.get(id).module_files(&segments[1..]);
+    files.iter().find_map(|f| read_file(f))
+}
+
+/// The dotted paths of the modules of the visible packages (`recipes.grpo.loss`): the `.rl`
+/// files under a package's `src/`, or under its folder when it has no `src/` (not in hidden
+/// folders, `target/` or `vendor/`); at most a few hundred per package.
+fn package_module_paths(modules: &Modules) -> Vec<String> {
+    const MAX_PER_PACKAGE: usize = 500;
+    let mut out = Vec::new();
+    for (name, id) in visible_packages(modules) {
+        let root = &modules.packages.get(id).root;
+        let root = std::path::Path::new(if root.is_empty() { "." } else { root });
+        let src = root.join("src");
+        let base = if src.is_dir() {
+            src
+        } else {
+            root.to_path_buf()
+        };
+        let mut stack = vec![(base.clone(), 0)];
+        let mut found = 0;
+        while let Some((dir, depth)) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let file_name = entry.file_name().to_string_lossy().to_string();
+                if path.is_dir() {
+                    let skip = file_name.starts_with('.')
+                        || file_name == "target"
+                        || file_name == "vendor";
+                    if !skip && depth < 8 {
+                        stack.push((path, depth + 1));
+                    }
+                } else if let Some(stem) = file_name.strip_suffix(".rl")
+                    && found < MAX_PER_PACKAGE
+                    && let Ok(rel) = path.parent().unwrap_or(&base).strip_prefix(&base)
+                {
+                    let mut dotted = vec![name.clone()];
+                    dotted.extend(rel.iter().map(|c| c.to_string_lossy().to_string()));
+                    dotted.push(stem.to_string());
+                    out.push(dotted.join("."));
+                    found += 1;
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 fn item_kind(item: &Item) -> CompletionItemKind {

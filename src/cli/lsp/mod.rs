@@ -12,7 +12,8 @@
 //!   modules and into std.
 //! - Completion: keywords and names in scope; after `role.` its operations; after a
 //!   record-typed local (a `Rollout`) its fields; after `module.` and inside
-//!   `import std.x { … }` the module's pub items; after `import ` the std modules.
+//!   `import std.x { … }` (or a package's `import recipes.x { … }`) the module's pub items;
+//!   after `import ` the std modules and those of the package and its dependencies.
 //! - Formatting (one whole-document edit; none while the document has syntax errors) and
 //!   document symbols.
 //! - Code actions ([`actions`]): the checker's fixes of the diagnostics a range touches, as
