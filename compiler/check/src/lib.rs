@@ -6,6 +6,7 @@
 
 pub mod builtins;
 pub mod checks;
+pub mod dataflow;
 mod eval;
 mod hf_config;
 mod hints;
@@ -51,6 +52,9 @@ pub struct Checked {
     pub program: Program,
     /// The type of every expression, for hover.
     pub types: TypeTable,
+    /// The root pipeline as data, for plan lowering (`None` without a pipeline, or when loading
+    /// the modules failed).
+    pub dataflow: Option<dataflow::Dataflow>,
 }
 
 impl Checked {
@@ -82,6 +86,7 @@ pub fn check(
             modules,
             program: Program::default(),
             types: TypeTable::new(),
+            dataflow: None,
         };
     }
     let missing = modules
@@ -112,11 +117,13 @@ pub fn check(
     diagnostics.sort_by_key(Diagnostic::sort_key);
     diagnostics.dedup();
     let diagnostics = one_per_unknown_name(diagnostics);
+    let dataflow = dataflow::resolve(&modules, &program, &types);
     Checked {
         diagnostics,
         modules,
         program,
         types,
+        dataflow,
     }
 }
 

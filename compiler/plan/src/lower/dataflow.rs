@@ -5,53 +5,53 @@
 use super::*;
 
 impl<'a> Lowerer<'a> {
-    pub(super) fn block(&mut self, b: &ast::Block) {
-        for s in &b.stmts {
+    pub(super) fn block(&mut self, body: &[Stmt]) {
+        for s in body {
             self.stmt(s);
         }
     }
 
-    pub(super) fn stmt(&mut self, s: &ast::Stmt) {
-        match &s.kind {
-            StmtKind::Loop { carries, body, .. } => {
+    pub(super) fn stmt(&mut self, s: &Stmt) {
+        match s {
+            Stmt::Loop { carries, body } => {
                 for c in carries {
                     self.carry(c);
                 }
                 self.block(body);
             }
-            StmtKind::Assign { name, value } => self.assign(name, value),
-            StmtKind::Let { name, value, .. } => {
+            Stmt::Assign { name, value } => self.assign(name, value),
+            Stmt::Let { name, value } => {
                 // (`let m = rollout.mask` binds the whole record: a field alias is not a value.)
                 if let Lowered::Value { id, field } = self.expr(value) {
                     if field.is_none() && self.values[id as usize].name.contains('#') {
-                        self.values[id as usize].name = name.name.clone();
+                        self.values[id as usize].name = name.clone();
                         // A verifier's metrics: `scores.format`.
                         for (metric, v) in
                             self.verify_outputs.get(&id).into_iter().flatten().skip(1)
                         {
-                            self.values[*v as usize].name = format!("{}.{metric}", name.name);
+                            self.values[*v as usize].name = format!("{name}.{metric}");
                         }
                     }
-                    self.env.insert(name.name.clone(), id);
+                    self.env.insert(name.clone(), id);
                 }
             }
-            StmtKind::Expr(e) => {
+            Stmt::Eval(e) => {
                 self.expr(e);
             }
-            StmtKind::Log { record } => {
+            Stmt::Log(record) => {
                 let mut fields = Vec::new();
                 let mut inputs = Vec::new();
-                for f in &record.fields {
-                    if let Lowered::Value { id, field } = self.expr(&f.value) {
+                for (name, value) in record {
+                    if let Lowered::Value { id, field } = self.expr(value) {
                         if self.values[id as usize].name.contains('#') {
-                            self.values[id as usize].name = format!("log.{}", f.name.name);
+                            self.values[id as usize].name = format!("log.{name}");
                         }
                         fields.push(LogField {
-                            name: f.name.name.clone(),
+                            name: name.clone(),
                             value: id,
                         });
                         inputs.push(Input {
-                            name: f.name.name.clone(),
+                            name: name.clone(),
                             value: id,
                             field,
                         });
@@ -68,16 +68,15 @@ impl<'a> Lowerer<'a> {
                     inputs,
                 );
             }
-            StmtKind::Every { interval, body } => {
-                let n = self.const_int(interval);
+            Stmt::Every { interval, body } => {
                 let saved = self.every;
-                self.every = n.or(saved);
+                self.every = interval.or(saved);
                 self.block(body);
                 self.every = saved;
             }
-            StmtKind::Checkpoint { roles } => {
+            Stmt::Checkpoint(roles) => {
                 for r in roles {
-                    let Some(model) = self.program.model_index(&r.name) else {
+                    let Some(model) = self.program.model_index(r) else {
                         continue;
                     };
                     let Some(inst) = self
@@ -85,19 +84,18 @@ impl<'a> Lowerer<'a> {
                         .or_else(|| self.any_instance(model))
                     else {
                         self.errors.push(lower_err(format!(
-                            "`checkpoint {}`: the role runs nowhere",
-                            r.name
+                            "`checkpoint {r}`: the role runs nowhere"
                         )));
                         continue;
                     };
                     let ranks = self.instances[inst].ranks.clone();
                     let kind = OpKind::Checkpoint {
-                        role: r.name.clone(),
+                        role: r.clone(),
                         instance: self.instances[inst].id.clone(),
                     };
                     // The state is saved where it is (device or host memory): nothing to onload.
                     self.push_op(
-                        format!("checkpoint {}", r.name),
+                        format!("checkpoint {r}"),
                         kind,
                         Some(inst),
                         ranks,
@@ -105,20 +103,19 @@ impl<'a> Lowerer<'a> {
                     );
                 }
             }
-            StmtKind::Emit { .. } => {}
         }
     }
 
     /// `beta = 0.1` in a loop's `with (…)`: a value of the step without a producer, held where
     /// kernels run (the checker made it a scalar `f32` or `i64` with a constant initial value).
-    pub(super) fn carry(&mut self, c: &ast::Carry) {
-        let (dtype, init) = match self.type_at(c.init.span) {
+    pub(super) fn carry(&mut self, c: &Carry) {
+        let (dtype, init) = match &c.init {
             Some(Type::Float(Some(x))) => ("f32".to_string(), x.to_string()),
             Some(Type::Int(Some(n))) => ("i64".to_string(), n.to_string()),
             _ => {
                 self.errors.push(lower_err(format!(
                     "the initial value of `{}` is not a known `f32` or `i64` constant",
-                    c.name.name
+                    c.name
                 )));
                 return;
             }
@@ -131,15 +128,15 @@ impl<'a> Lowerer<'a> {
         let at = self.driver;
         self.values.push(Value {
             id,
-            name: c.name.name.clone(),
+            name: c.name.clone(),
             producer: None,
             at: self.instances[at].id.clone(),
             ty: ValueType::Tensor(ty.clone()),
             split: Split::Replicated,
         });
-        self.env.insert(c.name.name.clone(), id);
+        self.env.insert(c.name.clone(), id);
         self.carried.push(Carried {
-            name: c.name.name.clone(),
+            name: c.name.clone(),
             ty,
             init,
             value: id,
@@ -151,10 +148,10 @@ impl<'a> Lowerer<'a> {
     }
 
     /// `beta = …` in the loop body: what the next step starts with.
-    pub(super) fn assign(&mut self, name: &ast::Ident, value: &ast::Expr) {
+    pub(super) fn assign(&mut self, name: &str, value: &Node) {
         let lowered = self.expr(value);
         let every = self.every;
-        let Some(c) = self.carried.iter_mut().find(|c| c.name == name.name) else {
+        let Some(c) = self.carried.iter_mut().find(|c| c.name == name) else {
             return;
         };
         c.every = every;
@@ -162,8 +159,7 @@ impl<'a> Lowerer<'a> {
             Lowered::Value { id, field: None } => c.next = Some(id),
             Lowered::Const(text) => c.next_const = Some(text),
             _ => self.errors.push(lower_err(format!(
-                "the new value of `{}` is not a value of the step",
-                name.name
+                "the new value of `{name}` is not a value of the step"
             ))),
         }
     }
@@ -198,186 +194,92 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// The name of the dataset a `ds.method(…)` call `e` reads: its item's name, which the
-    /// plan's `datasets` are listed under (the pipeline may use an imported alias, `written`).
-    pub(super) fn dataset_name(&self, e: &ast::Expr, written: String) -> String {
-        self.program
-            .dataset_at(self.root_file, e.span)
-            .map_or(written, |d| d.name.clone())
-    }
-
-    /// The checker's type of the root module's expression at `span`.
-    pub(super) fn type_at(&self, span: ast::Span) -> Option<&'a Type> {
-        self.types.get(&(self.root_file, span.start, span.end))
-    }
-
-    pub(super) fn const_int(&self, e: &ast::Expr) -> Option<u64> {
-        self.type_at(e.span)?.const_int().map(|v| v.max(0) as u64)
-    }
-
-    /// A constant the checker knows (`f32 = 0.5`, `i64 = 8`), as text.
-    pub(super) fn const_text(&self, e: &ast::Expr) -> Option<String> {
+    pub(super) fn expr(&mut self, e: &Node) -> Lowered {
         match &e.kind {
-            ExprKind::Number(n) => return Some(n.text.clone()),
-            ExprKind::Bool(b) => return Some(b.to_string()),
-            ExprKind::Str(s) => return Some(format!("{:?}", s.value)),
-            _ => {}
-        }
-        self.type_at(e.span)?.const_text()
-    }
-
-    pub(super) fn expr(&mut self, e: &ast::Expr) -> Lowered {
-        if let Some(c) = self.const_text(e) {
-            return Lowered::Const(c);
-        }
-        match &e.kind {
-            ExprKind::Paren(inner) => self.expr(inner),
-            ExprKind::Name(id) => {
-                if let Some(&v) = self.env.get(&id.name) {
-                    Lowered::Value { id: v, field: None }
-                } else if let Some(m) = self.program.model_index(&id.name) {
-                    Lowered::Model(m)
-                } else {
-                    Lowered::Name(id.name.clone())
-                }
-            }
-            ExprKind::Member { base, name } => match self.expr(base) {
+            NodeKind::Const(c) => Lowered::Const(c.clone()),
+            NodeKind::Local(name) if self.env.contains_key(name) => Lowered::Value {
+                id: self.env[name],
+                field: None,
+            },
+            // A name bound to something that is not a value of the step.
+            NodeKind::Local(name) => match self.program.model_index(name) {
+                Some(_) => Lowered::Model,
+                None => Lowered::Name(name.clone()),
+            },
+            NodeKind::Model(_) => Lowered::Model,
+            NodeKind::Name(name) => Lowered::Name(name.clone()),
+            NodeKind::Field { base, name } => match self.expr(base) {
                 Lowered::Value { id, field: None } => {
-                    let (id, field) = self.output_of(id, Some(name.name.clone()));
+                    let (id, field) = self.output_of(id, Some(name.clone()));
                     Lowered::Value { id, field }
                 }
                 _ => Lowered::Unknown,
             },
-            ExprKind::Call {
-                callee,
-                args,
-                closure,
-            } => self.call(e, callee, args, closure.as_ref()),
-            ExprKind::Binary { op, lhs, rhs, .. } => {
-                let name = binary_name(op.as_str());
-                let l = self.expr(lhs);
-                let r = self.expr(rhs);
-                self.kernel(
-                    e,
-                    name.to_string(),
-                    None,
-                    vec![("lhs".into(), l), ("rhs".into(), r)],
-                    (false, false),
-                )
-            }
-            ExprKind::Unary { op, operand, .. } => {
-                let name = if op.as_str() == "!" { "not" } else { "neg" };
-                let x = self.expr(operand);
-                self.kernel(
-                    e,
-                    name.to_string(),
-                    None,
-                    vec![("x".into(), x)],
-                    (false, false),
-                )
-            }
-            ExprKind::Index { base, indices } => {
-                let mut args = vec![("x".to_string(), self.expr(base))];
-                for (i, ix) in indices.iter().enumerate() {
-                    args.push((format!("index{i}"), self.expr(ix)));
-                }
-                self.kernel(e, "index".into(), None, args, (false, false))
-            }
-            _ => Lowered::Unknown,
-        }
-    }
-
-    pub(super) fn call(
-        &mut self,
-        e: &ast::Expr,
-        callee: &ast::Expr,
-        args: &[ast::Arg],
-        closure: Option<&ast::Closure>,
-    ) -> Lowered {
-        if let Some((verifier, dataset)) = self.program.verifier_at(self.root_file, e.span) {
-            return self.verify(e, verifier, dataset, args);
-        }
-        match &callee.kind {
-            ExprKind::Member { base, name } => {
-                let base_l = self.expr(base);
-                match base_l {
-                    Lowered::Model(m) => self.role_call(e, m, &name.name, args, closure),
-                    Lowered::Name(written) if name.name == "sample" => {
-                        let dataset = self.dataset_name(e, written);
-                        let count = args.first().and_then(|a| self.const_int(&a.value));
-                        let ty = self.type_at(e.span).map_or_else(
-                            || ValueType::Opaque {
-                                opaque: "prompts".into(),
-                            },
-                            value_type,
-                        );
-                        let kind = OpKind::Sample {
-                            dataset: dataset.clone(),
-                            count,
-                            form: None,
-                            split: None,
-                        };
-                        let id = self.push_op(
-                            format!("sample {dataset}"),
-                            kind,
-                            None,
-                            RankSet::default(),
-                            Vec::new(),
-                        );
-                        self.floating.insert(id);
-                        let v = self.new_value(format!("{dataset}.sample#"), id, ty, count);
-                        self.ops[id as usize].outputs.push(v);
-                        Lowered::Value { id: v, field: None }
-                    }
-                    Lowered::Name(dataset)
-                        if name.name == "demonstrations" || name.name == "preferences" =>
-                    {
-                        self.supervised(e, &dataset, &name.name, args)
-                    }
-                    Lowered::Name(dataset) if name.name == "score" => {
-                        let lowered: Vec<(String, Lowered)> = args
-                            .iter()
-                            .enumerate()
-                            .map(|(i, a)| (arg_name(a, i, &["rollout"]), self.expr(&a.value)))
-                            .collect();
-                        self.kernel(e, format!("{dataset}.score"), None, lowered, (false, false))
-                    }
-                    _ => Lowered::Unknown,
-                }
-            }
-            ExprKind::Name(f) => {
-                let (module, params, facts) = match self.modules.get(0).lookup(0, &f.name) {
-                    Some(Binding::Item { module, index }) => {
-                        match &self.modules.get(module).item(index).kind {
-                            ItemKind::Fn(def) => {
-                                let params: Vec<String> =
-                                    def.params.iter().map(|p| p.name.name.clone()).collect();
-                                let facts = self.facts(module, &f.name);
-                                let m = self.modules.get(module);
-                                (
-                                    if module == 0 {
-                                        None
-                                    } else {
-                                        Some(m.name.clone())
-                                    },
-                                    params,
-                                    facts,
-                                )
-                            }
-                            _ => (None, Vec::new(), (false, false)),
-                        }
-                    }
-                    _ => (None, Vec::new(), builtin_facts(&f.name, args)),
+            NodeKind::Role {
+                model,
+                op,
+                nth,
+                input,
+                loss,
+            } => self.role_call(e, *model, *op, *nth, input.as_deref(), loss.as_ref()),
+            NodeKind::Sample { dataset, count } => {
+                let ty = e.ty.as_ref().map_or_else(
+                    || ValueType::Opaque {
+                        opaque: "prompts".into(),
+                    },
+                    value_type,
+                );
+                let kind = OpKind::Sample {
+                    dataset: dataset.clone(),
+                    count: *count,
+                    form: None,
+                    split: None,
                 };
-                let refs: Vec<&str> = params.iter().map(String::as_str).collect();
-                let lowered: Vec<(String, Lowered)> = args
-                    .iter()
-                    .enumerate()
-                    .map(|(i, a)| (arg_name(a, i, &refs), self.expr(&a.value)))
-                    .collect();
-                self.kernel(e, f.name.clone(), module, lowered, facts)
+                let id = self.push_op(
+                    format!("sample {dataset}"),
+                    kind,
+                    None,
+                    RankSet::default(),
+                    Vec::new(),
+                );
+                self.floating.insert(id);
+                let v = self.new_value(format!("{dataset}.sample#"), id, ty, *count);
+                self.ops[id as usize].outputs.push(v);
+                Lowered::Value { id: v, field: None }
             }
-            _ => Lowered::Unknown,
+            NodeKind::Supervised {
+                dataset,
+                preferences,
+                count,
+                split,
+            } => self.supervised(e, dataset, *preferences, *count, split.as_deref()),
+            NodeKind::Verify {
+                verifier,
+                dataset,
+                fields,
+                metrics,
+                rollout,
+            } => self.verify(e, verifier, dataset, fields, metrics, rollout.as_deref()),
+            NodeKind::Kernel {
+                function,
+                module,
+                args,
+                batch_reduction,
+                grouped,
+            } => {
+                let lowered = args
+                    .iter()
+                    .map(|(name, a)| (name.clone(), self.expr(a)))
+                    .collect();
+                self.kernel(
+                    e,
+                    function.clone(),
+                    module.clone(),
+                    lowered,
+                    (*batch_reduction, *grouped),
+                )
+            }
+            NodeKind::Unknown => Lowered::Unknown,
         }
     }
 
@@ -386,41 +288,42 @@ impl<'a> Lowerer<'a> {
     /// call's value is the reward, and `output_of` maps `r.reward`, `r.format` to the outputs.
     pub(super) fn verify(
         &mut self,
-        e: &ast::Expr,
-        verifier: &rlc_check::value::VerifierSpec,
-        dataset: &rlc_check::value::DatasetSpec,
-        args: &[ast::Arg],
+        e: &Node,
+        verifier: &str,
+        dataset: &str,
+        fields: &[String],
+        metrics: &[String],
+        rollout: Option<&Node>,
     ) -> Lowered {
-        let Some(arg) = args.first() else {
+        let Some(arg) = rollout else {
             return Lowered::Unknown;
         };
         let Lowered::Value {
             id: rollout,
             field: None,
-        } = self.expr(&arg.value)
+        } = self.expr(arg)
         else {
             self.errors.push(lower_err(format!(
-                "the rollout `{}` scores is not a value of the step",
-                verifier.name
+                "the rollout `{verifier}` scores is not a value of the step"
             )));
             return Lowered::Unknown;
         };
-        let ty = self.type_at(e.span).map_or_else(
+        let ty = e.ty.as_ref().map_or_else(
             || ValueType::Opaque {
                 opaque: "unknown".into(),
             },
             value_type,
         );
-        let reward_ty = if verifier.metrics.is_empty() {
+        let reward_ty = if metrics.is_empty() {
             ty
         } else {
             field_type(&ty, Some("reward"))
         };
         let rows = rows_of(&reward_ty);
         let kind = OpKind::Verify {
-            verifier: verifier.name.clone(),
-            dataset: dataset.name.clone(),
-            fields: verifier.fields.iter().map(|(f, _)| f.clone()).collect(),
+            verifier: verifier.to_string(),
+            dataset: dataset.to_string(),
+            fields: fields.to_vec(),
         };
         let driver = self.driver;
         let ranks = self.instances[driver].ranks.clone();
@@ -430,28 +333,18 @@ impl<'a> Lowerer<'a> {
             field: None,
         };
         let id = self.push_op(
-            format!("verify {}", verifier.name),
+            format!("verify {verifier}"),
             kind,
             Some(driver),
             ranks,
             vec![input],
         );
-        let reward = self.new_value(
-            format!("{}.reward#", verifier.name),
-            id,
-            reward_ty.clone(),
-            rows,
-        );
+        let reward = self.new_value(format!("{verifier}.reward#"), id, reward_ty.clone(), rows);
         self.ops[id as usize].outputs.push(reward);
-        if !verifier.metrics.is_empty() {
+        if !metrics.is_empty() {
             let mut outputs = vec![("reward".to_string(), reward)];
-            for m in &verifier.metrics {
-                let v = self.new_value(
-                    format!("{}.{m}#", verifier.name),
-                    id,
-                    reward_ty.clone(),
-                    rows,
-                );
+            for m in metrics {
+                let v = self.new_value(format!("{verifier}.{m}#"), id, reward_ty.clone(), rows);
                 self.ops[id as usize].outputs.push(v);
                 outputs.push((m.clone(), v));
             }
@@ -479,35 +372,33 @@ impl<'a> Lowerer<'a> {
     /// value is a rollout of `n` rows (demonstrations) or `2·n` rows (pairs).
     pub(super) fn supervised(
         &mut self,
-        e: &ast::Expr,
+        e: &Node,
         dataset: &str,
-        form: &str,
-        args: &[ast::Arg],
+        preferences: bool,
+        count: Option<u64>,
+        split: Option<&str>,
     ) -> Lowered {
-        let count = args
-            .iter()
-            .find(|a| a.name.as_ref().is_none_or(|n| n.name == "n"))
-            .and_then(|a| self.const_int(&a.value));
-        let split = args
-            .iter()
-            .find(|a| a.name.as_ref().is_some_and(|n| n.name == "split"))
-            .and_then(|a| match &a.value.kind {
-                ExprKind::Str(s) if s.value == "test" => Some(DataSplit::Test),
-                ExprKind::Str(s) if s.value == "train" => Some(DataSplit::Train),
-                _ => None,
-            });
-        let ty = self.type_at(e.span).map_or_else(
+        let split = match split {
+            Some("test") => Some(DataSplit::Test),
+            Some("train") => Some(DataSplit::Train),
+            _ => None,
+        };
+        let ty = e.ty.as_ref().map_or_else(
             || ValueType::Opaque {
                 opaque: "rollout".into(),
             },
             value_type,
         );
-        let rows = count.map(|c| if form == "preferences" { 2 * c } else { c });
-        let dataset = self.dataset_name(e, dataset.to_string());
+        let form = if preferences {
+            "preferences"
+        } else {
+            "demonstrations"
+        };
+        let rows = count.map(|c| if preferences { 2 * c } else { c });
         let kind = OpKind::Sample {
-            dataset: dataset.clone(),
+            dataset: dataset.to_string(),
             count,
-            form: Some(if form == "preferences" {
+            form: Some(if preferences {
                 SampleForm::Preferences
             } else {
                 SampleForm::Demonstrations
@@ -527,44 +418,9 @@ impl<'a> Lowerer<'a> {
         Lowered::Value { id: v, field: None }
     }
 
-    /// Whether function `name` of `module` reduces over the batch (directly or through what it
-    /// calls) and whether it works on groups of rows.
-    pub(super) fn facts(&mut self, module: usize, name: &str) -> (bool, bool) {
-        if let Some(&f) = self.fn_facts.get(&(module, name.to_string())) {
-            return f;
-        }
-        self.fn_facts
-            .insert((module, name.to_string()), (false, false));
-        let m = self.modules.get(module);
-        let Some(Binding::Item { module: dm, index }) = m.lookup(module, name) else {
-            return (false, false);
-        };
-        let ItemKind::Fn(def) = &self.modules.get(dm).item(index).kind else {
-            return (false, false);
-        };
-        let mut calls = Vec::new();
-        collect_calls_block(&def.body, &mut calls);
-        let mut out = (false, false);
-        for (callee, args) in calls {
-            let f = match self.modules.get(dm).lookup(dm, &callee) {
-                Some(Binding::Item {
-                    module: cm,
-                    index: ci,
-                }) if matches!(self.modules.get(cm).item(ci).kind, ItemKind::Fn(_)) => {
-                    self.facts(cm, &callee)
-                }
-                _ => builtin_facts(&callee, &args),
-            };
-            out = (out.0 || f.0, out.1 || f.1);
-        }
-        self.fn_facts.insert((dm, name.to_string()), out);
-        self.fn_facts.insert((module, name.to_string()), out);
-        out
-    }
-
     pub(super) fn kernel(
         &mut self,
-        e: &ast::Expr,
+        e: &Node,
         function: String,
         module: Option<String>,
         args: Vec<(String, Lowered)>,
@@ -585,10 +441,10 @@ impl<'a> Lowerer<'a> {
                 Lowered::Name(n) => {
                     attrs.insert(name, n);
                 }
-                Lowered::Model(_) | Lowered::Unknown => {}
+                Lowered::Model | Lowered::Unknown => {}
             }
         }
-        let ty = self.type_at(e.span).map_or_else(
+        let ty = e.ty.as_ref().map_or_else(
             || ValueType::Opaque {
                 opaque: "unknown".into(),
             },
@@ -596,7 +452,7 @@ impl<'a> Lowerer<'a> {
         );
         let (batch_reduction, grouped) = facts;
         let batch_reduction = batch_reduction || (is_scalar(&ty) && !inputs.is_empty());
-        let kernel = self.call_kernel(e.span, &function, module.as_deref(), &inputs, &attrs);
+        let kernel = self.call_kernel(e.id, &function, module.as_deref(), &inputs, &attrs);
         let kind = OpKind::Kernel {
             function: function.clone(),
             module,
@@ -630,32 +486,23 @@ impl<'a> Lowerer<'a> {
         self.instances.iter().position(|i| &i.role == name)
     }
 
+    /// The `nth` call of `op` on `model` (the checker's record of it gives its settings).
     pub(super) fn role_call(
         &mut self,
-        e: &ast::Expr,
+        e: &Node,
         model: usize,
-        method: &str,
-        args: &[ast::Arg],
-        closure: Option<&ast::Closure>,
+        op: prog::Op,
+        nth: usize,
+        input: Option<&Node>,
+        closure: Option<&rlc_check::dataflow::Loss>,
     ) -> Lowered {
-        let op = match method {
-            "generate" => prog::Op::Generate,
-            "logprobs" => prog::Op::Logprobs,
-            "values" => prog::Op::Values,
-            "score" => prog::Op::Score,
-            "update" => prog::Op::Update,
-            _ => return Lowered::Unknown,
-        };
-        let k = self.seen_calls.entry((model, op)).or_insert(0);
-        let nth = *k;
-        *k += 1;
-        let facts = self.program.pipeline.as_ref().expect("a pipeline");
-        let Some(call) = facts
-            .calls
-            .iter()
-            .filter(|c| c.model == model && c.op == op)
-            .nth(nth)
-        else {
+        let Some(call) = self.program.pipeline.as_ref().and_then(|facts| {
+            facts
+                .calls
+                .iter()
+                .filter(|c| c.model == model && c.op == op)
+                .nth(nth)
+        }) else {
             return Lowered::Unknown;
         };
         let call = call.clone();
@@ -669,8 +516,8 @@ impl<'a> Lowerer<'a> {
             "rollout"
         };
         let mut inputs = Vec::new();
-        if let Some(first) = args.iter().find(|a| a.name.is_none())
-            && let Lowered::Value { id, field } = self.expr(&first.value)
+        if let Some(first) = input
+            && let Lowered::Value { id, field } = self.expr(first)
         {
             inputs.push(Input {
                 name: input_name.into(),
@@ -717,41 +564,28 @@ impl<'a> Lowerer<'a> {
             },
             prog::Op::Update => {
                 let mut captures = Vec::new();
-                let mut calls = Vec::new();
-                let param = closure
-                    .and_then(|c| c.params.first())
-                    .map_or_else(String::new, |p| p.name.clone());
-                if let Some(c) = closure {
-                    let mut names = Vec::new();
-                    collect_reads_block(&c.body, &mut names);
-                    let mut seen = BTreeSet::new();
-                    for (name, field) in names {
-                        if name == param {
-                            continue;
-                        }
-                        if let Some(&v) = self.env.get(&name)
-                            && seen.insert((name.clone(), field.clone()))
-                        {
-                            // `scores.format` of a verifier's result is an output of its own,
-                            // captured under the whole name.
-                            let (value, mapped) = self.output_of(v, field.clone());
-                            let name = match (&field, &mapped) {
-                                (Some(f), None) => format!("{name}.{f}"),
-                                _ => name.clone(),
-                            };
-                            captures.push(Input {
-                                name,
-                                value,
-                                field: mapped,
-                            });
-                        }
+                let param = closure.map_or_else(String::new, |c| c.param.clone());
+                let calls = closure.map_or_else(Vec::new, |c| c.calls.clone());
+                let mut seen = BTreeSet::new();
+                for (name, field) in closure.map_or(&[][..], |c| &c.reads[..]) {
+                    if *name == param {
+                        continue;
                     }
-                    let mut fcalls = Vec::new();
-                    collect_calls_block(&c.body, &mut fcalls);
-                    for (f, _) in fcalls {
-                        if !calls.contains(&f) {
-                            calls.push(f);
-                        }
+                    if let Some(&v) = self.env.get(name)
+                        && seen.insert((name.clone(), field.clone()))
+                    {
+                        // `scores.format` of a verifier's result is an output of its own,
+                        // captured under the whole name.
+                        let (value, mapped) = self.output_of(v, field.clone());
+                        let name = match (field, &mapped) {
+                            (Some(f), None) => format!("{name}.{f}"),
+                            _ => name.clone(),
+                        };
+                        captures.push(Input {
+                            name,
+                            value,
+                            field: mapped,
+                        });
                     }
                 }
                 inputs.extend(captures.iter().cloned());
@@ -800,7 +634,7 @@ impl<'a> Lowerer<'a> {
             self.updates.insert(model, id);
             return Lowered::Unknown;
         }
-        let ty = self.type_at(e.span).map_or_else(
+        let ty = e.ty.as_ref().map_or_else(
             || ValueType::Opaque {
                 opaque: "unknown".into(),
             },
@@ -978,175 +812,5 @@ impl<'a> Lowerer<'a> {
             every: self.every,
         });
         id
-    }
-}
-
-fn binary_name(op: &str) -> &'static str {
-    match op {
-        "+" => "add",
-        "-" => "sub",
-        "*" => "mul",
-        "/" => "div",
-        "%" => "rem",
-        "==" => "eq",
-        "!=" => "ne",
-        "<" => "lt",
-        "<=" => "le",
-        ">" => "gt",
-        ">=" => "ge",
-        "&&" => "and",
-        "||" => "or",
-        _ => "binary",
-    }
-}
-
-fn arg_name(a: &ast::Arg, i: usize, params: &[&str]) -> String {
-    match &a.name {
-        Some(n) => n.name.clone(),
-        None => params.get(i).map_or_else(
-            || {
-                if i == 0 {
-                    "x".into()
-                } else {
-                    format!("arg{i}")
-                }
-            },
-            |p| p.to_string(),
-        ),
-    }
-}
-
-/// (batch reduction, grouped) of a builtin call: a `sum`/`mean`/`count`/`min`/`max` over every
-/// axis (no `over:`) or over `B` reduces over the batch; `group_*` works on groups.
-fn builtin_facts(name: &str, args: &[ast::Arg]) -> (bool, bool) {
-    let over = args
-        .iter()
-        .find(|a| a.name.as_ref().is_some_and(|n| n.name == "over"));
-    let reduces = match name {
-        "sum" | "mean" | "count" => true,
-        "min" | "max" => args.iter().filter(|a| a.name.is_none()).count() == 1,
-        _ => false,
-    };
-    let over_batch = match over {
-        None => true,
-        Some(a) => matches!(&a.value.kind, ExprKind::Name(n) if n.name == "B"),
-    };
-    (reduces && over_batch, name.starts_with("group_"))
-}
-
-fn collect_calls_block(b: &ast::Block, out: &mut Vec<(String, Vec<ast::Arg>)>) {
-    for s in &b.stmts {
-        match &s.kind {
-            StmtKind::Let { value, .. }
-            | StmtKind::Assign { value, .. }
-            | StmtKind::Emit { value }
-            | StmtKind::Expr(value) => collect_calls(value, out),
-            StmtKind::Loop { body, .. } | StmtKind::Every { body, .. } => {
-                collect_calls_block(body, out)
-            }
-            StmtKind::Log { record } => record
-                .fields
-                .iter()
-                .for_each(|f| collect_calls(&f.value, out)),
-            StmtKind::Checkpoint { .. } => {}
-        }
-    }
-}
-
-fn collect_calls(e: &ast::Expr, out: &mut Vec<(String, Vec<ast::Arg>)>) {
-    match &e.kind {
-        ExprKind::Call {
-            callee,
-            args,
-            closure,
-        } => {
-            if let ExprKind::Name(n) = &callee.kind {
-                out.push((n.name.clone(), args.clone()));
-            } else {
-                collect_calls(callee, out);
-            }
-            args.iter().for_each(|a| collect_calls(&a.value, out));
-            if let Some(c) = closure {
-                collect_calls_block(&c.body, out);
-            }
-        }
-        ExprKind::Member { base, .. } => collect_calls(base, out),
-        ExprKind::Index { base, indices } => {
-            collect_calls(base, out);
-            indices.iter().for_each(|i| collect_calls(i, out));
-        }
-        ExprKind::Unary { operand, .. } => collect_calls(operand, out),
-        ExprKind::Binary { lhs, rhs, .. } => {
-            collect_calls(lhs, out);
-            collect_calls(rhs, out);
-        }
-        ExprKind::Paren(inner) => collect_calls(inner, out),
-        ExprKind::Record(r) => r.fields.iter().for_each(|f| collect_calls(&f.value, out)),
-        ExprKind::List(items) => items.iter().for_each(|x| collect_calls(x, out)),
-        ExprKind::Scan(s) => {
-            s.carries.iter().for_each(|c| collect_calls(&c.init, out));
-            collect_calls_block(&s.body, out);
-        }
-        ExprKind::Number(_) | ExprKind::Str(_) | ExprKind::Bool(_) | ExprKind::Name(_) => {}
-    }
-}
-
-/// Names read by a block (with the field when read as `name.field`), in order.
-fn collect_reads_block(b: &ast::Block, out: &mut Vec<(String, Option<String>)>) {
-    for s in &b.stmts {
-        match &s.kind {
-            StmtKind::Let { value, .. }
-            | StmtKind::Assign { value, .. }
-            | StmtKind::Emit { value }
-            | StmtKind::Expr(value) => collect_reads(value, out),
-            StmtKind::Loop { body, .. } | StmtKind::Every { body, .. } => {
-                collect_reads_block(body, out)
-            }
-            StmtKind::Log { record } => record
-                .fields
-                .iter()
-                .for_each(|f| collect_reads(&f.value, out)),
-            StmtKind::Checkpoint { .. } => {}
-        }
-    }
-}
-
-fn collect_reads(e: &ast::Expr, out: &mut Vec<(String, Option<String>)>) {
-    match &e.kind {
-        ExprKind::Name(n) => out.push((n.name.clone(), None)),
-        ExprKind::Member { base, name } => match &base.kind {
-            ExprKind::Name(n) => out.push((n.name.clone(), Some(name.name.clone()))),
-            _ => collect_reads(base, out),
-        },
-        ExprKind::Call {
-            callee,
-            args,
-            closure,
-        } => {
-            if !matches!(callee.kind, ExprKind::Name(_)) {
-                collect_reads(callee, out);
-            }
-            args.iter().for_each(|a| collect_reads(&a.value, out));
-            if let Some(c) = closure {
-                collect_reads_block(&c.body, out);
-            }
-        }
-        ExprKind::Index { base, indices } => {
-            collect_reads(base, out);
-            indices.iter().for_each(|i| collect_reads(i, out));
-        }
-        ExprKind::Unary { operand, .. } => collect_reads(operand, out),
-        ExprKind::Binary { lhs, rhs, .. } => {
-            collect_reads(lhs, out);
-            collect_reads(rhs, out);
-        }
-        ExprKind::Paren(inner) => collect_reads(inner, out),
-        ExprKind::Record(r) => r.fields.iter().for_each(|f| collect_reads(&f.value, out)),
-        ExprKind::List(items) => items.iter().for_each(|x| collect_reads(x, out)),
-        ExprKind::Scan(s) => {
-            s.carries.iter().for_each(|c| collect_reads(&c.init, out));
-            collect_reads_block(&s.body, out);
-        }
-        ExprKind::Number(_) | ExprKind::Str(_) | ExprKind::Bool(_) => {}
     }
 }

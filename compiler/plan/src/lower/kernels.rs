@@ -13,7 +13,7 @@ impl Lowerer<'_> {
     /// for a dataset's `score`, which the runtime implements.
     pub(super) fn call_kernel(
         &mut self,
-        at: ast::Span,
+        at: rlc_check::types::ExprId,
         function: &str,
         module: Option<&str>,
         inputs: &[Input],
@@ -26,7 +26,7 @@ impl Lowerer<'_> {
         }
         let fail = |detail: String| LowerError {
             message: format!("`{function}` cannot be computed by a kernel: {detail}"),
-            kernel_at: Some((self.root_file, at.start, at.end)),
+            kernel_at: Some(at),
         };
         for (name, value) in attrs {
             if value.parse::<f64>().is_err() {
@@ -98,7 +98,9 @@ impl Lowerer<'_> {
         )];
         let at = body.span;
         let fail = |detail: String| LowerError {
-            message: format!("the loss of `{role}.update` cannot be computed by a kernel: {detail}"),
+            message: format!(
+                "the loss of `{role}.update` cannot be computed by a kernel: {detail}"
+            ),
             kernel_at: Some((self.root_file, at.start, at.end)),
         };
         for input in captures {

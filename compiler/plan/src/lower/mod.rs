@@ -34,11 +34,12 @@ use crate::model::*;
 use crate::reshard::{block, lcm};
 use rlc_check::Checked;
 use rlc_check::checks::memory;
-use rlc_check::modules::{Binding, Modules};
+use rlc_check::dataflow::{Carry, Dataflow, Node, NodeKind, Stmt};
+use rlc_check::modules::Modules;
 use rlc_check::program::{self as prog, Phase, Program};
 use rlc_check::types::Type;
 use rlc_diagnostics::FileId;
-use rlc_syntax::ast::{self, ExprKind, ItemKind, StmtKind};
+use rlc_syntax::ast;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Why a checked program could not be lowered.
@@ -109,9 +110,13 @@ pub fn lower_program(checked: &Checked, program: &Program) -> Result<Plan, Vec<L
 /// What an expression of the pipeline stands for.
 #[derive(Clone, Debug)]
 enum Lowered {
-    Value { id: u32, field: Option<String> },
+    Value {
+        id: u32,
+        field: Option<String>,
+    },
     Const(String),
-    Model(usize),
+    /// A role (its calls are the checker's `NodeKind::Role`).
+    Model,
     Name(String),
     Unknown,
 }
@@ -119,7 +124,8 @@ enum Lowered {
 struct Lowerer<'a> {
     program: &'a Program,
     modules: &'a Modules,
-    types: &'a rlc_check::TypeTable,
+    /// The checker's reading of the pipeline: what the dataflow pass walks.
+    dataflow: Option<&'a Dataflow>,
     root_file: FileId,
     clusters: Vec<Cluster>,
     instances: Vec<Instance>,
@@ -130,15 +136,11 @@ struct Lowerer<'a> {
     ops: Vec<Op>,
     edges: Vec<Edge>,
     env: BTreeMap<String, u32>,
-    /// `(model, op)` → how many of its calls were lowered.
-    seen_calls: BTreeMap<(usize, prog::Op), usize>,
     /// `(value, instance)` → the transfer that brings it there.
     transfers: BTreeMap<(u32, usize), Option<u32>>,
     /// Ops whose instance is decided by their first consumer (`sample`).
     floating: BTreeSet<u32>,
     every: Option<u64>,
-    /// Kernel facts of functions, memoised: (batch reduction, grouped).
-    fn_facts: BTreeMap<(usize, String), (bool, bool)>,
     updates: BTreeMap<usize, u32>,
     /// Values the loop carries from one step to the next.
     carried: Vec<Carried>,
@@ -291,7 +293,7 @@ impl<'a> Lowerer<'a> {
         Ok(Lowerer {
             program,
             modules: &checked.modules,
-            types: &checked.types,
+            dataflow: checked.dataflow.as_ref(),
             root_file: checked.modules.get(0).file,
             clusters,
             instances,
@@ -301,11 +303,9 @@ impl<'a> Lowerer<'a> {
             ops: Vec::new(),
             edges: Vec::new(),
             env: BTreeMap::new(),
-            seen_calls: BTreeMap::new(),
             transfers: BTreeMap::new(),
             floating: BTreeSet::new(),
             every: None,
-            fn_facts: BTreeMap::new(),
             updates: BTreeMap::new(),
             carried: Vec::new(),
             verify_outputs: BTreeMap::new(),
@@ -315,15 +315,10 @@ impl<'a> Lowerer<'a> {
     }
 
     fn run(mut self) -> Result<Plan, Vec<LowerError>> {
-        let root = self.modules.get(0);
-        let pipeline = root.ast.items.iter().find_map(|i| match &i.kind {
-            ItemKind::Pipeline(p) => Some(p),
-            _ => None,
-        });
-        let Some(pipeline) = pipeline else {
+        let Some(dataflow) = self.dataflow else {
             return Err(vec![lower_err("the root module has no `pipeline` item")]);
         };
-        self.block(&pipeline.body);
+        self.block(&dataflow.body);
         self.carried_ranks();
         // The passes after the dataflow work on its graph alone.
         let train: BTreeMap<usize, usize> = self
