@@ -247,6 +247,10 @@ fn manifest_errors_are_reported_once_in_the_manifest() {
     write(&dir, "job/rl.toml", "[package\nname = \"job\"\n");
     let found = codes(&dir, &["job/src/local.rl"]);
     assert_eq!(found, [("E0207".to_string(), "job/rl.toml".to_string())]);
+    // Not UTF-8.
+    std::fs::write(dir.join("job/rl.toml"), b"\xff\xfe[package]").unwrap();
+    let found = codes(&dir, &["job/src/local.rl"]);
+    assert_eq!(found, [("E0207".to_string(), "job/rl.toml".to_string())]);
     // A dependency on itself is a cycle.
     write(
         &dir,

@@ -133,8 +133,23 @@ pub fn load(
     let Some(manifest_path) = loader.find_manifest(root_path) else {
         return packages;
     };
-    let Ok(text) = loader.read(&manifest_path) else {
-        return packages;
+    let text = match loader.read(&manifest_path) {
+        Ok(text) => text,
+        Err(why) => {
+            let file = files.add(manifest_path.clone(), String::new());
+            diags.push(
+                Diagnostic::new(
+                    Code::ManifestInvalid,
+                    format!("cannot read the manifest `{manifest_path}`: {why}"),
+                    file,
+                    Span::new(0, 0),
+                )
+                .primary_label("unreadable")
+                .help("a manifest is UTF-8 TOML text; see docs/packages.md"),
+            );
+            packages.broken = true;
+            return packages;
+        }
     };
     let mut by_root: BTreeMap<String, usize> = BTreeMap::new();
     // (package, its manifest as written), in the order loaded.
@@ -172,25 +187,32 @@ pub fn load(
                     } else {
                         format!("{dir}/{MANIFEST}")
                     };
-                    let Ok(text) = loader.read(&dep_manifest) else {
-                        let how = if path.is_some() {
-                            "its `path`".to_string()
-                        } else {
-                            "the vendored folder".to_string()
-                        };
-                        diags.push(
+                    let text = match loader.read(&dep_manifest) {
+                        Ok(text) => text,
+                        Err(why) => {
+                            let how = if path.is_some() {
+                                "its `path`".to_string()
+                            } else {
+                                "the vendored folder".to_string()
+                            };
+                            diags.push(
                             Diagnostic::new(
                                 Code::MissingDependency,
                                 format!("dependency `{name}`: no package at `{dir}`"),
                                 here.manifest,
                                 entry,
                             )
-                            .primary_label(format!("`{dep_manifest}` does not exist"))
+                            .primary_label(if why.contains("not found") {
+                                format!("`{dep_manifest}` does not exist")
+                            } else {
+                                format!("cannot read `{dep_manifest}`: {why}")
+                            })
                             .help(format!(
                                 "{how} is relative to this manifest's folder; the folder must hold the dependency's `{MANIFEST}`"
                             )),
                         );
-                        continue;
+                            continue;
+                        }
                     };
                     let file = files.add(dep_manifest, text);
                     let Some(manifest) = parse(files, file, diags) else {
