@@ -34,33 +34,20 @@ pub fn rollout(
     how: &Sampling,
     device: Device,
 ) -> Result<Rollout> {
-    let prompts: Vec<Vec<i64>> = samples.iter().map(|s| s.prompt.clone()).collect();
     let pad = how.specials.pad;
-    let (prompt_ids, prompt_mask) = left_pad(&prompts, pad);
-    let (prompt_ids, prompt_mask) = (prompt_ids.to_device(device), prompt_mask.to_device(device));
-    let config = GenerateConfig {
-        max_new: how.max_new,
-        samples_per_prompt: how.n,
-        eos_token_id: how.specials.eos,
-        pad_token_id: pad,
-        sampling: how.sampling.clone(),
-        seed: how.seed,
-        use_kv_cache: true,
-        return_logits: false,
-        rows_of: Some((first * how.n, total * how.n)),
-    };
+    let (prompt_ids, prompt_mask, config) = decoder_input(samples, first, total, how, device);
     let out = generate(model, &prompt_ids, &prompt_mask, &config)?;
     let rows = out.response_ids.size()[0];
     // Responses that all stopped early are padded to `max_new`, so every rank's rows line up.
     let width = out.response_ids.size()[1];
-    let pad = how.max_new - width;
+    let extra = how.max_new - width;
     let response = out
         .response_ids
-        .constant_pad_nd([0, pad])
+        .constant_pad_nd([0, extra])
         .masked_fill(&pad_columns(rows, width, how.max_new, device), pad);
     let mask = out
         .response_mask
-        .constant_pad_nd([0, pad])
+        .constant_pad_nd([0, extra])
         .to_kind(Kind::Bool);
     let next = mask.narrow(1, 1, how.max_new - 1).constant_pad_nd([0, 1]);
     let last = mask.logical_and(&next.logical_not());
@@ -86,7 +73,7 @@ pub fn rollout(
     let ids = Tensor::cat(&[&out.prompt_ids, &response], 1);
     let attention = Tensor::cat(&[&out.prompt_mask, &response.ones_like()], 1);
     // 0 in the columns added after the generated width (masked, as the padding there is).
-    let sampled = out.token_logprobs.constant_pad_nd([0, pad]);
+    let sampled = out.token_logprobs.constant_pad_nd([0, extra]);
     Ok(Rollout {
         fields: vec![
             ("prompt".into(), out.prompt_ids),
@@ -105,6 +92,35 @@ pub fn rollout(
     })
 }
 
+/// The left-padded prompts of `samples` (with their mask) on `device`, and the decoder's
+/// configuration: prompts `first..` of a step batch of `total`, sampled as `how` says.
+fn decoder_input(
+    samples: &[Sample],
+    first: i64,
+    total: i64,
+    how: &Sampling,
+    device: Device,
+) -> (Tensor, Tensor, GenerateConfig) {
+    let prompts: Vec<Vec<i64>> = samples.iter().map(|s| s.prompt.clone()).collect();
+    let (prompt_ids, prompt_mask) = left_pad(&prompts, how.specials.pad);
+    let config = GenerateConfig {
+        max_new: how.max_new,
+        samples_per_prompt: how.n,
+        eos_token_id: how.specials.eos,
+        pad_token_id: how.specials.pad,
+        sampling: how.sampling.clone(),
+        seed: how.seed,
+        use_kv_cache: true,
+        return_logits: false,
+        rows_of: Some((first * how.n, total * how.n)),
+    };
+    (
+        prompt_ids.to_device(device),
+        prompt_mask.to_device(device),
+        config,
+    )
+}
+
 /// [`rollout`] against an environment: episodes of up to `turns.max_turns` turns in the fixed
 /// slots of `generate::generate_turns`. The response is the whole layout (`N =
 /// turns.response_len(max_new)` positions); `mask` covers the sampled tokens only, `turn` gives
@@ -121,21 +137,8 @@ pub fn env_rollout(
     env: &mut dyn Environment,
     device: Device,
 ) -> Result<Rollout> {
-    let prompts: Vec<Vec<i64>> = samples.iter().map(|s| s.prompt.clone()).collect();
     let pad = how.specials.pad;
-    let (prompt_ids, prompt_mask) = left_pad(&prompts, pad);
-    let (prompt_ids, prompt_mask) = (prompt_ids.to_device(device), prompt_mask.to_device(device));
-    let config = GenerateConfig {
-        max_new: how.max_new,
-        samples_per_prompt: how.n,
-        eos_token_id: how.specials.eos,
-        pad_token_id: pad,
-        sampling: how.sampling.clone(),
-        seed: how.seed,
-        use_kv_cache: true,
-        return_logits: false,
-        rows_of: Some((first * how.n, total * how.n)),
-    };
+    let (prompt_ids, prompt_mask, config) = decoder_input(samples, first, total, how, device);
     let out = generate_turns(model, &prompt_ids, &prompt_mask, &config, turns, env)?;
     let rows = out.response_ids.size()[0];
     let width = turns.response_len(how.max_new);
@@ -282,4 +285,81 @@ fn score_mask(r: &Rollout) -> Tensor {
             Tensor::cat(&[&prompt, &m.to_kind(Kind::Int64)], 1)
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::tokens::{BOS, EOS, EQUALS, PAD};
+    use crate::generate::GenerateError;
+    use crate::model::{KvCache, ModelConfig};
+
+    /// A decoder whose next token is always EOS: every response stops at its first token.
+    struct StopsAtOnce(ModelConfig);
+
+    impl Decode for StopsAtOnce {
+        fn config(&self) -> &ModelConfig {
+            &self.0
+        }
+
+        fn has_lm_head(&self) -> bool {
+            true
+        }
+
+        fn new_cache(&self) -> KvCache {
+            KvCache::new(self.0.layers as usize)
+        }
+
+        fn next_logits(
+            &self,
+            ids: &Tensor,
+            _mask: &Tensor,
+            _cache: Option<&mut KvCache>,
+        ) -> std::result::Result<Tensor, GenerateError> {
+            let logits = Tensor::full(
+                [ids.size()[0], self.0.vocab],
+                -1e4,
+                (Kind::Float, Device::Cpu),
+            );
+            let _ = logits.narrow(1, EOS, 1).fill_(1e4);
+            Ok(logits)
+        }
+    }
+
+    fn rows(t: &Tensor) -> Vec<Vec<i64>> {
+        Vec::<Vec<i64>>::try_from(t.to_kind(Kind::Int64)).unwrap()
+    }
+
+    /// Columns past the generated width, and targets shorter than `max_new`, hold the pad token
+    /// (they once held the number of padded columns, which reads as a digit).
+    #[test]
+    fn columns_past_the_generated_width_hold_the_pad_token() {
+        let samples = vec![crate::data::Sample {
+            prompt: vec![BOS, 1, 2, EQUALS],
+            target: vec![2, 1, EOS],
+            row: None,
+        }];
+        let how = Sampling {
+            n: 2,
+            max_new: 6,
+            sampling: SamplingConfig::GREEDY,
+            seed: 1,
+            specials: Specials::TASK,
+        };
+        let r = rollout(
+            &StopsAtOnce(ModelConfig::tiny()),
+            &samples,
+            0,
+            1,
+            &how,
+            Device::Cpu,
+        )
+        .unwrap();
+        let response = rows(r.field("response").unwrap());
+        assert_eq!(response, vec![vec![EOS, PAD, PAD, PAD, PAD, PAD]; 2]);
+        let target = rows(r.field("target").unwrap());
+        assert_eq!(target, vec![vec![2, 1, EOS, PAD, PAD, PAD]; 2]);
+        let mask = rows(r.field("mask").unwrap());
+        assert_eq!(mask, vec![vec![1, 0, 0, 0, 0, 0]; 2]);
+    }
 }
