@@ -28,10 +28,14 @@ declaration's `on_error` to the episode). Print debugging output to stderr: stdo
 protocol.
 """
 
-import json
 import math
+import os
 import sys
-import traceback
+
+# The JSON Lines transport is the verifiers' (python/rlc_verifier.py, beside this file).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from rlc_verifier import answer_items, item_error, serve_requests  # noqa: E402
 
 __all__ = ["serve", "step_request"]
 
@@ -62,35 +66,17 @@ def _result(index, item, step):
             raise ValueError("an episode that is not done needs an observation")
         return result
     except Exception as e:  # one item's failure is that item's error
-        last = traceback.extract_tb(e.__traceback__)[-1:]
-        where = f" ({last[0].filename}:{last[0].lineno})" if last else ""
-        return {"error": f"item {index}: {type(e).__name__}: {e}{where}"}
+        return item_error(index, e)
 
 
 def step_request(request, step):
     """The response object to one request object (a dict), answering each item with `step`."""
-    rid = request.get("id")
-    items = request.get("items")
-    if not isinstance(items, list):
-        return {"id": rid, "error": "the request has no `items` list"}
-    return {"id": rid, "results": [_result(i, item, step) for i, item in enumerate(items)]}
+    return answer_items(request, lambda i, item: _result(i, item, step))
 
 
 def serve(step, stdin=None, stdout=None):
     """Answers requests from `stdin` (default sys.stdin) on `stdout` until stdin closes."""
-    stdin = stdin or sys.stdin
-    stdout = stdout or sys.stdout
-    for line in stdin:
-        if not line.strip():
-            continue
-        try:
-            request = json.loads(line)
-        except ValueError as e:
-            response = {"id": None, "error": f"the request is not JSON: {e}"}
-        else:
-            response = step_request(request, step)
-        stdout.write(json.dumps(response, allow_nan=False) + "\n")
-        stdout.flush()
+    serve_requests(lambda request: step_request(request, step), stdin, stdout)
 
 
 if __name__ == "__main__":

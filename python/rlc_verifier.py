@@ -25,7 +25,7 @@ import math
 import sys
 import traceback
 
-__all__ = ["serve", "score_request"]
+__all__ = ["serve", "score_request", "serve_requests", "answer_items", "item_error"]
 
 
 def _number(value, what):
@@ -49,22 +49,39 @@ def _result(index, item, score):
             return {"reward": reward, "metrics": metrics}
         return {"reward": _number(out, "the reward"), "metrics": {}}
     except Exception as e:  # one item's failure is that item's error
-        last = traceback.extract_tb(e.__traceback__)[-1:]
-        where = f" ({last[0].filename}:{last[0].lineno})" if last else ""
-        return {"error": f"item {index}: {type(e).__name__}: {e}{where}"}
+        return item_error(index, e)
 
 
-def score_request(request, score):
-    """The response object to one request object (a dict), scoring each item with `score`."""
+def item_error(index, e):
+    """The result of item `index` whose answer raised `e`: an error naming the item, the
+    exception and where it was raised."""
+    last = traceback.extract_tb(e.__traceback__)[-1:]
+    where = f" ({last[0].filename}:{last[0].lineno})" if last else ""
+    return {"error": f"item {index}: {type(e).__name__}: {e}{where}"}
+
+
+def answer_items(request, result):
+    """The response object to one request object (a dict): `result(index, item)` of each item."""
     rid = request.get("id")
     items = request.get("items")
     if not isinstance(items, list):
         return {"id": rid, "error": "the request has no `items` list"}
-    return {"id": rid, "results": [_result(i, item, score) for i, item in enumerate(items)]}
+    return {"id": rid, "results": [result(i, item) for i, item in enumerate(items)]}
+
+
+def score_request(request, score):
+    """The response object to one request object (a dict), scoring each item with `score`."""
+    return answer_items(request, lambda i, item: _result(i, item, score))
 
 
 def serve(score, stdin=None, stdout=None):
     """Answers requests from `stdin` (default sys.stdin) on `stdout` until stdin closes."""
+    serve_requests(lambda request: score_request(request, score), stdin, stdout)
+
+
+def serve_requests(respond, stdin=None, stdout=None):
+    """Answers each request line of `stdin` with the line of `respond(request)` on `stdout`,
+    until stdin closes (the JSON Lines transport verifiers and environments share)."""
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     for line in stdin:
@@ -76,7 +93,7 @@ def serve(score, stdin=None, stdout=None):
             # Without an id rlc cannot match it; it reports the mismatch with this message.
             response = {"id": None, "error": f"the request is not JSON: {e}"}
         else:
-            response = score_request(request, score)
+            response = respond(request)
         stdout.write(json.dumps(response, allow_nan=False) + "\n")
         stdout.flush()
 

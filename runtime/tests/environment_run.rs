@@ -10,8 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use rlc_plan::model::OpKind;
-use rlc_runtime::device::DeviceRequest;
-use rlc_runtime::exec::{self, RunError, RunOptions};
+use rlc_runtime::exec::{self, RunError};
 
 /// An environment that appends each item to `items.jsonl` in its folder: reward 1 and done when
 /// the turn's text is the answer, else the observation `=` and the answer's first digit (in
@@ -105,34 +104,15 @@ fn run(source: &str, dir: &Path, forward_logprobs: bool) -> Result<(), RunError>
         )
     });
     assert_eq!(from_sampling, !forward_logprobs, "the plan's log-probs op");
-    let options = RunOptions {
-        run_dir: dir.join("run"),
-        source_dir: dir.to_path_buf(),
-        seed: 3,
-        resume: false,
-        progress: false,
-        stop_after: None,
-        threads: Some(2),
-        device: DeviceRequest::Cpu,
-        trace: false,
-        verify_in_place: false,
-    };
+    let options = common::run_options(dir);
     exec::run(&plan, &options).map(|_| ())
-}
-
-fn lines(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 #[test]
 fn episodes_run_on_both_data_ranks_and_their_rewards_reach_the_metrics() {
     let dir = scratch("hints");
     run(&program("fail", ""), &dir, false).unwrap();
-    let items = lines(&dir.join("items.jsonl"));
+    let items = common::json_lines(&dir.join("items.jsonl"));
     // Every episode of the 2 steps × 4 prompts × 2 samples plays turn 0.
     let first_turns = items.iter().filter(|i| i["turn"] == 0).count();
     assert_eq!(first_turns, 16);
@@ -148,7 +128,7 @@ fn episodes_run_on_both_data_ranks_and_their_rewards_reach_the_metrics() {
         }
         assert!(!item["response_ids"].as_array().unwrap().is_empty());
     }
-    let metrics = lines(&dir.join("run/metrics.jsonl"));
+    let metrics = common::json_lines(&dir.join("run/metrics.jsonl"));
     assert_eq!(metrics.len(), 2);
     for m in &metrics {
         let turns = m["turns"].as_f64().unwrap();
@@ -167,8 +147,8 @@ fn the_samplers_log_probs_equal_the_forward_pass_over_the_layout() {
     run(&program("fail", ""), &sampled, false).unwrap();
     let forward = scratch("forward");
     run(&program("fail", ""), &forward, true).unwrap();
-    let a = lines(&sampled.join("run/metrics.jsonl"));
-    let b = lines(&forward.join("run/metrics.jsonl"));
+    let a = common::json_lines(&sampled.join("run/metrics.jsonl"));
+    let b = common::json_lines(&forward.join("run/metrics.jsonl"));
     for (a, b) in a.iter().zip(&b) {
         let (x, y) = (a["old"].as_f64().unwrap(), b["old"].as_f64().unwrap());
         assert!((x - y).abs() <= 1e-5, "sampled {x} vs forward {y}");
@@ -180,7 +160,7 @@ fn the_samplers_log_probs_equal_the_forward_pass_over_the_layout() {
 fn a_long_observation_fails_the_run_or_ends_its_episode_with_zero() {
     let dir = scratch("long-zero");
     run(&program("zero", r#", "long""#), &dir, false).unwrap();
-    let metrics = lines(&dir.join("run/metrics.jsonl"));
+    let metrics = common::json_lines(&dir.join("run/metrics.jsonl"));
     // Episode 1 of each step (on data rank 0) gets 5 tokens where 3 fit.
     for m in &metrics {
         assert_eq!(m["environment/hints/failures"], 1.0, "{m}");

@@ -8,7 +8,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use rlc_runtime::device::DeviceRequest;
 use rlc_runtime::exec::{self, RunError, RunOptions};
 
 /// A verifier script that appends each item to `items.jsonl` in its folder and rewards exact
@@ -92,28 +91,13 @@ fn run(source: &str, dir: &Path) -> Result<(), RunError> {
 fn run_with(source: &str, dir: &Path, in_place: bool, trace: bool) -> Result<(), RunError> {
     let checked = common::checked("job.rl", source);
     let plan = rlc_plan::lower::lower(&checked).expect("the test program lowers");
+    // The verifier's `dump.py` and the JSONL file are relative to the root file's folder.
     let options = RunOptions {
-        run_dir: dir.join("run"),
-        // The verifier's `dump.py` and the JSONL file are relative to the root file's folder.
-        source_dir: dir.to_path_buf(),
-        seed: 3,
-        resume: false,
-        progress: false,
-        stop_after: None,
-        threads: Some(2),
-        device: DeviceRequest::Cpu,
         trace,
         verify_in_place: in_place,
+        ..common::run_options(dir)
     };
     exec::run(&plan, &options).map(|_| ())
-}
-
-fn lines(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 #[test]
@@ -121,7 +105,7 @@ fn a_verifier_scores_every_row_of_a_digit_task_with_its_answer() {
     let dir = scratch("digits");
     let source = program("dataset reverse = reverse_task(digits: 3)", "fail", "", 2);
     run(&source, &dir).unwrap();
-    let items = lines(&dir.join("items.jsonl"));
+    let items = common::json_lines(&dir.join("items.jsonl"));
     // 2 steps × 4 prompts × 2 samples, over two data ranks.
     assert_eq!(items.len(), 16);
     for item in &items {
@@ -138,7 +122,7 @@ fn a_verifier_scores_every_row_of_a_digit_task_with_its_answer() {
         let ids = item["response_ids"].as_array().unwrap();
         assert!(!ids.is_empty() && ids.len() <= 4);
     }
-    let metrics = lines(&dir.join("run/metrics.jsonl"));
+    let metrics = common::json_lines(&dir.join("run/metrics.jsonl"));
     assert_eq!(metrics.len(), 2);
     for m in &metrics {
         assert_eq!(m["verifier/check/failures"], 0.0);
@@ -161,7 +145,7 @@ fn on_error_zero_counts_failed_samples_and_fail_stops_the_run() {
         1,
     );
     run(&source, &dir).unwrap();
-    for m in lines(&dir.join("run/metrics.jsonl")) {
+    for m in common::json_lines(&dir.join("run/metrics.jsonl")) {
         assert_eq!(m["verifier/check/failures"], 8.0, "every row of the step");
         assert_eq!(m["reward"], 0.0);
     }
@@ -202,7 +186,7 @@ fn a_jsonl_dataset_sends_the_fields_it_keeps() {
     let dataset = "dataset reverse = jsonl(\"rows.jsonl\", field: \"prompt\", keep: [\"answer\"])";
     let source = program(dataset, "fail", "", 1);
     run(&source, &dir).unwrap();
-    let items = lines(&dir.join("items.jsonl"));
+    let items = common::json_lines(&dir.join("items.jsonl"));
     assert_eq!(items.len(), 16);
     for item in &items {
         let prompt = item["prompt"].as_str().unwrap();
@@ -243,7 +227,7 @@ fn an_independent_forward_pass_runs_while_the_verifier_scores() {
             .collect::<Vec<_>>()
     };
     run_with(&source, &dir, false, true).unwrap();
-    let overlapped = lines(&dir.join("run/metrics.jsonl"));
+    let overlapped = common::json_lines(&dir.join("run/metrics.jsonl"));
     for (verify, logprobs) in spans(&dir) {
         let verify_end = verify.start_us + verify.duration_us;
         assert!(
@@ -253,7 +237,7 @@ fn an_independent_forward_pass_runs_while_the_verifier_scores() {
     }
     let _ = std::fs::remove_dir_all(dir.join("run"));
     run_with(&source, &dir, true, true).unwrap();
-    let in_place = lines(&dir.join("run/metrics.jsonl"));
+    let in_place = common::json_lines(&dir.join("run/metrics.jsonl"));
     for (verify, logprobs) in spans(&dir) {
         assert!(
             logprobs.start_us >= verify.start_us + verify.duration_us,
