@@ -17,6 +17,9 @@
 //! <the corrected program, which produces no diagnostic>
 //! ```
 //! ```
+//!
+//! A package manifest's code (`rl.toml`, E0207–E0212) shows its manifest as a ```toml block
+//! instead: the example's program is its case folder in `tests/ui/packages/`.
 
 use rlc_diagnostics::CODES;
 
@@ -45,21 +48,22 @@ fn pages_have_the_title_a_paragraph_and_both_examples() {
         );
         assert!(!page.contains("TODO"), "{id}: page is unfinished");
 
-        let wrong = page
-            .find("\n## Wrong\n\n```rl\n")
-            .unwrap_or_else(|| panic!("{id}: `## Wrong` then a ```rl block"));
-        let fixed = page
-            .find("\n## Fixed\n\n```rl\n")
-            .unwrap_or_else(|| panic!("{id}: `## Fixed` then a ```rl block"));
+        let example = |heading: &str| {
+            ["rl", "toml"]
+                .iter()
+                .find_map(|lang| page.find(&format!("\n## {heading}\n\n```{lang}\n")))
+                .unwrap_or_else(|| panic!("{id}: `## {heading}` then a ```rl (or ```toml) block"))
+        };
+        let (wrong, fixed) = (example("Wrong"), example("Fixed"));
         assert!(wrong < fixed, "{id}: `## Wrong` comes before `## Fixed`");
         assert!(
             page.ends_with("```\n"),
             "{id}: the page ends with the fixed example"
         );
         assert_eq!(
-            page.matches("```rl\n").count(),
+            page.matches("```rl\n").count() + page.matches("```toml\n").count(),
             2,
-            "{id}: exactly two rl blocks"
+            "{id}: exactly two examples"
         );
 
         let (w, f) = (info.wrong_example().unwrap(), info.fixed_example().unwrap());
