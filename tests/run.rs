@@ -1186,3 +1186,80 @@ fn the_verifier_example_learns_from_its_python_reward() {
         "solved in the last ten steps: {last_solved}"
     );
 }
+
+/// The rewards of a run of 128 episodes a step, in step order. A sampled call with a longer
+/// operand can get a reply longer than `max_obs`: that episode scores 0 (`on_error: zero`,
+/// counted in `environment/calc/failures`), which must stay rare — under 1 % of the episodes.
+#[cfg(feature = "runtime")]
+fn rewards(run: &Path) -> Vec<f64> {
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let failures: f64 = rows
+        .iter()
+        .map(|row| row["environment/calc/failures"].as_f64().unwrap())
+        .sum();
+    assert!(
+        failures < 0.01 * 128.0 * rows.len() as f64,
+        "{failures} failed episodes"
+    );
+    rows.iter()
+        .map(|row| row["reward"].as_f64().unwrap())
+        .collect()
+}
+
+/// The tool-use example (#24), both stages as shipped (`scripts/tool-job.sh`), in a copy of the
+/// repository's layout (`examples/`, `examples/envs/calc.py`, `python/`, `runs/`): after the
+/// warm-up on demonstrations of whole episodes the policy calls the calculator and copies its
+/// answer — GRPO ends with a mean reward ≥ 0.8 over its last ten steps (0.99 on this machine's
+/// kind). Without the tool — the same model and budget, warmed up on direct answers
+/// (`add_task`), one turn — it stays below 0.3 (0.00 here): four-digit addition is beyond it.
+#[cfg(feature = "runtime")]
+#[test]
+fn the_tool_use_example_learns_with_its_calculator_and_not_without() {
+    let root = scratch("tool_example");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir_all(root.join("examples/envs")).unwrap();
+    std::fs::create_dir_all(root.join("python")).unwrap();
+    for file in [
+        "examples/envs/calc.py",
+        "python/rlc_env.py",
+        "python/rlc_verifier.py",
+    ] {
+        std::fs::copy(repo.join(file), root.join(file)).unwrap();
+    }
+    let sft = std::fs::read_to_string(repo.join("examples/tool_calc_sft.rl")).unwrap();
+    let rl = std::fs::read_to_string(repo.join("examples/tool_calc.rl")).unwrap();
+    // With the tool, as shipped; without: direct answers and one turn (no observation).
+    let without = |text: &str| {
+        text.replace("add_with_tool_task", "add_task")
+            .replace("turns = 2", "turns = 1")
+            .replace("runs/tool_calc/", "runs/direct/")
+    };
+    for (name, sft, rl) in [
+        ("tool_calc", sft.clone(), rl.clone()),
+        ("direct", without(&sft), without(&rl)),
+    ] {
+        let (sft_path, rl_path) = (
+            root.join(format!("examples/{name}_sft.rl")),
+            root.join(format!("examples/{name}.rl")),
+        );
+        std::fs::write(&sft_path, sft).unwrap();
+        std::fs::write(&rl_path, rl).unwrap();
+        let runs = root.join("runs").join(name);
+        let out = run_into(&sft_path, &runs.join("sft"), &["--threads", "2"]);
+        assert!(out.status.success(), "{name} warm-up: {}", text(&out));
+        let out = run_into(&rl_path, &runs.join("rl"), &["--threads", "2"]);
+        assert!(out.status.success(), "{name}: {}", text(&out));
+        let reward = rewards(&runs.join("rl"));
+        let last: f64 = reward[reward.len() - 10..].iter().sum::<f64>() / 10.0;
+        if name == "tool_calc" {
+            assert!(last >= 0.8, "with the tool: {reward:?}");
+        } else {
+            let best = reward.iter().copied().fold(0.0, f64::max);
+            assert!(best < 0.3, "without the tool: {reward:?}");
+        }
+    }
+}

@@ -7,10 +7,12 @@ Declared in a program as
 and used through `policy.generate(prompts, …, env: calc, max_turns: 2, max_obs: 6)`. After each
 turn it reads the turn's text:
 
-- a **call** — `C12*34;` (any text around it; `+`, `-` or `*` between two whole numbers), or,
-  in the task alphabet (digits, `+`, `=`) where `C` and `;` cannot be written, a turn that is
-  exactly `<digits>+<digits>` — is answered with the observation `=<result>` (`=408`), reward 0,
-  and the episode goes on;
+- a **call** — `C12*34;` (any text around it; `+`, `-` or `*` between two whole numbers) — is
+  answered with the observation `=<result>` (`=408`), reward 0, and the episode goes on; in the
+  task alphabet (digits, `+`, `=`), where `C` and `;` cannot be written, a turn that is exactly
+  `<digits>+<digits>` is a call too, answered with the sum in one digit more than the longer
+  operand (`12+34` → `=046`, as a column adder writes it: the answer's digits stand at the same
+  places whatever the carry);
 - anything else is the **final answer**: its digits, read as a number, are compared with the
   row's `answer` (reward 1.0 when equal, else 0.0) and the episode is done.
 
@@ -47,7 +49,9 @@ def step(item):
         return {"observation": f"={evaluate(*call.groups())}", "reward": 0.0}
     bare = BARE.match(text)
     if bare:
-        return {"observation": f"={evaluate(bare.group(1), '+', bare.group(2))}", "reward": 0.0}
+        a, b = bare.groups()
+        width = max(len(a), len(b)) + 1
+        return {"observation": f"={evaluate(a, '+', b):0{width}d}", "reward": 0.0}
     digits = "".join(ch for ch in text if ch.isdigit())
     answer = item["fields"]["answer"].strip()
     # As numbers: a task's answer has a fixed width (`0912`), the tool writes `=912`.

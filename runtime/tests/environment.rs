@@ -60,7 +60,7 @@ fn the_calculator_answers_calls_and_scores_final_answers() {
         .map(read)
         .collect();
     assert_eq!(out[0], Ok((0.0, Observation::Text("=408".into()), false)));
-    assert_eq!(out[1], Ok((0.0, Observation::Text("=46".into()), false)));
+    assert_eq!(out[1], Ok((0.0, Observation::Text("=046".into()), false)));
     assert_eq!(out[2], Ok((1.0, Observation::None, true)));
     assert_eq!(
         out[3],

@@ -1,5 +1,5 @@
 //! GRPO on two-digit additions in up to three turns (#24 item 4) with the calculator environment
-//! of examples/envs/calc.py: a turn `12+34` gets the observation `=46` (at most 4 tokens), any
+//! of examples/envs/calc.py: a turn `12+34` gets the observation `=046` (at most 4 tokens), any
 //! other turn is the final answer, rewarded 1 when it is the row's `answer`; the advantage comes
 //! from the sum of the rewards (`env_reward`) and the loss covers the policy's own tokens
 //! (`mask`). `tests/plans.rs::environment_plan` and

@@ -816,7 +816,7 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
             // Prompt: BOS, the operands, `=`; see the runtime's task tokenizer.
             let prompt_len = match kind.as_str() {
                 "reverse_digits" | "sort_digits" => digits + 2,
-                "add_numbers" => 2 * digits + 3,
+                "add_numbers" | "add_with_tool" => 2 * digits + 3,
                 _ => {
                     return Err(Box::new(
                         Diagnostic::new(
@@ -826,7 +826,10 @@ pub fn apply(b: Builtin, ctx: Ctx, args: Args) -> Out {
                             args[0].as_ref().unwrap().1,
                         )
                         .primary_label("not a task")
-                        .help("the tasks are reverse_digits, add_numbers and sort_digits"),
+                        .help(
+                            "the tasks are reverse_digits, add_numbers, sort_digits and \
+                             add_with_tool",
+                        ),
                     ));
                 }
             };

@@ -110,7 +110,7 @@ pub struct RecordVal {
 #[derive(Clone, Debug, PartialEq)]
 pub struct DatasetSpec {
     pub name: String,
-    /// `reverse_digits`, `add_numbers`, `sort_digits`, or `jsonl`.
+    /// `reverse_digits`, `add_numbers`, `sort_digits`, `add_with_tool`, or `jsonl`.
     pub kind: String,
     pub digits: Option<i64>,
     pub path: Option<String>,

@@ -262,13 +262,17 @@ pub enum TaskKind {
     ReverseDigits,
     AddNumbers,
     SortDigits,
+    /// Addition with a calculator tool (`add_numbers`' prompts and answers; demonstrations
+    /// call the tool).
+    AddWithTool,
 }
 
 impl TaskKind {
-    pub const ALL: [TaskKind; 3] = [
+    pub const ALL: [TaskKind; 4] = [
         TaskKind::ReverseDigits,
         TaskKind::AddNumbers,
         TaskKind::SortDigits,
+        TaskKind::AddWithTool,
     ];
 
     /// The name `task(kind:)` takes.
@@ -277,6 +281,7 @@ impl TaskKind {
             TaskKind::ReverseDigits => "reverse_digits",
             TaskKind::AddNumbers => "add_numbers",
             TaskKind::SortDigits => "sort_digits",
+            TaskKind::AddWithTool => "add_with_tool",
         }
     }
 

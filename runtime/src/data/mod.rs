@@ -19,7 +19,7 @@ pub use tokens::{decode, encode};
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     #[error(
-        "unknown task kind `{kind}` (the tasks are reverse_digits, add_numbers and sort_digits)"
+        "unknown task kind `{kind}` (the tasks are reverse_digits, add_numbers, sort_digits and add_with_tool)"
     )]
     UnknownTask { kind: String },
     #[error("a task needs at least 1 digit, got {digits}")]

@@ -12,6 +12,10 @@ pub enum TaskKind {
     Add,
     /// Target: the digits in increasing order.
     Sort,
+    /// Addition with a calculator tool: the prompt and answer of `Add`; a demonstration calls
+    /// the tool (`a+b$`), reads its answer (`=sum` in `digits + 1` digits, as
+    /// `examples/envs/calc.py` writes it; not trained on) and copies it (`sum$`).
+    AddWithTool,
 }
 
 impl TaskKind {
@@ -21,6 +25,7 @@ impl TaskKind {
             TaskKind::Reverse => "reverse_digits",
             TaskKind::Add => "add_numbers",
             TaskKind::Sort => "sort_digits",
+            TaskKind::AddWithTool => "add_with_tool",
         }
     }
 }
@@ -34,12 +39,17 @@ pub struct Task {
 
 impl Task {
     pub fn new(kind: &str, digits: i64) -> Result<Task, DataError> {
-        let kind = [TaskKind::Reverse, TaskKind::Add, TaskKind::Sort]
-            .into_iter()
-            .find(|k| k.name() == kind)
-            .ok_or_else(|| DataError::UnknownTask {
-                kind: kind.to_string(),
-            })?;
+        let kind = [
+            TaskKind::Reverse,
+            TaskKind::Add,
+            TaskKind::Sort,
+            TaskKind::AddWithTool,
+        ]
+        .into_iter()
+        .find(|k| k.name() == kind)
+        .ok_or_else(|| DataError::UnknownTask {
+            kind: kind.to_string(),
+        })?;
         if digits < 1 {
             return Err(DataError::Digits { digits });
         }
@@ -58,7 +68,7 @@ impl Task {
     pub fn prompt_len(&self) -> i64 {
         match self.kind {
             TaskKind::Reverse | TaskKind::Sort => self.digits + 2,
-            TaskKind::Add => 2 * self.digits + 3,
+            TaskKind::Add | TaskKind::AddWithTool => 2 * self.digits + 3,
         }
     }
 
@@ -67,7 +77,43 @@ impl Task {
     pub fn answer_len(&self) -> i64 {
         match self.kind {
             TaskKind::Reverse | TaskKind::Sort => self.digits + 1,
-            TaskKind::Add => self.digits + 2,
+            TaskKind::Add | TaskKind::AddWithTool => self.digits + 2,
+        }
+    }
+
+    /// The longest demonstration, EOS included: the answer, or for `AddWithTool` the call
+    /// (`a+b$`), the tool's answer (`=sum`) and the copied answer (`sum$`), the sum in
+    /// `digits + 1` digits.
+    pub fn demonstration_len(&self) -> i64 {
+        match self.kind {
+            TaskKind::AddWithTool => (2 * self.digits + 2) + 2 * (self.digits + 2),
+            _ => self.answer_len(),
+        }
+    }
+
+    /// The response a demonstration of `sample` teaches, and which of its tokens are trained
+    /// on (the policy's own; a tool's answer is read, not written).
+    pub fn demonstration(&self, sample: &Sample) -> (Vec<i64>, Vec<bool>) {
+        match self.kind {
+            TaskKind::AddWithTool => {
+                // The prompt is BOS, a, `+`, b, `=`: the call is what lies between.
+                let call = &sample.prompt[1..sample.prompt.len() - 1];
+                // The sum in `digits + 1` digits: the calculator's column layout.
+                let digits = &sample.target[..sample.target.len() - 1];
+                let mut sum = vec![0; (self.digits as usize + 1).saturating_sub(digits.len())];
+                sum.extend_from_slice(digits);
+                let mut tokens = call.to_vec();
+                tokens.push(EOS);
+                let mut trained = vec![true; tokens.len()];
+                tokens.push(EQUALS);
+                tokens.extend_from_slice(&sum);
+                trained.resize(tokens.len(), false);
+                tokens.extend_from_slice(&sum);
+                tokens.push(EOS);
+                trained.resize(tokens.len(), true);
+                (tokens, trained)
+            }
+            _ => (sample.target.clone(), vec![true; sample.target.len()]),
         }
     }
 
@@ -75,7 +121,7 @@ impl Task {
     fn operand_digits(&self) -> usize {
         match self.kind {
             TaskKind::Reverse | TaskKind::Sort => self.digits as usize,
-            TaskKind::Add => 2 * self.digits as usize,
+            TaskKind::Add | TaskKind::AddWithTool => 2 * self.digits as usize,
         }
     }
 
@@ -105,7 +151,7 @@ impl Task {
                 sorted.sort_unstable();
                 sorted
             }
-            TaskKind::Add => {
+            TaskKind::Add | TaskKind::AddWithTool => {
                 let (a, b) = operands.split_at(self.digits as usize);
                 prompt.extend_from_slice(a);
                 prompt.push(PLUS);

@@ -59,9 +59,13 @@ impl Rank<'_> {
             Split::Train => step * total,
             Split::Test => 0,
         };
-        let width = task.answer_len();
+        let width = match form {
+            SampleForm::Demonstrations => task.demonstration_len(),
+            SampleForm::Preferences => task.answer_len(),
+        };
         let mut prompts = Vec::new();
         let mut responses = Vec::new();
+        let mut trained = Vec::new();
         let mut targets = Vec::new();
         let mut groups = Vec::new();
         let mut chosen = Vec::new();
@@ -69,23 +73,28 @@ impl Rank<'_> {
             let (sample, mut rng) = supervised::draw(&task, self.seed(), base + i, split);
             match form {
                 SampleForm::Demonstrations => {
-                    responses.push(sample.target.clone());
+                    let (response, taught) = task.demonstration(&sample);
+                    targets.push(response.clone());
+                    responses.push(response);
+                    trained.push(taught);
                     groups.push(i as i64);
                 }
                 SampleForm::Preferences => {
                     let rejected = supervised::corrupt(&sample.target, &mut rng);
+                    trained.push(vec![true; sample.target.len()]);
+                    trained.push(vec![true; rejected.len()]);
                     responses.push(sample.target.clone());
                     responses.push(rejected);
                     prompts.push(sample.prompt.clone());
                     targets.push(sample.target.clone());
+                    targets.push(sample.target);
                     groups.extend([i as i64, i as i64]);
                     chosen.extend([true, false]);
                 }
             }
             prompts.push(sample.prompt);
-            targets.push(sample.target);
         }
-        let mut rollout = teacher_forced(&prompts, &responses, &targets, &groups, width)?;
+        let mut rollout = teacher_forced(&prompts, &responses, &trained, &targets, &groups, width)?;
         if form == SampleForm::Preferences {
             rollout
                 .fields
@@ -95,11 +104,14 @@ impl Rank<'_> {
     }
 }
 
-/// Prompts followed by the given responses, as a rollout of `width` response columns (padding
-/// after each response is masked out). Every prompt must have the same length (a task's do).
+/// Prompts followed by the given responses, as a rollout of `width` response columns: `mask`
+/// covers the response tokens `trained` marks (a tool's answer inside a demonstration is read,
+/// not trained on), never the padding after a response. Every prompt must have the same length
+/// (a task's do).
 pub fn teacher_forced(
     prompts: &[Vec<i64>],
     responses: &[Vec<i64>],
+    trained: &[Vec<bool>],
     targets: &[Vec<i64>],
     groups: &[i64],
     width: i64,
@@ -129,7 +141,17 @@ pub fn teacher_forced(
     let target = Tensor::from_slice(&padded(targets)).view([rows, width]);
     let columns = Tensor::arange(width, (Kind::Int64, Device::Cpu)).unsqueeze(0);
     let lengths = Tensor::from_slice(&lengths).unsqueeze(1);
-    let mask = columns.lt_tensor(&lengths);
+    let taught: Vec<bool> = trained
+        .iter()
+        .flat_map(|t| {
+            let mut t: Vec<bool> = t.iter().copied().take(width as usize).collect();
+            t.resize(width as usize, false);
+            t
+        })
+        .collect();
+    let mask = columns
+        .lt_tensor(&lengths)
+        .logical_and(&Tensor::from_slice(&taught).view([rows, width]));
     let last = columns.eq_tensor(&(lengths - 1));
     let ids = Tensor::cat(&[&prompt, &response], 1);
     let attention = ids.ones_like();
@@ -179,6 +201,7 @@ mod tests {
         let r = teacher_forced(
             &[vec![12, 1, 11], vec![12, 2, 11]],
             &[vec![3, 4, 13], vec![5, 13]],
+            &[vec![true; 3], vec![true; 2]],
             &[vec![3, 4, 13], vec![5, 13]],
             &[7, 8],
             3,
@@ -201,5 +224,66 @@ mod tests {
             [7, 8]
         );
         assert_eq!((r.prompt_len, r.response_len), (3, 3));
+    }
+
+    /// A demonstration of addition with a calculator: the call, the tool's answer (read, not
+    /// trained on) and the copied answer, as the multi-turn rollout lays the same tokens out.
+    #[test]
+    fn a_tool_demonstration_trains_the_call_and_the_answer_not_the_tools_reply() {
+        use crate::data::Task;
+        use crate::data::tokens::{BOS, EOS, EQUALS, PLUS};
+        let task = Task::new("add_with_tool", 2).unwrap();
+        let sample = crate::data::Sample {
+            prompt: vec![BOS, 4, 7, PLUS, 5, 8, EQUALS],
+            target: vec![1, 0, 5, EOS],
+            row: None,
+        };
+        let (response, taught) = task.demonstration(&sample);
+        assert_eq!(
+            response,
+            [4, 7, PLUS, 5, 8, EOS, EQUALS, 1, 0, 5, 1, 0, 5, EOS]
+        );
+        // The sum in three digits, as the calculator writes it: `10+20` gives `=030`.
+        let width = task.demonstration_len();
+        assert_eq!(width, 14);
+        let r = teacher_forced(
+            std::slice::from_ref(&sample.prompt),
+            std::slice::from_ref(&response),
+            std::slice::from_ref(&taught),
+            std::slice::from_ref(&response),
+            &[0],
+            width,
+        )
+        .unwrap();
+        let mask = rows(r.field("mask").unwrap());
+        assert_eq!(
+            mask,
+            [vec![1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]],
+            "the call and the answer, not `=105`"
+        );
+        // A shorter sum is written with its leading zero.
+        let short = crate::data::Sample {
+            prompt: vec![BOS, 1, 0, PLUS, 2, 0, EQUALS],
+            target: vec![3, 0, EOS],
+            row: None,
+        };
+        let (response, taught) = task.demonstration(&short);
+        let r = teacher_forced(
+            std::slice::from_ref(&short.prompt),
+            std::slice::from_ref(&response),
+            std::slice::from_ref(&taught),
+            std::slice::from_ref(&response),
+            &[0],
+            width,
+        )
+        .unwrap();
+        assert_eq!(
+            rows(r.field("response").unwrap()),
+            [vec![1, 0, PLUS, 2, 0, EOS, EQUALS, 0, 3, 0, 0, 3, 0, EOS]]
+        );
+        assert_eq!(
+            rows(r.field("mask").unwrap()),
+            [vec![1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]]
+        );
     }
 }

@@ -288,3 +288,28 @@ fn learned_positions_decode_with_a_cache_as_in_one_pass() {
     let stepped = model.lm_head(&Tensor::cat(&[prefix, rest], 1));
     assert!(max_abs_diff(&full, &stepped) < 1e-4);
 }
+
+/// Positions unattended in the middle of a sequence (the holes of a multi-turn rollout) change
+/// nothing for the tokens around them: the logits at the real tokens equal those of the
+/// sequence without the holes, for rotary and for learned positions.
+#[test]
+fn holes_in_the_middle_change_nothing() {
+    for positions in [Positions::Rope, Positions::Learned] {
+        let config = ModelConfig {
+            positions,
+            ..ModelConfig::tiny()
+        };
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = Transformer::new(&vs.root(), &config, Heads::POLICY, 3).unwrap();
+        let compact = Tensor::from_slice(&[5i64, 6, 7, 8, 9, 10, 11]).view([1, 7]);
+        // Two holes after the third token, one after the fifth (pad id 0, attention 0).
+        let holed = Tensor::from_slice(&[5i64, 6, 7, 0, 0, 8, 9, 0, 10, 11]).view([1, 10]);
+        let mask = Tensor::from_slice(&[1i64, 1, 1, 0, 0, 1, 1, 0, 1, 1]).view([1, 10]);
+        let a = model.logits(&compact, &compact.ones_like());
+        let b = model.logits(&holed, &mask);
+        let real = Tensor::from_slice(&[0i64, 1, 2, 5, 6, 8, 9]);
+        let b = b.index_select(1, &real);
+        let diff = (a - b).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "{positions:?}: logits differ by {diff}");
+    }
+}

@@ -26,3 +26,13 @@ pub fn add_task(digits = 6) -> Dataset {
 pub fn sort_task(digits = 6) -> Dataset {
   task(kind: "sort_digits", digits: digits)
 }
+
+/// Addition with a calculator tool: the addition task's prompts and answers (`1234+5678=` →
+/// `6912`), for a policy that calls a tool through an `environment` (`examples/envs/calc.py`
+/// answers the turn `1234+5678` with `=6912`). Its `demonstrations(n)` show the whole episode
+/// as one sequence: the call and its end (`1234+5678$`), the tool's reply (`=6912`, masked out of
+/// the loss: it is read, not written) and the answer copied from it (`6912$`) — the tokens a
+/// multi-turn rollout holds, in the order the policy sees them.
+pub fn add_with_tool_task(digits = 4) -> Dataset {
+  task(kind: "add_with_tool", digits: digits)
+}

@@ -670,6 +670,10 @@ impl Evaluator<'_> {
         let answer_len = match (d.kind.as_str(), d.digits) {
             ("reverse_digits" | "sort_digits", Some(digits)) => digits + 1,
             ("add_numbers", Some(digits)) => digits + 2,
+            // A pair's answers are sums; a demonstration is the call (`a+b$`), the tool's reply
+            // (`=sum`) and the copied answer (`sum$`), as the runtime's `Task::demonstration`.
+            ("add_with_tool", Some(digits)) if pairs => digits + 2,
+            ("add_with_tool", Some(digits)) => (2 * digits + 2) + 2 * (digits + 2),
             _ => {
                 return self.err(
                     Diagnostic::new(
