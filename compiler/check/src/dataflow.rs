@@ -261,12 +261,12 @@ impl Resolver<'_> {
                     ("lhs".to_string(), self.expr(lhs)),
                     ("rhs".to_string(), self.expr(rhs)),
                 ];
-                operator(binary_name(op.as_str()), args)
+                operator(op.kernel_name().unwrap_or("binary"), args)
             }
-            ExprKind::Unary { op, operand, .. } => {
-                let name = if op.as_str() == "!" { "not" } else { "neg" };
-                operator(name, vec![("x".to_string(), self.expr(operand))])
-            }
+            ExprKind::Unary { op, operand, .. } => operator(
+                op.kernel_name(),
+                vec![("x".to_string(), self.expr(operand))],
+            ),
             ExprKind::Index { base, indices } => {
                 let mut args = vec![("x".to_string(), self.expr(base))];
                 for (i, ix) in indices.iter().enumerate() {
@@ -402,13 +402,8 @@ impl Resolver<'_> {
         args: &[ast::Arg],
         closure: Option<&ast::Closure>,
     ) -> NodeKind {
-        let op = match method {
-            "generate" => Op::Generate,
-            "logprobs" => Op::Logprobs,
-            "values" => Op::Values,
-            "score" => Op::Score,
-            "update" => Op::Update,
-            _ => return NodeKind::Unknown,
+        let Some(op) = Op::from_name(method) else {
+            return NodeKind::Unknown;
         };
         let seen = self.seen.entry((model, op)).or_insert(0);
         let nth = *seen;
@@ -491,25 +486,6 @@ fn operator(name: &str, args: Vec<(String, Node)>) -> NodeKind {
         args,
         batch_reduction: false,
         grouped: false,
-    }
-}
-
-fn binary_name(op: &str) -> &'static str {
-    match op {
-        "+" => "add",
-        "-" => "sub",
-        "*" => "mul",
-        "/" => "div",
-        "%" => "rem",
-        "==" => "eq",
-        "!=" => "ne",
-        "<" => "lt",
-        "<=" => "le",
-        ">" => "gt",
-        ">=" => "ge",
-        "&&" => "and",
-        "||" => "or",
-        _ => "binary",
     }
 }
 

@@ -315,6 +315,19 @@ pub enum Op {
 }
 
 impl Op {
+    /// The operation a role call names (`policy.generate(…)`).
+    pub fn from_name(name: &str) -> Option<Op> {
+        [
+            Op::Generate,
+            Op::Logprobs,
+            Op::Values,
+            Op::Score,
+            Op::Update,
+        ]
+        .into_iter()
+        .find(|op| op.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Op::Generate => "generate",

@@ -623,6 +623,21 @@ impl UnaryOp {
             UnaryOp::Not => "!",
         }
     }
+
+    /// The name of the kernel op that computes it in a plan (`neg`, `not`).
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Not => "not",
+        }
+    }
+
+    /// The operator a kernel op named `name` computes.
+    pub fn from_kernel_name(name: &str) -> Option<UnaryOp> {
+        [UnaryOp::Neg, UnaryOp::Not]
+            .into_iter()
+            .find(|op| op.kernel_name() == name)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -661,6 +676,35 @@ impl BinaryOp {
             BinaryOp::Div => "/",
             BinaryOp::Rem => "%",
         }
+    }
+
+    /// The name of the kernel op that computes it in a plan (`sub` for `-`); a range is not
+    /// computed.
+    pub fn kernel_name(self) -> Option<&'static str> {
+        Some(match self {
+            BinaryOp::Range => return None,
+            BinaryOp::Or => "or",
+            BinaryOp::And => "and",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Le => "le",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Ge => "ge",
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Rem => "rem",
+        })
+    }
+
+    /// The operator a kernel op named `name` computes.
+    pub fn from_kernel_name(name: &str) -> Option<BinaryOp> {
+        use BinaryOp::*;
+        [Or, And, Eq, Ne, Lt, Le, Gt, Ge, Add, Sub, Mul, Div, Rem]
+            .into_iter()
+            .find(|op| op.kernel_name() == Some(name))
     }
 
     /// Binding power: higher binds tighter. Shared by the parser and the formatter.

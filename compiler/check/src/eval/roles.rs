@@ -16,13 +16,10 @@ impl Evaluator<'_> {
         args: &[ast::Arg],
         closure: Option<&ast::Closure>,
     ) -> Val {
-        let op = match name.name.as_str() {
-            "generate" => Op::Generate,
-            "logprobs" => Op::Logprobs,
-            "values" => Op::Values,
-            "score" => Op::Score,
-            "update" => Op::Update,
-            other => {
+        let op = match Op::from_name(&name.name) {
+            Some(op) => op,
+            None => {
+                let other = name.name.as_str();
                 self.eval_args(frame, args);
                 let mut d = Diagnostic::new(
                     Code::UnsupportedOperation,
