@@ -28,6 +28,17 @@ impl Elem {
         }
     }
 
+    /// The element type a kernel holds a value of the language's element type `name` in
+    /// (`bf16` computes in `f32`, `Tokens` are `i32`, a `Mask` is `bool`).
+    pub fn of_type_name(name: &str) -> Option<Elem> {
+        Some(match name {
+            "f32" | "f16" | "bf16" => Elem::F32,
+            "i32" | "i64" | "Tokens" => Elem::I32,
+            "bool" | "Mask" => Elem::Bool,
+            _ => return None,
+        })
+    }
+
     /// Bytes per element in memory (masks are one byte).
     pub fn bytes(self) -> usize {
         match self {

@@ -178,23 +178,13 @@ fn operator_expr(function: &str) -> Option<Expr> {
         lhs: name("lhs"),
         rhs: name("rhs"),
     };
-    let kind = match function {
-        "neg" => unary(UnaryOp::Neg),
-        "not" => unary(UnaryOp::Not),
-        "add" => binary(BinaryOp::Add),
-        "sub" => binary(BinaryOp::Sub),
-        "mul" => binary(BinaryOp::Mul),
-        "div" => binary(BinaryOp::Div),
-        "rem" => binary(BinaryOp::Rem),
-        "eq" => binary(BinaryOp::Eq),
-        "ne" => binary(BinaryOp::Ne),
-        "lt" => binary(BinaryOp::Lt),
-        "le" => binary(BinaryOp::Le),
-        "gt" => binary(BinaryOp::Gt),
-        "ge" => binary(BinaryOp::Ge),
-        "and" => binary(BinaryOp::And),
-        "or" => binary(BinaryOp::Or),
-        _ => return None,
+    let kind = match (
+        UnaryOp::from_kernel_name(function),
+        BinaryOp::from_kernel_name(function),
+    ) {
+        (Some(op), _) => unary(op),
+        (None, Some(op)) => binary(op),
+        (None, None) => return None,
     };
     Some(Expr {
         kind,
@@ -340,15 +330,10 @@ fn param_type<'a>(frame: &Frame, param: &'a ast::Param) -> Result<&'a TypeExpr> 
 }
 
 fn elem_of(frame: &Frame, ty: &TypeExpr) -> Result<Elem> {
-    match ty.name.name.as_str() {
-        "f32" | "f16" | "bf16" => Ok(Elem::F32),
-        "i32" | "i64" | "Tokens" => Ok(Elem::I32),
-        "bool" | "Mask" => Ok(Elem::Bool),
-        other => Err(KernelError::Unsupported {
-            function: frame.function.clone(),
-            what: format!("a parameter of type `{other}`"),
-        }),
-    }
+    Elem::of_type_name(&ty.name.name).ok_or_else(|| KernelError::Unsupported {
+        function: frame.function.clone(),
+        what: format!("a parameter of type `{}`", ty.name.name),
+    })
 }
 
 impl<'m> Lowerer<'m> {

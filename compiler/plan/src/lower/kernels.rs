@@ -202,11 +202,5 @@ const SCALAR: Scoped = Scoped::Tensor {
 };
 
 fn elem_level(t: &TensorType) -> Option<(Elem, usize)> {
-    let elem = match t.dtype.as_str() {
-        "f32" | "f16" | "bf16" | "f64" => Elem::F32,
-        "i32" | "i64" => Elem::I32,
-        "bool" => Elem::Bool,
-        _ => return None,
-    };
-    Some((elem, t.shape.len()))
+    Some((Elem::of_type_name(&t.dtype)?, t.shape.len()))
 }
