@@ -86,7 +86,12 @@ fn add_carries_and_drops_leading_zeros() {
 
 #[test]
 fn drawn_samples_are_well_formed() {
-    for kind in ["reverse_digits", "add_numbers", "sort_digits"] {
+    for kind in [
+        "reverse_digits",
+        "add_numbers",
+        "sort_digits",
+        "add_with_tool",
+    ] {
         let source = Source::task(kind, 6).unwrap();
         assert_eq!(source.vocab(), 16);
         let len = source.prompt_len() as usize;
@@ -133,7 +138,12 @@ fn digits_are_roughly_uniform() {
 fn unknown_kind_and_bad_digits_are_errors() {
     let err = Source::task("multiply", 6).unwrap_err().to_string();
     assert!(err.contains("`multiply`"), "{err}");
-    for kind in ["reverse_digits", "add_numbers", "sort_digits"] {
+    for kind in [
+        "reverse_digits",
+        "add_numbers",
+        "sort_digits",
+        "add_with_tool",
+    ] {
         assert!(err.contains(kind), "{err}");
     }
     assert!(Source::task("add_numbers", 0).is_err());
