@@ -30,7 +30,8 @@ if [[ ! -f "$libtorch/lib/libtorch_cpu.so" ]]; then
     chmod 755 "$staging"
     trap 'rm -rf "$staging"' EXIT
     echo "setup-libtorch: installing torch 2.11.0 into $target (about 540 MB)" >&2
-    python3 -m pip install --no-deps --target "$staging" \
+    # No pip cache: a second copy of the 530 MB wheel is disk a small CI machine may not have.
+    python3 -m pip install --no-cache-dir --no-deps --target "$staging" \
         torch==2.11.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85 >&2
     if [[ ! -f "$staging/torch/lib/libtorch_cpu.so" ]]; then
         echo "setup-libtorch: pip finished but torch/lib/libtorch_cpu.so is missing" >&2

@@ -24,6 +24,8 @@ if [[ -x scripts/test-editors.sh ]]; then
 fi
 
 step "runtime and rlc run (libtorch into .deps/, Open MPI from Debian, when missing)"
+# libtorch and the runtime's build take about 4 GB: say what there is, for a run that fails on it.
+df -h . | tail -n 1
 LIBTORCH="$(bash scripts/setup-libtorch.sh)"
 export LIBTORCH
 bash scripts/setup-mpi.sh
