@@ -11,6 +11,7 @@ use rlc_syntax::ast::{self, ExprKind, ItemKind, StmtKind};
 
 use crate::modules::{Binding, Modules};
 use crate::program::{Op, Program};
+use crate::recipes;
 use crate::types::{ExprId, Type, TypeTable};
 
 /// The root pipeline's body.
@@ -112,20 +113,25 @@ pub enum NodeKind {
 }
 
 /// An `update`'s loss closure: its parameter, the names it reads (with the field of
-/// `name.field`), in order, the functions it calls and its body (lowered to a kernel).
+/// `name.field`), in order, the functions it calls and its body (lowered to a kernel) in the
+/// scope of `module` (a recipe's closure names the recipe's imports), where `consts` are the
+/// numbers the pipeline's parameters it reads stand for.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Loss {
     pub param: String,
     pub reads: Vec<(String, Option<String>)>,
     pub calls: Vec<String>,
     pub body: ast::Block,
+    pub module: usize,
+    pub file: FileId,
+    pub consts: Vec<(String, f64)>,
 }
 
 /// The dataflow of the root module's pipeline; `None` without one.
 pub fn resolve(modules: &Modules, program: &Program, types: &TypeTable) -> Option<Dataflow> {
     let root = modules.modules.first()?;
     let pipeline = root.ast.items.iter().find_map(|item| match &item.kind {
-        ItemKind::Pipeline(p) => Some(p),
+        ItemKind::Pipeline(p) if !recipes::is_generic(p) => Some(p),
         _ => None,
     })?;
     let mut r = Resolver {
@@ -133,13 +139,32 @@ pub fn resolve(modules: &Modules, program: &Program, types: &TypeTable) -> Optio
         program,
         types,
         file: root.file,
+        module: 0,
         bound: BTreeSet::new(),
+        params: BTreeMap::new(),
         seen: BTreeMap::new(),
         facts: BTreeMap::new(),
+        depth: 0,
     };
+    for p in &pipeline.params {
+        if let Some(text) = p.default.as_ref().and_then(|d| r.const_text(d)) {
+            r.params.insert(p.name.name.clone(), Param::Const(text));
+        }
+    }
     Some(Dataflow {
         body: r.block(&pipeline.body),
     })
+}
+
+/// What a pipeline's parameter stands for where the body reads it.
+#[derive(Clone, Debug)]
+enum Param {
+    /// A number, a boolean or a string, as the plan writes it.
+    Const(String),
+    /// A role, a dataset, a verifier or an environment.
+    Node(NodeKind),
+    /// A `fn`: its name in its module (`None`: the root module).
+    Fn { module: Option<usize>, name: String },
 }
 
 struct Resolver<'a> {
@@ -147,17 +172,138 @@ struct Resolver<'a> {
     program: &'a Program,
     types: &'a TypeTable,
     file: FileId,
+    /// The module whose pipeline (the root's or a recipe's) is being read.
+    module: usize,
     /// Names the pipeline has bound so far.
     bound: BTreeSet<String>,
+    /// The pipeline's parameters, as its caller (or its defaults) gave them.
+    params: BTreeMap<String, Param>,
+    /// Recipes being read, one inside another.
+    depth: usize,
     /// `(model, op)` → calls seen so far.
     seen: BTreeMap<(usize, Op), usize>,
     /// Kernel facts of functions, memoised: (batch reduction, grouped).
     facts: BTreeMap<(usize, String), (bool, bool)>,
 }
 
-impl Resolver<'_> {
+impl<'a> Resolver<'a> {
     fn block(&mut self, b: &ast::Block) -> Vec<Stmt> {
-        b.stmts.iter().filter_map(|s| self.stmt(s)).collect()
+        let mut out = Vec::new();
+        for s in &b.stmts {
+            if let StmtKind::Expr(ast::Expr {
+                kind: ExprKind::Call { callee, args, .. },
+                ..
+            }) = &s.kind
+                && let Some((module, p)) = self.pipeline_item(callee)
+            {
+                out.extend(self.instance(module, p, args));
+            } else {
+                out.extend(self.stmt(s));
+            }
+        }
+        out
+    }
+
+    /// The pipeline item `callee` names (`grpo`, `recipes.grpo`), with its module.
+    fn pipeline_item(&self, callee: &ast::Expr) -> Option<(usize, &'a ast::Pipeline)> {
+        let m = self.modules.get(self.module);
+        let binding = match &callee.kind {
+            ExprKind::Name(n) if !self.bound.contains(&n.name) => m.lookup(self.module, &n.name)?,
+            ExprKind::Member { base, name } => match &base.kind {
+                ExprKind::Name(n) => match m.lookup(self.module, &n.name)? {
+                    Binding::Module(other) => self.modules.get(other).lookup(other, &name.name)?,
+                    Binding::Item { .. } => return None,
+                },
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let Binding::Item { module, index } = binding else {
+            return None;
+        };
+        match &self.modules.get(module).item(index).kind {
+            ItemKind::Pipeline(p) => Some((module, p)),
+            _ => None,
+        }
+    }
+
+    /// The statements of recipe `p` of `module` as the call with `args` instantiates it (the
+    /// checker checked the call; a body that got no further is left out).
+    fn instance(&mut self, module: usize, p: &'a ast::Pipeline, args: &[ast::Arg]) -> Vec<Stmt> {
+        if self.depth >= 16 {
+            return Vec::new();
+        }
+        let mut params = BTreeMap::new();
+        let mut positional = args.iter().filter(|a| a.name.is_none());
+        for q in &p.params {
+            let arg = match args
+                .iter()
+                .find(|a| a.name.as_ref().is_some_and(|n| n.name == q.name.name))
+            {
+                Some(a) => Some(a),
+                None => positional.next(),
+            };
+            let param = match arg {
+                Some(a) => self.argument(&a.value),
+                None => {
+                    let file = self.modules.get(module).file;
+                    let default = q.default.as_ref();
+                    default
+                        .and_then(|d| self.types.get(&(file, d.span.start, d.span.end)))
+                        .and_then(Type::const_text)
+                        .map(Param::Const)
+                }
+            };
+            if let Some(param) = param {
+                params.insert(q.name.name.clone(), param);
+            }
+        }
+        let saved = (
+            std::mem::replace(&mut self.module, module),
+            std::mem::replace(&mut self.file, self.modules.get(module).file),
+            std::mem::take(&mut self.bound),
+            std::mem::replace(&mut self.params, params),
+        );
+        self.depth += 1;
+        let body = self.block(&p.body);
+        self.depth -= 1;
+        (self.module, self.file, self.bound, self.params) = saved;
+        body
+    }
+
+    /// What argument `e` of a recipe's call gives its parameter.
+    fn argument(&mut self, e: &ast::Expr) -> Option<Param> {
+        if let Some(c) = self.const_text(e) {
+            return Some(Param::Const(c));
+        }
+        let ExprKind::Name(n) = &e.kind else {
+            return None;
+        };
+        if let Some(p) = self.params.get(&n.name) {
+            return Some(p.clone());
+        }
+        if let Some(m) = self
+            .program
+            .model_index(&n.name)
+            .filter(|_| self.module == 0)
+        {
+            return Some(Param::Node(NodeKind::Model(m)));
+        }
+        let Some(Binding::Item { module, index }) =
+            self.modules.get(self.module).lookup(self.module, &n.name)
+        else {
+            return None;
+        };
+        let item = self.modules.get(module).item(index);
+        let name = item.name()?.name.clone();
+        Some(match &item.kind {
+            ItemKind::Fn(_) => Param::Fn {
+                module: (module != 0).then_some(module),
+                name,
+            },
+            ItemKind::Model(_) => Param::Node(NodeKind::Model(self.program.model_index(&name)?)),
+            _ => Param::Node(NodeKind::Name(name)),
+        })
     }
 
     fn stmt(&mut self, s: &ast::Stmt) -> Option<Stmt> {
@@ -202,9 +348,17 @@ impl Resolver<'_> {
                 interval: self.const_int(interval),
                 body: self.block(body),
             },
-            StmtKind::Checkpoint { roles } => {
-                Stmt::Checkpoint(roles.iter().map(|r| r.name.clone()).collect())
-            }
+            StmtKind::Checkpoint { roles } => Stmt::Checkpoint(
+                roles
+                    .iter()
+                    .map(|r| match self.params.get(&r.name) {
+                        Some(Param::Node(NodeKind::Model(m))) => {
+                            self.program.models[*m].name.clone()
+                        }
+                        _ => r.name.clone(),
+                    })
+                    .collect(),
+            ),
             StmtKind::Emit { .. } => return None,
         })
     }
@@ -282,7 +436,13 @@ impl Resolver<'_> {
     fn name(&self, name: &str) -> NodeKind {
         if self.bound.contains(name) {
             NodeKind::Local(name.to_string())
-        } else if let Some(m) = self.program.model_index(name) {
+        } else if let Some(p) = self.params.get(name) {
+            match p {
+                Param::Const(c) => NodeKind::Const(c.clone()),
+                Param::Node(kind) => kind.clone(),
+                Param::Fn { name, .. } => NodeKind::Name(name.clone()),
+            }
+        } else if let Some(m) = self.program.model_index(name).filter(|_| self.module == 0) {
             NodeKind::Model(m)
         } else {
             NodeKind::Name(name.to_string())
@@ -354,13 +514,18 @@ impl Resolver<'_> {
                 }
             }
             ExprKind::Name(f) => {
-                let (module, params, facts) = match self.modules.get(0).lookup(0, &f.name) {
+                // A recipe's function parameter calls the function its caller passed.
+                let (scope, callee) = match self.params.get(&f.name) {
+                    Some(Param::Fn { module, name }) => (module.unwrap_or(0), name.clone()),
+                    _ => (self.module, f.name.clone()),
+                };
+                let (module, params, facts) = match self.modules.get(scope).lookup(scope, &callee) {
                     Some(Binding::Item { module, index }) => {
                         match &self.modules.get(module).item(index).kind {
                             ItemKind::Fn(def) => {
                                 let params: Vec<String> =
                                     def.params.iter().map(|p| p.name.name.clone()).collect();
-                                let facts = self.facts(module, &f.name);
+                                let facts = self.facts(module, &callee);
                                 let module =
                                     (module != 0).then(|| self.modules.get(module).name.clone());
                                 (module, params, facts)
@@ -384,7 +549,7 @@ impl Resolver<'_> {
                     .map(|(i, a)| (arg_name(a, i, &refs), self.expr(&a.value)))
                     .collect();
                 NodeKind::Kernel {
-                    function: f.name.clone(),
+                    function: callee,
                     module,
                     args,
                     batch_reduction: facts.0,
@@ -423,14 +588,29 @@ impl Resolver<'_> {
                     names.push(f);
                 }
             }
+            let param = c
+                .params
+                .first()
+                .map_or_else(String::new, |p| p.name.clone());
+            let mut consts: Vec<(String, f64)> = Vec::new();
+            for (name, _) in &reads {
+                if let Some(Param::Const(text)) = self.params.get(name)
+                    && *name != param
+                    && !self.bound.contains(name)
+                    && !consts.iter().any(|(n, _)| n == name)
+                    && let Ok(x) = text.parse::<f64>()
+                {
+                    consts.push((name.clone(), x));
+                }
+            }
             Loss {
-                param: c
-                    .params
-                    .first()
-                    .map_or_else(String::new, |p| p.name.clone()),
+                param,
                 reads,
                 calls: names,
                 body: c.body.clone(),
+                module: self.module,
+                file: self.file,
+                consts,
             }
         });
         NodeKind::Role {

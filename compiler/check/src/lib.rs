@@ -22,6 +22,7 @@ pub mod types;
 pub mod value;
 
 pub use eval::TypeTable;
+pub use eval::recipes;
 pub use program::Program;
 
 use modules::Modules;
@@ -112,6 +113,9 @@ pub fn check(
     // syntax error left incomplete is `checks::Missing`'s.
     if evaluated_cleanly {
         checks::run_with(&program, missing, &mut diagnostics);
+    }
+    if let Some(instance) = program.pipeline.as_ref().and_then(|p| p.instance.as_ref()) {
+        recipes::at_the_call(&mut diagnostics, instance);
     }
     number_fixes_on_literals(&mut diagnostics, files, &modules);
     diagnostics.sort_by_key(Diagnostic::sort_key);

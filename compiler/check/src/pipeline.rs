@@ -43,17 +43,34 @@ impl Evaluator<'_> {
             frame.bind(&param.name.name, v, param.name.span, true);
         }
         self.take_calls();
-        self.pipeline_block(&mut frame, &p.body, &mut None);
+        self.recipes.steps = None;
+        self.recipes.instance = None;
+        self.pipeline_body(&mut frame, &p.body);
         self.end_scope(&mut frame);
+        let instance = self.recipes.instance.take();
         PipelineFacts {
             name: p.name.name.clone(),
-            steps,
+            steps: if instance.is_some() {
+                self.recipes.steps
+            } else {
+                steps
+            },
             calls: self.take_calls(),
             origin: Origin {
                 file: frame.file(),
                 span: p.name.span,
             },
+            instance,
         }
+    }
+
+    /// A pipeline's body, where its one statement may call a recipe.
+    pub(crate) fn pipeline_body(&mut self, frame: &mut Frame, body: &ast::Block) {
+        let file = frame.file();
+        let saved = self.recipes.allowed.take();
+        self.recipes.allowed = crate::recipes::sole_call(body).map(|s| (file, s.span));
+        self.pipeline_block(frame, body, &mut None);
+        self.recipes.allowed = saved;
     }
 
     /// A pipeline parameter keeps its default's value: the checks judge the job as launched
@@ -240,9 +257,12 @@ impl Evaluator<'_> {
                 self.stmt_in_fn(frame, s);
                 self.note_verifier_binding(frame, &name.name, value);
             }
-            StmtKind::Expr(_) => {
-                self.stmt_in_fn(frame, s);
-            }
+            StmtKind::Expr(_) => match self.pipeline_callee(frame, s) {
+                Some(r) => self.instantiate(frame, s, r),
+                None => {
+                    self.stmt_in_fn(frame, s);
+                }
+            },
         }
     }
 

@@ -511,6 +511,19 @@ pub struct PipelineFacts {
     pub steps: Option<i64>,
     pub calls: Vec<RoleCall>,
     pub origin: Origin,
+    /// The recipe the pipeline runs, when its body is a call of one.
+    pub instance: Option<Instance>,
+}
+
+/// A job's instance of a generic pipeline: `pipeline train { grpo(…) }`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Instance {
+    /// The recipe called.
+    pub recipe: String,
+    /// The call, in the job's file.
+    pub call: Origin,
+    /// The files of the recipes the instance runs (one recipe may call another).
+    pub files: Vec<rlc_diagnostics::FileId>,
 }
 
 #[derive(Clone, Debug, PartialEq, Default)]

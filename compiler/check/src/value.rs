@@ -269,6 +269,8 @@ pub enum Val {
     Prompts(Rc<PromptsVal>),
     Model(usize),
     Fn(ItemRef),
+    /// A `pipeline` item: callable only as the whole body of another pipeline.
+    Pipeline(ItemRef),
     Module(usize),
     Range(Option<i64>, Option<i64>),
     /// A statement's value, or a call that returns nothing.
@@ -309,6 +311,7 @@ impl Val {
             Val::Prompts(_) => "a batch of prompts".into(),
             Val::Model(_) => "a model".into(),
             Val::Fn(_) => "a function".into(),
+            Val::Pipeline(_) => "a pipeline".into(),
             Val::Module(_) => "a module".into(),
             Val::Range(..) => "a range".into(),
             Val::Unit => "nothing".into(),

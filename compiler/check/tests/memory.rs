@@ -196,6 +196,7 @@ fn program(
             steps: Some(10),
             calls,
             origin: at(400),
+            instance: None,
         }),
         ..Program::default()
     }

@@ -2,7 +2,8 @@
 //! code has an explain page (`explain/<ID>.md`) with what it means, why, a wrong and a fixed
 //! example. Ranges: E01xx syntax, E02xx names and modules, E03xx types, E04xx roles,
 //! E05xx placement, E06xx batch arithmetic, E07xx algorithm sanity, E08xx memory, E09xx the
-//! planner (`rlc plan`), E10xx external rewards and environments (`verifier`, `environment`),
+//! planner (`rlc plan`), E10xx external rewards and environments (`verifier`, `environment`), E11xx recipes
+//! (generic pipelines),
 //! W… warnings.
 
 use crate::Severity;
@@ -144,6 +145,8 @@ codes! {
     NotAnEnvironment = "E1009", Error, "`env:` of `generate` names something that is not an environment";
     EnvTurns = "E1010", Error, "`max_turns` or `max_obs` missing, out of range, or without `env:`";
     EnvContext = "E1011", Error, "a multi-turn rollout longer than the model's context";
+    // Recipes (generic pipelines).
+    RecipeCall = "E1101", Error, "a pipeline called anywhere but as the whole body of another pipeline";
     // Wasteful plans.
     IdleDevices = "W0301", Warning, "devices no phase uses";
     UnusedPlacement = "W0302", Warning, "a placement for a phase the pipeline never runs";

@@ -85,20 +85,26 @@ pub enum Scoped {
     Record(Vec<(String, Elem, usize)>),
 }
 
-/// Lowers a block of the root module — the body of an `update` loss closure — with `scope`
-/// bound, as the reference evaluator's pipeline scope binds it: axes named by position (`_0`
+/// Lowers a block of `module` — the body of an `update` loss closure, in the root module or
+/// in a recipe's — with `scope` bound, and `consts` (the pipeline's parameters the block reads)
+/// as numbers, as the reference evaluator's pipeline scope binds them: axes named by position (`_0`
 /// rows, `_1` tokens…), a reduction without `over:` reducing every axis. The kernel's inputs
 /// are the scope's tensors, in order, then each record field the block reads, as the input
 /// `name.field` in order of first use (a record's other fields are not read, so they need not
 /// share the kernel's axes). Its one output, `result`, is the block's value.
 pub fn lower_block(
     modules: &Modules,
+    module: usize,
     name: &str,
     block: &Block,
     scope: &[(&str, Scoped)],
+    consts: &[(String, f64)],
 ) -> Result<Kernel> {
     let mut lw = Lowerer::new(modules, name);
-    let mut frame = Frame::new(0, name);
+    let mut frame = Frame::new(module, name);
+    for (c, x) in consts {
+        frame.bind(c, LVal::Number(*x));
+    }
     let levels = scope.iter().flat_map(|(_, s)| match s {
         Scoped::Tensor { level, .. } => vec![*level],
         Scoped::Record(fields) => fields.iter().map(|f| f.2).collect(),
@@ -151,7 +157,7 @@ pub fn lower_call(modules: &Modules, function: &str, scope: &[(&str, Scoped)]) -
         }],
         span: ast::Span::default(),
     };
-    lower_block(modules, function, &block, scope)
+    lower_block(modules, 0, function, &block, scope, &[])
 }
 
 fn name_expr(name: &str) -> Expr {

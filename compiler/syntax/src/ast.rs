@@ -312,6 +312,35 @@ pub struct Block {
 }
 
 impl Block {
+    /// Calls `f` on every expression of the block, outer before inner, in source order
+    /// (closures', scans' and nested blocks' included).
+    pub fn visit_exprs(&self, f: &mut impl FnMut(&Expr)) {
+        for s in &self.stmts {
+            match &s.kind {
+                StmtKind::Let { value, .. }
+                | StmtKind::Assign { value, .. }
+                | StmtKind::Emit { value }
+                | StmtKind::Expr(value) => value.visit(f),
+                StmtKind::Loop {
+                    range,
+                    carries,
+                    body,
+                    ..
+                } => {
+                    range.visit(f);
+                    carries.iter().for_each(|c| c.init.visit(f));
+                    body.visit_exprs(f);
+                }
+                StmtKind::Every { interval, body } => {
+                    interval.visit(f);
+                    body.visit_exprs(f);
+                }
+                StmtKind::Log { record } => record.fields.iter().for_each(|x| x.value.visit(f)),
+                StmtKind::Checkpoint { .. } => {}
+            }
+        }
+    }
+
     /// The trailing expression that gives the block its value.
     pub fn tail(&self) -> Option<&Expr> {
         match self.stmts.last().map(|s| &s.kind) {
@@ -413,6 +442,44 @@ pub enum ExprKind {
     Scan(Box<Scan>),
     /// `["answer", "steps"]`
     List(Vec<Expr>),
+}
+
+impl Expr {
+    /// Calls `f` on this expression, then on each one inside it, in source order.
+    pub fn visit(&self, f: &mut impl FnMut(&Expr)) {
+        f(self);
+        match &self.kind {
+            ExprKind::Member { base, .. } => base.visit(f),
+            ExprKind::Call {
+                callee,
+                args,
+                closure,
+            } => {
+                callee.visit(f);
+                args.iter().for_each(|a| a.value.visit(f));
+                if let Some(c) = closure {
+                    c.body.visit_exprs(f);
+                }
+            }
+            ExprKind::Index { base, indices } => {
+                base.visit(f);
+                indices.iter().for_each(|i| i.visit(f));
+            }
+            ExprKind::Unary { operand, .. } => operand.visit(f),
+            ExprKind::Binary { lhs, rhs, .. } => {
+                lhs.visit(f);
+                rhs.visit(f);
+            }
+            ExprKind::Paren(inner) => inner.visit(f),
+            ExprKind::Record(r) => r.fields.iter().for_each(|x| x.value.visit(f)),
+            ExprKind::List(items) => items.iter().for_each(|x| x.visit(f)),
+            ExprKind::Scan(s) => {
+                s.carries.iter().for_each(|c| c.init.visit(f));
+                s.body.visit_exprs(f);
+            }
+            ExprKind::Number(_) | ExprKind::Str(_) | ExprKind::Bool(_) | ExprKind::Name(_) => {}
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

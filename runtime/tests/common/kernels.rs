@@ -88,6 +88,11 @@ pub fn closure_kernel(
         })
         .collect();
     Ok(rlc_kernel::lower::lower_block(
-        modules, "loss", body, &scoped,
+        modules,
+        0,
+        "loss",
+        body,
+        &scoped,
+        &[],
     )?)
 }

@@ -98,6 +98,19 @@ impl Evaluator<'_> {
             Val::Fn(r) => self.call_fn(frame, e, r, args),
             Val::Verifier(v) => self.verifier_call(frame, e, v, args),
             Val::Environment(env) => self.environment_call(frame, e, env, args),
+            Val::Pipeline(_) => {
+                self.eval_args(frame, args);
+                self.err(
+                    Diagnostic::new(
+                        Code::RecipeCall,
+                        "a pipeline is called only as the whole body of another pipeline (the plan runs one loop)",
+                        frame.file,
+                        e.span,
+                    )
+                    .primary_label("a pipeline's call as a value")
+                    .help("write the job as `pipeline train { recipe(…) }`, with nothing else in its body"),
+                )
+            }
             Val::Error => {
                 self.eval_args(frame, args);
                 Val::Error

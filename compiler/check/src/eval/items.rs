@@ -58,6 +58,7 @@ impl Evaluator<'_> {
             ItemKind::Verifier(v) => self.verifier(r, v),
             ItemKind::Environment(env) => self.environment(r, env),
             ItemKind::Fn(_) => Val::Fn(r),
+            ItemKind::Pipeline(_) => Val::Pipeline(r),
             _ => Val::Unit,
         };
         self.in_progress.remove(&r);

@@ -19,6 +19,7 @@ mod environments;
 mod exprs;
 mod functions;
 mod items;
+pub mod recipes;
 mod roles;
 mod verifiers;
 
@@ -131,6 +132,15 @@ impl Frame {
         self.file
     }
 
+    pub(crate) fn module(&self) -> usize {
+        self.module
+    }
+
+    /// Whether a local binding (not an item) goes by `name`.
+    pub(crate) fn has_local(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
     /// Marks the innermost binding of `name` as used (an assignment to a carried value counts:
     /// the next step reads it).
     pub(crate) fn mark_used(&mut self, name: &str) {
@@ -218,6 +228,8 @@ pub struct Evaluator<'m> {
     /// results: where a per-sequence reward came from, for E1005.
     verifier_exprs: BTreeSet<(FileId, Span)>,
     verifier_names: BTreeSet<String>,
+    /// Recipes being instantiated, and the instance the root's pipeline runs.
+    pub(crate) recipes: crate::recipes::Recipes,
 }
 
 /// Names compared by all "did you mean" searches for undefined names of one check: about a
@@ -246,6 +258,7 @@ impl<'m> Evaluator<'m> {
             suggestion_budget: SUGGESTION_BUDGET,
             verifier_exprs: BTreeSet::new(),
             verifier_names: BTreeSet::new(),
+            recipes: crate::recipes::Recipes::default(),
         }
     }
 
@@ -272,6 +285,22 @@ impl<'m> Evaluator<'m> {
 
     pub(crate) fn modules(&self) -> &'m Modules {
         self.modules
+    }
+
+    /// The item `name` names in `module`'s scope.
+    pub(crate) fn item_ref(&self, module: usize, name: &str) -> Option<ItemRef> {
+        match self.modules.get(module).lookup(module, name)? {
+            Binding::Item { module, index } => Some(ItemRef { module, index }),
+            Binding::Module(_) => None,
+        }
+    }
+
+    /// The module `name` names in `module`'s scope (`import "./recipes.rl" as recipes`).
+    pub(crate) fn module_ref(&self, module: usize, name: &str) -> Option<usize> {
+        match self.modules.get(module).lookup(module, name)? {
+            Binding::Module(m) => Some(m),
+            Binding::Item { .. } => None,
+        }
     }
 
     pub(crate) fn frame(&self, module: usize, lint: bool) -> Frame {
@@ -391,6 +420,9 @@ impl<'m> Evaluator<'m> {
                 }
                 match &item.kind {
                     ItemKind::Place(p) => self.place(module, index, p),
+                    ItemKind::Pipeline(p) if crate::recipes::is_generic(p) => {
+                        self.recipe_signature(module, p)
+                    }
                     ItemKind::Pipeline(p) => {
                         let facts = self.pipeline(module, p);
                         if module == 0 && self.program.pipeline.is_none() {

@@ -592,7 +592,7 @@ impl<'a> Lowerer<'a> {
                 let kernel = match closure {
                     Some(c) => {
                         let kind = self.program.models[model].kind;
-                        self.loss_kernel(&role, kind, &c.body, &param, &captures)
+                        self.loss_kernel(&role, kind, c, &captures)
                     }
                     None => {
                         self.errors.push(lower_err(format!(

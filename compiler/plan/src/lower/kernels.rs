@@ -75,16 +75,16 @@ impl Lowerer<'_> {
         }
     }
 
-    /// The kernel of an `update`'s loss closure `body`, with its parameter `param` bound to the
-    /// model output an update of `kind` trains and `captures` to the values it reads.
+    /// The kernel of an `update`'s loss closure, with its parameter bound to the model output
+    /// an update of `kind` trains and `captures` to the values it reads.
     pub(super) fn loss_kernel(
         &mut self,
         role: &str,
         kind: prog::RoleKind,
-        body: &ast::Block,
-        param: &str,
+        loss: &rlc_check::dataflow::Loss,
         captures: &[Input],
     ) -> u32 {
+        let param = loss.param.as_str();
         let output_level = match kind {
             prog::RoleKind::RewardModel => 1,
             prog::RoleKind::CausalLM | prog::RoleKind::ValueModel => 2,
@@ -96,12 +96,12 @@ impl Lowerer<'_> {
                 level: output_level,
             },
         )];
-        let at = body.span;
+        let at = loss.body.span;
         let fail = |detail: String| LowerError {
             message: format!(
                 "the loss of `{role}.update` cannot be computed by a kernel: {detail}"
             ),
-            kernel_at: Some((self.root_file, at.start, at.end)),
+            kernel_at: Some((loss.file, at.start, at.end)),
         };
         for input in captures {
             // A whole record (`rollout`, read as `rollout.mask`), or one output of a verifier's
@@ -144,7 +144,14 @@ impl Lowerer<'_> {
         }
         let scope: Vec<(&str, Scoped)> =
             scope.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
-        match lower_block(self.modules, "loss", body, &scope) {
+        match lower_block(
+            self.modules,
+            loss.module,
+            "loss",
+            &loss.body,
+            &scope,
+            &loss.consts,
+        ) {
             Ok(kernel) => self.intern_kernel(kernel),
             Err(e) => {
                 let e = fail(e.to_string());

@@ -39,7 +39,6 @@ use rlc_check::modules::Modules;
 use rlc_check::program::{self as prog, Phase, Program};
 use rlc_check::types::Type;
 use rlc_diagnostics::FileId;
-use rlc_syntax::ast;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Why a checked program could not be lowered.
@@ -126,7 +125,6 @@ struct Lowerer<'a> {
     modules: &'a Modules,
     /// The checker's reading of the pipeline: what the dataflow pass walks.
     dataflow: Option<&'a Dataflow>,
-    root_file: FileId,
     clusters: Vec<Cluster>,
     instances: Vec<Instance>,
     /// Placement index → instance index.
@@ -294,7 +292,6 @@ impl<'a> Lowerer<'a> {
             program,
             modules: &checked.modules,
             dataflow: checked.dataflow.as_ref(),
-            root_file: checked.modules.get(0).file,
             clusters,
             instances,
             by_placement,
