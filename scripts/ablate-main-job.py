@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Learning-efficiency ablations of the main job (examples/grpo_digits.rl), standard library only.
+"""Learning-efficiency ablations of the main job, standard library only. The variants edit the loop,
+so they start from examples/grpo_digits_by_hand.rl, the main job with std.recipes.grpo's loop
+written out (the same plan: tests/plans.rs).
 
 Runs each variant × seed with `rlc run FILE --seed S --stop-after N --out DIR`, watches the run's
 metrics.jsonl and prints, per variant, the steps each seed needs to reach a rolling mean reward
 (window 10) of at least 0.8, or "not within N". A run is stopped as soon as it gets there.
 
 Variants are either .rl files given on the command line, or names from VARIANTS below: each is
-examples/grpo_digits.rl with a few textual substitutions (every substitution must match, so a
+examples/grpo_digits_by_hand.rl with a few textual substitutions (every substitution must match, so a
 variant never silently runs the unchanged example). `--list` prints the names. The variants were
 ablated on the example's rotary form (`tiny_gpt`, lr 1e-3, before issue #23 item 3 switched it to
 learned positions and lr 3e-3): ROTARY turns today's example back into that form first, so each
@@ -32,7 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "grpo_digits.rl"
+EXAMPLE = ROOT / "examples" / "grpo_digits_by_hand.rl"
 
 # Today's example → its rotary form, on which the variants below were ablated.
 ROTARY = [
@@ -84,8 +86,8 @@ fn digit(ok: f32[B, T], m: Mask[B, T], k: f32) -> f32 {
 }
 
 pipeline train"""),
-        ("    log {\n      reward: mean(reward),",
-         "    let ok = f32(rollout.response == rollout.target)\n    log {\n      reward: mean(reward),\n"
+        ("    log {\n      reward: mean(score),",
+         "    let ok = f32(rollout.response == rollout.target)\n    log {\n      reward: mean(score),\n"
          "      d1: digit(ok, rollout.mask, 1.0), d2: digit(ok, rollout.mask, 2.0),\n"
          "      d3: digit(ok, rollout.mask, 3.0), d4: digit(ok, rollout.mask, 4.0),"),
     ],

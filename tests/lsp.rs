@@ -1074,8 +1074,8 @@ fn inlay_hints(c: &mut Client, uri: &str, from: u32, to: u32) -> Vec<(u64, u64, 
 fn inlay_hints_memory_and_ranks_of_placements_types_of_lets_and_parameter_counts() {
     let mut c = Client::start("inlay-hints");
     assert_eq!(c.capabilities["inlayHintProvider"], json!(true));
-    let text = example("grpo_digits.rl");
-    let uri = c.open("grpo_digits.rl", &text);
+    let text = example("grpo_digits_by_hand.rl");
+    let uri = c.open("grpo_digits_by_hand.rl", &text);
     assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
     let hints = inlay_hints(&mut c, &uri, 0, 10_000);
     let at = |needle: &str| -> Vec<String> {
@@ -1131,7 +1131,7 @@ fn inlay_hints_memory_and_ranks_of_placements_types_of_lets_and_parameter_counts
     for (needle, label) in [
         ("let rollout ", ": Rollout"),
         ("let old_logp ", ": f32[256, 4]"),
-        ("let reward ", ": f32[256]"),
+        ("let score ", ": f32[256]"),
     ] {
         let (line, col) = pos(&text, needle, 4);
         let name_len = needle.trim_end().len() as u32 - 4;
@@ -1375,8 +1375,8 @@ fn references_and_rename_across_modules_open_or_on_disk() {
 fn document_highlights_and_local_rename_in_an_example() {
     let mut c = Client::start("highlights");
     assert_eq!(c.capabilities["documentHighlightProvider"], json!(true));
-    let text = example("grpo_digits.rl");
-    let uri = c.open("grpo_digits.rl", &text);
+    let text = example("grpo_digits_by_hand.rl");
+    let uri = c.open("grpo_digits_by_hand.rl", &text);
     assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
     // `old_logp`: declared once (a write), read twice.
     let h = c.at(
@@ -1506,8 +1506,8 @@ fn semantic_tokens_of_the_examples() {
     let provider = c.capabilities["semanticTokensProvider"].clone();
     assert_eq!(provider["full"], json!(true), "{provider}");
     let legend = provider["legend"].clone();
-    let text = example("grpo_digits.rl");
-    let uri = c.open("grpo_digits.rl", &text);
+    let text = example("grpo_digits_by_hand.rl");
+    let uri = c.open("grpo_digits_by_hand.rl", &text);
     let first = semantic_tokens(&mut c, &uri);
     // Deterministic.
     assert_eq!(first, semantic_tokens(&mut c, &uri));
@@ -1577,8 +1577,8 @@ fn semantic_tokens_of_the_examples() {
     check("let rollout ", "generate", "method", &[]);
     check("let rollout ", "n", "property", &[]);
     check("let rollout ", "1.0", "number", &[]);
-    check("let reward ", "exact", "function", &[]);
-    check("let reward ", "mask", "property", &[]);
+    check("let score ", "exact", "function", &[]);
+    check("let score ", "mask", "property", &[]);
     check("{ logp ->", "logp", "parameter", &["declaration"]);
     check("every 100 steps", "steps", "keyword", &[]);
     let t = find("/// The fraction", "/// The fraction");
@@ -1878,5 +1878,296 @@ fn code_actions_apply_each_kind_of_fix_and_the_document_checks_clean() {
         }),
     );
     assert_eq!(none, json!([]));
+    c.shutdown();
+}
+
+/// A job whose pipeline is one call of `std.recipes.grpo`.
+const RECIPE_JOB: &str = r#"import std.models { tiny_gpt }
+import std.recipes { grpo }
+import std.task.digits { reverse }
+
+cluster local = cpu(devices: 2)
+model policy: CausalLM { arch = tiny_gpt(vocab: reverse.vocab)  optim = adamw(lr: 3e-3) }
+model reference: CausalLM = frozen(policy)
+place policy on local[0..2] with dp(2)
+place reference on local[0..2] with dp(2)
+
+/// The fraction of the answer's tokens the response got right.
+fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
+  mean(f32(resp == target), over: T, mask: mask)
+}
+
+pipeline train {
+  grpo(policy, reference, data: reverse, reward: exact, steps: 10, max_new: 6)
+}
+"#;
+
+/// The line of `uri` (a file on disk) that a location's range starts on.
+fn line_at(location: &Value) -> String {
+    let path = location["uri"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("file://")
+        .unwrap();
+    let text = std::fs::read_to_string(path).unwrap();
+    let line = location["range"]["start"]["line"].as_u64().unwrap() as usize;
+    text.lines().nth(line).unwrap().to_string()
+}
+
+#[test]
+fn recipe_calls_hover_navigate_and_complete_into_std() {
+    let mut c = Client::start("recipes");
+    assert!(
+        c.capabilities["signatureHelpProvider"]["triggerCharacters"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!("(")) && t.contains(&json!(","))),
+        "{}",
+        c.capabilities
+    );
+    let uri = c.open("job.rl", RECIPE_JOB);
+    assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
+
+    // The recipe at the call: its signature (one parameter a line), where it lives, its docs.
+    let h = c.at(
+        "textDocument/hover",
+        &uri,
+        pos(RECIPE_JOB, "grpo(policy", 1),
+    );
+    let t = hover_text(&h);
+    for want in [
+        "pub pipeline grpo(\n  policy: CausalLM,\n  reference: CausalLM,\n  data: Dataset,\n  reward: Fn,\n  steps = 500,",
+        "checkpoint_every = 100,\n)",
+        "*in `std.recipes`*",
+        "**recipe**",
+        "GRPO (Shao et al. 2024",
+    ] {
+        assert!(t.contains(want), "missing {want:?} in\n{t}");
+    }
+    // A named argument: the parameter it gives.
+    let h = c.at(
+        "textDocument/hover",
+        &uri,
+        pos(RECIPE_JOB, "data: reverse", 1),
+    );
+    let t = hover_text(&h);
+    assert!(
+        t.contains("data: Dataset") && t.contains("parameter of `pipeline grpo`"),
+        "{t}"
+    );
+    assert!(t.contains("generic: a dataset"), "{t}");
+    let h = c.at("textDocument/hover", &uri, pos(RECIPE_JOB, "steps: 10", 0));
+    assert!(hover_text(&h).contains("steps = 500"), "{h}");
+
+    // Go to definition: the recipe, and a parameter from its named argument, in std's copy.
+    let d = c.at(
+        "textDocument/definition",
+        &uri,
+        pos(RECIPE_JOB, "grpo(policy", 2),
+    );
+    assert!(
+        d["uri"].as_str().unwrap().ends_with("/std/recipes.rl"),
+        "{d}"
+    );
+    assert!(line_at(&d).starts_with("pub pipeline grpo("), "{d}");
+    let d = c.at(
+        "textDocument/definition",
+        &uri,
+        pos(RECIPE_JOB, "reward: exact", 2),
+    );
+    assert!(
+        d["uri"].as_str().unwrap().ends_with("/std/recipes.rl"),
+        "{d}"
+    );
+    assert_eq!(line_at(&d).trim(), "reward: Fn,", "{d}");
+    // The arguments themselves are the job's items.
+    let d = c.at(
+        "textDocument/definition",
+        &uri,
+        pos(RECIPE_JOB, "exact, steps", 0),
+    );
+    assert_eq!(d["uri"], uri);
+    assert_eq!(
+        d["range"]["start"]["line"],
+        pos(RECIPE_JOB, "fn exact", 0).0
+    );
+
+    // Signature help: the parameters as ranges of the label, the one being given active.
+    let s = c.at(
+        "textDocument/signatureHelp",
+        &uri,
+        pos(RECIPE_JOB, "reference, data", 0),
+    );
+    let sig = &s["signatures"][0];
+    let label = sig["label"].as_str().unwrap();
+    assert!(
+        label.starts_with("pub pipeline grpo(policy: CausalLM, reference: CausalLM, data: Dataset"),
+        "{s}"
+    );
+    assert_eq!(s["activeParameter"], 1, "{s}");
+    let range = &sig["parameters"][1]["label"];
+    let (from, to) = (range[0].as_u64().unwrap(), range[1].as_u64().unwrap());
+    assert_eq!(&label[from as usize..to as usize], "reference: CausalLM");
+    assert!(
+        sig["documentation"]["value"]
+            .as_str()
+            .unwrap()
+            .contains("GRPO")
+    );
+    let s = c.at(
+        "textDocument/signatureHelp",
+        &uri,
+        pos(RECIPE_JOB, "max_new: 6", 9),
+    );
+    let max_new = s["signatures"][0]["parameters"][7]["label"].clone();
+    assert_eq!(s["activeParameter"], 7, "{s}");
+    let (from, to) = (max_new[0].as_u64().unwrap(), max_new[1].as_u64().unwrap());
+    assert_eq!(
+        &s["signatures"][0]["label"].as_str().unwrap()[from as usize..to as usize],
+        "max_new = 16"
+    );
+    // Outside a call's parentheses: none.
+    let s = c.at(
+        "textDocument/signatureHelp",
+        &uri,
+        pos(RECIPE_JOB, "pipeline train", 2),
+    );
+    assert_eq!(s, Value::Null);
+
+    // Completion in the argument list: the parameters not yet given and, for a generic one,
+    // the job's items of its kind.
+    let typing = RECIPE_JOB.replace(
+        "grpo(policy, reference, data: reverse, reward: exact, steps: 10, max_new: 6)",
+        "grpo(p, reference, data: , reward: e, st)",
+    );
+    c.change(&uri, 2, &typing);
+    let l = labels(&c.at("textDocument/completion", &uri, pos(&typing, "grpo(p", 6)));
+    for want in [
+        "policy",
+        "reference",
+        "data",
+        "reward",
+        "steps",
+        "checkpoint_every",
+    ] {
+        assert!(l.contains(&want.to_string()), "missing {want}: {l:?}");
+    }
+    for not in ["exact", "reverse", "local", "pipeline"] {
+        assert!(
+            !l.contains(&not.to_string()),
+            "{not} takes no CausalLM: {l:?}"
+        );
+    }
+    let l = labels(&c.at("textDocument/completion", &uri, pos(&typing, "data: ,", 6)));
+    assert_eq!(l, ["reverse"]);
+    let l = labels(&c.at(
+        "textDocument/completion",
+        &uri,
+        pos(&typing, "reward: e", 9),
+    ));
+    assert!(l.contains(&"exact".to_string()), "{l:?}");
+    assert!(!l.contains(&"policy".to_string()), "{l:?}");
+    let items = c.at("textDocument/completion", &uri, pos(&typing, "st)", 2));
+    let l = labels(&items);
+    assert!(
+        l.contains(&"steps".to_string()) && l.contains(&"group".to_string()),
+        "{l:?}"
+    );
+    for given in ["policy", "reference", "data", "reward"] {
+        let as_param = items
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["label"] == given && i["insertText"] == format!("{given}: "));
+        assert!(!as_param, "{given} is given already: {items}");
+    }
+    let steps = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["label"] == "steps")
+        .unwrap();
+    assert_eq!(steps["insertText"], "steps: ");
+    assert_eq!(steps["detail"], "steps = 500");
+    c.shutdown();
+}
+
+#[test]
+fn a_package_recipe_navigates_and_its_parameters_hover_in_its_own_file() {
+    let mut c = Client::start("package-recipes");
+    let write = |rel: &str, text: &str| {
+        let path = c.dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        "job/rl.toml",
+        "[package]\nname = \"job\"\nversion = \"0.1.0\"\n\n[dependencies]\nrecipes = { path = \"../recipes\" }\n",
+    );
+    write(
+        "recipes/rl.toml",
+        "[package]\nname = \"recipes\"\nversion = \"0.1.0\"\n",
+    );
+    let lib = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("stdlib/std/recipes.rl"),
+    )
+    .unwrap()
+    .replace("pub pipeline grpo(", "pub pipeline tuned(");
+    write("recipes/src/loops.rl", &lib);
+    let job = RECIPE_JOB
+        .replace("import std.recipes { grpo }", "import recipes.loops")
+        .replace("  grpo(policy,", "  loops.tuned(policy,");
+    let uri = c.open("job/main.rl", &job);
+    assert_eq!(c.diagnostics(&uri, 1), Vec::<Value>::new());
+    let lib_uri = c.uri("recipes/src/loops.rl");
+    let d = c.at(
+        "textDocument/definition",
+        &uri,
+        pos(&job, "tuned(policy", 1),
+    );
+    assert_eq!(d["uri"], lib_uri, "{d}");
+    assert!(line_at(&d).starts_with("pub pipeline tuned("), "{d}");
+    let h = c.at("textDocument/hover", &uri, pos(&job, "tuned(policy", 1));
+    let t = hover_text(&h);
+    assert!(
+        t.contains("pub pipeline tuned(") && t.contains("**recipe**"),
+        "{t}"
+    );
+    let d = c.at("textDocument/definition", &uri, pos(&job, "max_new: 6", 1));
+    assert_eq!(d["uri"], lib_uri, "{d}");
+    assert_eq!(line_at(&d).trim(), "max_new = 16,");
+    let s = c.at(
+        "textDocument/signatureHelp",
+        &uri,
+        pos(&job, "data: reverse", 0),
+    );
+    assert_eq!(s["activeParameter"], 2, "{s}");
+
+    // The library itself: its recipe's parameters hover and navigate in its body, where no
+    // job binds them.
+    let lib_uri = c.open("recipes/src/loops.rl", &lib);
+    assert_eq!(c.diagnostics(&lib_uri, 1), Vec::<Value>::new());
+    let h = c.at(
+        "textDocument/hover",
+        &lib_uri,
+        pos(&lib, "policy.generate(", 2),
+    );
+    let t = hover_text(&h);
+    assert!(
+        t.contains("policy: CausalLM")
+            && t.contains("parameter of `pipeline tuned`")
+            && t.contains("a `CausalLM` model"),
+        "{t}"
+    );
+    let h = c.at("textDocument/hover", &lib_uri, pos(&lib, "0..steps", 4));
+    assert!(hover_text(&h).contains("steps = 500"), "{h}");
+    let h = c.at("textDocument/hover", &lib_uri, pos(&lib, "reward: Fn", 1));
+    assert!(hover_text(&h).contains("a function"), "{h}");
+    let d = c.at(
+        "textDocument/definition",
+        &lib_uri,
+        pos(&lib, "data.sample(", 1),
+    );
+    assert_eq!(d["uri"], lib_uri);
+    assert_eq!(line_at(&d).trim(), "data: Dataset,");
     c.shutdown();
 }

@@ -369,6 +369,24 @@ fn tempdir(name: &str) -> PathBuf {
     dir
 }
 
+/// A recipe's instance is the loop written out: the main job, which calls `std.recipes.grpo`,
+/// lowers to the plan of the same job with the loop in its own file, op for op and value for
+/// value (`rlc build` adds the sources, which differ).
+#[test]
+fn the_main_job_through_its_recipe_is_the_hand_written_loop() {
+    let by_recipe = plan_of("examples/grpo_digits.rl");
+    let by_hand = plan_of("examples/grpo_digits_by_hand.rl");
+    assert!(!by_hand.ops.is_empty() && !by_hand.kernels.is_empty());
+    assert_eq!(by_recipe, by_hand);
+    // A setting given at the call reaches the plan: a different clip range, another kernel.
+    let text = std::fs::read_to_string(root().join("examples/grpo_digits.rl")).unwrap();
+    let clip = text.replacen("entropy: 0.05)", "entropy: 0.05, clip: 0.3)", 1);
+    assert_ne!(clip, text);
+    let clipped = plan_of_text("examples/grpo_digits.rl", &clip);
+    assert_ne!(clipped.kernels, by_hand.kernels);
+    assert_eq!(clipped.ops.len(), by_hand.ops.len());
+}
+
 #[test]
 fn build_with_errors_writes_no_plan() {
     let dir = tempdir("errors");
@@ -749,14 +767,14 @@ fn the_policy_takes_its_sampled_log_probs_and_the_reference_does_not() {
         seconds("policy.logprobs"),
         seconds("reference.logprobs")
     );
-    let text = std::fs::read_to_string(root().join("examples/grpo_digits.rl")).unwrap();
+    let text = std::fs::read_to_string(root().join("examples/grpo_digits_by_hand.rl")).unwrap();
     let bf16 = text.replacen(
         "model policy: CausalLM {",
         "model policy: CausalLM {\n  precision = bf16",
         1,
     );
     assert_ne!(bf16, text);
-    let plan = plan_of_text("examples/grpo_digits.rl", &bf16);
+    let plan = plan_of_text("examples/grpo_digits_by_hand.rl", &bf16);
     assert!(
         marks(&plan).iter().all(|(_, m)| m.is_none()),
         "{:?}",
@@ -769,7 +787,7 @@ fn the_policy_takes_its_sampled_log_probs_and_the_reference_does_not() {
         1,
     );
     assert_ne!(after, text);
-    let plan = plan_of_text("examples/grpo_digits.rl", &after);
+    let plan = plan_of_text("examples/grpo_digits_by_hand.rl", &after);
     assert_eq!(
         marks(&plan),
         [

@@ -148,6 +148,29 @@ fn a_program_trains_and_leaves_its_run_folder() {
     assert_eq!(metrics(&again), lines);
 }
 
+/// The main job calls `std.recipes.grpo`; `grpo_digits_by_hand.rl` writes the same loop out.
+/// With one seed the two runs log the same numbers, step for step.
+#[cfg(feature = "runtime")]
+#[test]
+fn the_main_job_through_its_recipe_learns_as_the_hand_written_loop() {
+    let dir = scratch("recipe-vs-hand");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut runs = Vec::new();
+    for example in ["grpo_digits.rl", "grpo_digits_by_hand.rl"] {
+        let run = dir.join(example);
+        let out = run_into(
+            &root.join("examples").join(example),
+            &run,
+            &["--seed", "3", "--stop-after", "3"],
+        );
+        assert!(out.status.success(), "{example}: {}", text(&out));
+        runs.push(metrics(&run));
+    }
+    assert_eq!(runs[0].len(), 3, "{:?}", runs[0]);
+    assert!(runs[0][0].contains("\"reward\""), "{}", runs[0][0]);
+    assert_eq!(runs[0], runs[1]);
+}
+
 #[cfg(feature = "runtime")]
 #[test]
 fn what_the_runtime_cannot_execute_is_refused() {
