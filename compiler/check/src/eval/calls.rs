@@ -42,6 +42,15 @@ impl Evaluator<'_> {
                 Val::Dataset(d) => return self.dataset_call(frame, e, d.clone(), name, args),
                 Val::Error => {
                     self.eval_args(frame, args);
+                    // A loss closure still reads names (a recipe on its own has no model yet).
+                    if let Some(c) = closure {
+                        frame.push_scope();
+                        for p in &c.params {
+                            frame.bind(&p.name, Val::Error, p.span, false);
+                        }
+                        self.block(frame, &c.body);
+                        self.end_scope(frame);
+                    }
                     return Val::Error;
                 }
                 _ => {

@@ -421,7 +421,7 @@ impl<'m> Evaluator<'m> {
                 match &item.kind {
                     ItemKind::Place(p) => self.place(module, index, p),
                     ItemKind::Pipeline(p) if crate::recipes::is_generic(p) => {
-                        self.recipe_signature(module, p)
+                        self.recipe_on_its_own(module, p)
                     }
                     ItemKind::Pipeline(p) => {
                         let facts = self.pipeline(module, p);

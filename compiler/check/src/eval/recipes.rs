@@ -121,10 +121,13 @@ pub(crate) struct Recipes {
 }
 
 impl Evaluator<'_> {
-    /// A generic pipeline on its own: its parameters' types are checked; its body is checked
-    /// where a job instantiates it.
-    pub(crate) fn recipe_signature(&mut self, module: usize, p: &ast::Pipeline) {
-        let mut frame = self.frame(module, false);
+    /// A generic pipeline on its own: its parameters are checked, and its body with each
+    /// generic parameter unknown (names resolve, imports count as used; what depends on a role,
+    /// a dataset or a function is checked where a job instantiates it, with its arguments).
+    pub(crate) fn recipe_on_its_own(&mut self, module: usize, p: &ast::Pipeline) {
+        let lint = !self.modules().get(module).is_std;
+        let mut frame = self.frame(module, lint);
+        frame.in_pipeline = true;
         frame.push_scope();
         for q in &p.params {
             // A default may read the parameters before it (`minibatch = prompts * group`).
@@ -151,6 +154,10 @@ impl Evaluator<'_> {
                 );
             }
         }
+        // Neither its role calls nor an instance it makes of another recipe are the job's.
+        let (calls, saved) = (self.take_calls(), std::mem::take(&mut self.recipes));
+        self.pipeline_body(&mut frame, &p.body);
+        (self.calls, self.recipes) = (calls, saved);
         self.end_scope(&mut frame);
     }
 

@@ -18,7 +18,7 @@ pub(super) struct Placed {
 pub(super) fn place(program: &Program) -> Result<Placed, Vec<LowerError>> {
     let Some(pipeline) = &program.pipeline else {
         return Err(vec![lower_err(
-            "the program has no `pipeline`: nothing to lower",
+            "the program has no `pipeline` to run (a generic one, a recipe, runs where a job's pipeline calls it: `pipeline train { recipe(…) }`)",
         )]);
     };
     // Clusters, ranks numbered cluster after cluster.
