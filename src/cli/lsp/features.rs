@@ -3,11 +3,13 @@
 
 use super::super::signature;
 use super::analysis::{Analysis, UriMap};
+use super::calls;
 use super::resolve::{self, Found, Local, Target};
 use super::text::LineIndex;
 use lsp_types::{
     CompletionItem, CompletionItemKind, DocumentSymbol, Documentation, Hover, HoverContents,
-    Location, MarkupContent, MarkupKind, SymbolKind, TextEdit,
+    Location, MarkupContent, MarkupKind, ParameterInformation, ParameterLabel, SignatureHelp,
+    SignatureInformation, SymbolKind, TextEdit,
 };
 use rlc_check::checks::memory;
 use rlc_check::modules::Modules;
@@ -26,7 +28,29 @@ pub fn hover(a: &Analysis, offset: u32) -> Option<Hover> {
     let walk = resolve::at(&a.checked.modules, 0, offset);
     let mut sections: Vec<String> = Vec::new();
     let mut range = None;
-    match &walk.found {
+    let param = match &walk.found {
+        Some(Found {
+            target: Some(Target::Local(local)),
+            span,
+        }) => own_param(a, &local.ident).filter(|(item, _)| {
+            // A pipeline's parameter anywhere (a recipe's body is checked only where a job
+            // instantiates it: it has no types of its own); a function's where it is declared
+            // (its uses show their checked types).
+            matches!(item.kind, ItemKind::Pipeline(_)) || *span == local.ident.span
+        }),
+        _ => None,
+    };
+    if let Some((item, p)) = param {
+        sections.push(param_hover(text, item, p));
+        range = walk.found.as_ref().map(|f| f.span);
+    } else if let Some(label) = &walk.label
+        && let Some((module, item, p)) = callee_param(&a.checked.modules, label)
+    {
+        let m = a.checked.modules.get(module);
+        sections.push(param_hover(&a.files.get(m.file).text, item, p));
+        range = Some(label.span);
+    }
+    match walk.found.as_ref().filter(|_| sections.is_empty()) {
         Some(Found {
             span,
             target: Some(Target::Item { module, index }),
@@ -99,10 +123,20 @@ fn item_hover(a: &Analysis, module: usize, index: usize) -> String {
     let text = &a.files.get(m.file).text;
     let mut s = format!(
         "```rl\n{}\n```",
-        signature::header(&a.checked.types, m.file, text, item)
+        signature::header_wrapped(&a.checked.types, m.file, text, item, 80)
     );
     if module != 0 {
         let _ = write!(s, "\n*in `{}`*", m.name);
+    }
+    if signature::is_recipe(item)
+        && let Some(name) = item.name()
+    {
+        let _ = write!(
+            s,
+            "\n\n**recipe**: a generic pipeline; a job's pipeline body calls it once, \
+             `pipeline train {{ {}(…) }}`",
+            name.name
+        );
     }
     if let Some(doc) = &item.doc {
         s.push_str("\n\n");
@@ -119,6 +153,50 @@ fn item_hover(a: &Analysis, module: usize, index: usize) -> String {
     {
         s.push_str("\n\n");
         s.push_str(&cluster);
+    }
+    s
+}
+
+/// The function or pipeline of the root module that declares `ident` as a parameter, and
+/// that parameter.
+fn own_param<'a>(a: &'a Analysis, ident: &ast::Ident) -> Option<(&'a Item, &'a ast::Param)> {
+    a.checked.modules.get(0).ast.items.iter().find_map(|item| {
+        let p = signature::params(item)?
+            .iter()
+            .find(|p| p.name.span == ident.span)?;
+        Some((item, p))
+    })
+}
+
+/// The parameter a named argument names: the callee's parameter of that name, with the
+/// callee's module and item.
+fn callee_param<'a>(
+    modules: &'a Modules,
+    label: &resolve::Label,
+) -> Option<(usize, &'a Item, &'a ast::Param)> {
+    let Some(Target::Item { module, index }) = label.callee else {
+        return None;
+    };
+    let item = modules.get(module).item(index);
+    let p = signature::params(item)?
+        .iter()
+        .find(|p| p.name.name == label.name)?;
+    Some((module, item, p))
+}
+
+/// A parameter as written, whose it is and, for a recipe's generic parameter, what it takes.
+fn param_hover(text: &str, item: &Item, p: &ast::Param) -> String {
+    let written = signature::collapse(text.get(p.span.range()).unwrap_or(&p.name.name));
+    let owner = item.name().map_or(String::new(), |n| {
+        format!("\n*parameter of `{} {}`*", item.keyword(), n.name)
+    });
+    let mut s = format!("```rl\n{written}\n```{owner}");
+    if let Some(kind) = signature::generic_kind(p) {
+        let _ = write!(
+            s,
+            "\n\ngeneric: {}, passed by the job that calls the recipe",
+            signature::describe_generic(kind)
+        );
     }
     s
 }
@@ -327,8 +405,13 @@ pub fn role_hover(program: &Program, file: FileId, name: Span) -> Option<String>
 /// The declaration the name at `offset` refers to, as a file name (the checker's) and span.
 pub fn definition(a: &Analysis, offset: u32) -> Option<(FileId, Span)> {
     let walk = resolve::at(&a.checked.modules, 0, offset);
-    let found = walk.found?;
     let modules = &a.checked.modules;
+    if let Some(label) = &walk.label
+        && let Some((module, _, p)) = callee_param(modules, label)
+    {
+        return Some((modules.get(module).file, p.name.span));
+    }
+    let found = walk.found?;
     match found.target? {
         Target::Local(local) => Some((a.root_file(), local.ident.span)),
         Target::Item { module, index } => {
@@ -408,7 +491,203 @@ pub fn completion(
         }
         return members(a, good, base, offset as u32);
     }
+    if let Some(items) = argument_completions(a, good, text, word_start) {
+        return items;
+    }
     names_in_scope(a, good, offset as u32)
+}
+
+/// The `fn` or `pipeline` a call's callee names in the root module (`grpo`, `recipes.grpo`),
+/// from the current analysis or else the last one without syntax errors: its module and item.
+fn callee_item<'a>(
+    a: &'a Analysis,
+    good: Option<&'a Analysis>,
+    callee: &[String],
+) -> Option<(&'a Analysis, usize, &'a Item)> {
+    for an in std::iter::once(a).chain(good) {
+        let modules = &an.checked.modules;
+        let Some(mut binding) = modules.get(0).lookup(0, &callee[0]) else {
+            continue;
+        };
+        for seg in &callee[1..] {
+            let rlc_check::modules::Binding::Module(m) = binding else {
+                return None;
+            };
+            let index = *modules.get(m).items.get(seg)?;
+            binding = rlc_check::modules::Binding::Item { module: m, index };
+        }
+        let rlc_check::modules::Binding::Item { module, index } = binding else {
+            return None;
+        };
+        let item = modules.get(module).item(index);
+        return signature::params(item)
+            .is_some()
+            .then_some((an, module, item));
+    }
+    None
+}
+
+/// Which parameter the argument at the cursor gives: the one it names, else the next one in
+/// order while every argument before it is positional, else the first one not yet given.
+fn active_param(call: &calls::CallAt, params: &[ast::Param]) -> Option<usize> {
+    if let Some(name) = &call.named {
+        return params.iter().position(|p| &p.name.name == name);
+    }
+    if call.before.iter().all(Option::is_none) {
+        return (call.before.len() < params.len()).then_some(call.before.len());
+    }
+    let positional = call.before.iter().filter(|n| n.is_none()).count();
+    params.iter().enumerate().position(|(i, p)| {
+        i >= positional && !call.before.iter().flatten().any(|n| n == &p.name.name)
+    })
+}
+
+/// Inside a call of a `fn` or `pipeline`: at the start of an argument, the parameters not yet
+/// given (as `name: `) and what the next positional one takes; after `name:`, what that
+/// parameter takes. A recipe's generic parameter takes the items of its kind (the job's
+/// `CausalLM` models, its datasets, its functions); any other, the names in scope. `None`
+/// elsewhere (in the middle of an argument's expression, outside a call).
+fn argument_completions(
+    a: &Analysis,
+    good: Option<&Analysis>,
+    text: &str,
+    word_start: usize,
+) -> Option<Vec<CompletionItem>> {
+    let call = calls::call_at(text, word_start)?;
+    let (an, module, callee) = callee_item(a, good, &call.callee)?;
+    let params = signature::params(callee)?;
+    let source = &an.files.get(an.checked.modules.get(module).file).text;
+    let at_start = call.current.trim().is_empty();
+    let after_name = call.named.is_some() && call.current.trim_end().ends_with(':');
+    if !at_start && !after_name {
+        return None;
+    }
+    let active = active_param(&call, params).map(|i| &params[i]);
+    let mut out = match active.and_then(signature::generic_kind) {
+        Some(kind) => items_taken(a, good, kind),
+        None => names_in_scope(a, good, word_start as u32),
+    };
+    if at_start {
+        let given: Vec<&String> = call.before.iter().flatten().collect();
+        let positional = call.before.iter().filter(|n| n.is_none()).count();
+        for (i, p) in params.iter().enumerate() {
+            if i < positional || given.contains(&&p.name.name) {
+                continue;
+            }
+            let written = signature::collapse(source.get(p.span.range()).unwrap_or(""));
+            // The parameter rather than a name in scope that reads the same (`steps`).
+            out.retain(|c| c.label != p.name.name);
+            out.push(CompletionItem {
+                label: p.name.name.clone(),
+                kind: Some(CompletionItemKind::FIELD),
+                detail: Some(written),
+                insert_text: Some(format!("{}: ", p.name.name)),
+                // Parameter names first, in their order.
+                sort_text: Some(format!("0{i:03}")),
+                ..Default::default()
+            });
+        }
+    }
+    Some(out)
+}
+
+/// The items in scope in the root module (its own and those it imports) that a generic
+/// parameter of `kind` takes.
+fn items_taken(
+    a: &Analysis,
+    good: Option<&Analysis>,
+    kind: rlc_check::recipes::GenericParam,
+) -> Vec<CompletionItem> {
+    use rlc_check::recipes::GenericParam as G;
+    let takes = |item: &Item| match (kind, &item.kind) {
+        (G::Role(k), ItemKind::Model(m)) => RoleKind::from_name(&m.kind.name) == Some(k),
+        (G::Dataset, ItemKind::Dataset(_))
+        | (G::Verifier, ItemKind::Verifier(_))
+        | (G::Environment, ItemKind::Environment(_))
+        | (G::Fn, ItemKind::Fn(_)) => true,
+        _ => false,
+    };
+    let mut out: BTreeMap<String, CompletionItem> = BTreeMap::new();
+    for an in good.into_iter().chain(std::iter::once(a)) {
+        let modules = &an.checked.modules;
+        let root = modules.get(0);
+        let source = &an.files.get(root.file).text;
+        for i in root.ast.items.iter().filter(|i| takes(i)) {
+            if let Some(c) = item_completion(i, source) {
+                out.insert(c.label.clone(), c);
+            }
+        }
+        for imp in &root.imports {
+            if let rlc_check::modules::Binding::Item { module, index } = imp.binding {
+                let m = modules.get(module);
+                let i = m.item(index);
+                if takes(i)
+                    && let Some(mut c) = item_completion(i, &an.files.get(m.file).text)
+                {
+                    c.label = imp.name.clone();
+                    out.insert(c.label.clone(), c);
+                }
+            }
+        }
+    }
+    out.into_values().collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signature help
+
+/// The signature of the `fn` or `pipeline` whose argument list holds `offset` of `text`, its
+/// parameters as ranges of the label, the one being given active.
+pub fn signature_help(
+    a: &Analysis,
+    good: Option<&Analysis>,
+    text: &str,
+    offset: usize,
+) -> Option<SignatureHelp> {
+    let call = calls::call_at(text, offset)?;
+    let (an, module, item) = callee_item(a, good, &call.callee)?;
+    let m = an.checked.modules.get(module);
+    let source = &an.files.get(m.file).text;
+    let (before, written, after) = signature::parts(source, item)?;
+    let params = signature::params(item)?;
+    let utf16 = |s: &str| s.encode_utf16().count() as u32;
+    let mut label = format!("{before}(");
+    let mut infos = Vec::new();
+    for (i, (p, w)) in params.iter().zip(&written).enumerate() {
+        if i > 0 {
+            label.push_str(", ");
+        }
+        let start = utf16(&label);
+        label.push_str(w);
+        let doc = signature::generic_kind(p).map(|k| {
+            Documentation::MarkupContent(MarkupContent {
+                kind: MarkupKind::Markdown,
+                value: format!("generic: {}", signature::describe_generic(k)),
+            })
+        });
+        infos.push(ParameterInformation {
+            label: ParameterLabel::LabelOffsets([start, utf16(&label)]),
+            documentation: doc,
+        });
+    }
+    label.push(')');
+    label.push_str(&after);
+    let active = active_param(&call, params).map(|i| i as u32);
+    Some(SignatureHelp {
+        signatures: vec![SignatureInformation {
+            label,
+            documentation: item.doc.as_ref().map(|d| {
+                Documentation::MarkupContent(MarkupContent {
+                    kind: MarkupKind::Markdown,
+                    value: d.trim().to_string(),
+                })
+            }),
+            parameters: Some(infos),
+            active_parameter: active,
+        }],
+        active_signature: Some(0),
+        active_parameter: active,
+    })
 }
 
 /// The import path when `head` ends inside the braces of `import path { … `.

@@ -6,14 +6,20 @@
 //!   disk. Diagnostics are published per file: those of the document itself, and those of
 //!   imported files that are not open (an open one publishes its own).
 //! - Hover: the type of the innermost expression under the cursor; on a name that refers to an
-//!   item, its signature and `///` docs; on a role, its kind, arch, placements with layouts and
-//!   the memory estimate per device per phase.
+//!   item, its signature and `///` docs (a recipe's, one parameter a line, marked as a recipe);
+//!   on a role, its kind, arch, placements with layouts and the memory estimate per device per
+//!   phase; on a named argument, the callee's parameter; on a pipeline's parameter (in a
+//!   recipe's body, which has no types of its own), the parameter as declared and what kind of
+//!   value a generic one takes.
 //! - Go to definition: locals, parameters, items, imported names and import paths, into other
-//!   modules and into std.
+//!   modules and into std; from a named argument to the callee's parameter.
 //! - Completion: keywords and names in scope; after `role.` its operations; after a
 //!   record-typed local (a `Rollout`) its fields; after `module.` and inside
 //!   `import std.x { … }` (or a package's `import recipes.x { … }`) the module's pub items;
-//!   after `import ` the std modules and those of the package and its dependencies.
+//!   after `import ` the std modules and those of the package and its dependencies; in a call's
+//!   arguments ([`calls`]), the parameters not yet given and, for a recipe's generic parameter,
+//!   the items of its kind (the job's `CausalLM` models, its datasets, its functions).
+//! - Signature help: the callee's parameters, the one being given active.
 //! - Formatting (one whole-document edit; none while the document has syntax errors) and
 //!   document symbols.
 //! - Code actions ([`actions`]): the checker's fixes of the diagnostics a range touches, as
@@ -34,6 +40,7 @@
 
 mod actions;
 mod analysis;
+mod calls;
 mod checking;
 mod features;
 mod hints;
@@ -81,6 +88,11 @@ fn capabilities() -> ServerCapabilities {
         completion_provider: Some(CompletionOptions {
             trigger_characters: Some(vec![".".into(), "{".into()]),
             ..Default::default()
+        }),
+        signature_help_provider: Some(lsp_types::SignatureHelpOptions {
+            trigger_characters: Some(vec!["(".into(), ",".into()]),
+            retrigger_characters: None,
+            work_done_progress_options: Default::default(),
         }),
         document_formatting_provider: Some(OneOf::Left(true)),
         document_symbol_provider: Some(OneOf::Left(true)),
@@ -653,6 +665,15 @@ impl Server<'_> {
                     &read,
                 );
                 json(serde_json::to_value(CompletionResponse::Array(items)))
+            }
+            "textDocument/signatureHelp" => {
+                let p = params!(lsp_types::SignatureHelpParams);
+                let pos = p.text_document_position_params;
+                let doc = checked!(&pos.text_document.uri);
+                let offset = LineIndex::new(&doc.text).offset(pos.position);
+                let help =
+                    features::signature_help(&doc.analysis, doc.good.as_ref(), &doc.text, offset);
+                json(serde_json::to_value(help))
             }
             "textDocument/formatting" => {
                 let p = params!(DocumentFormattingParams);

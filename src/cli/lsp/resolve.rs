@@ -70,6 +70,15 @@ pub enum Role {
     Import,
 }
 
+/// A named argument under the cursor (`data:` in `grpo(…, data: reverse)`), with what the
+/// callee is: the parameter it names is the callee's parameter of that name.
+#[derive(Clone, Debug)]
+pub struct Label {
+    pub span: Span,
+    pub name: String,
+    pub callee: Option<Target>,
+}
+
 /// One name of a module, what it stands for (as [`Found::target`]) and its role.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Occurrence {
@@ -93,6 +102,8 @@ pub struct Walk<'a> {
     pub found: Option<Found>,
     /// Locals in scope at the offset (innermost last), once a block containing it was seen.
     pub visible: Option<Vec<Local>>,
+    /// The named argument under the cursor, if any.
+    pub label: Option<Label>,
     /// In [`occurrences`]: every name of the module, in the order the walk meets them.
     all: Option<Vec<Occurrence>>,
 }
@@ -106,6 +117,7 @@ pub fn at<'a>(modules: &'a Modules, module: usize, offset: u32) -> Walk<'a> {
         scopes: Vec::new(),
         found: None,
         visible: None,
+        label: None,
         all: None,
     };
     w.items();
@@ -122,6 +134,7 @@ pub fn occurrences(modules: &Modules, module: usize) -> Vec<Occurrence> {
         scopes: Vec::new(),
         found: None,
         visible: None,
+        label: None,
         all: Some(Vec::new()),
     };
     w.items();
@@ -467,6 +480,13 @@ impl Walk<'_> {
                 for a in args {
                     if let Some(n) = &a.name {
                         self.find(n, None, Role::Label);
+                        if self.all.is_none() && self.contains(n.span) {
+                            self.label = Some(Label {
+                                span: n.span,
+                                name: n.name.clone(),
+                                callee: self.callee(callee),
+                            });
+                        }
                     }
                     self.expr(&a.value);
                 }
@@ -505,6 +525,15 @@ impl Walk<'_> {
                 self.block(&scan.body);
                 self.scopes.truncate(depth);
             }
+        }
+    }
+
+    /// What a call's callee names: an item in scope (`grpo`) or of a module (`recipes.grpo`).
+    pub fn callee(&self, callee: &Expr) -> Option<Target> {
+        match &callee.kind {
+            ExprKind::Name(n) => self.lookup(&n.name),
+            ExprKind::Member { base, name } => self.member(base, &name.name),
+            _ => None,
         }
     }
 
