@@ -387,6 +387,20 @@ fn the_main_job_through_its_recipe_is_the_hand_written_loop() {
     assert_eq!(clipped.ops.len(), by_hand.ops.len());
 }
 
+/// A recipe may take an external reward: `examples/grpo_verifier.rl` through a recipe whose
+/// `check: Verifier` parameter it passes its `verifier` lowers to the same ops, values and
+/// kernels (the verifier's command is written relative to the job's folder).
+#[test]
+fn a_recipe_that_takes_a_verifier_lowers_to_the_written_out_loop() {
+    let by_recipe = plan_of("tests/programs/recipes/verifier_job.rl");
+    let by_hand = plan_of("examples/grpo_verifier.rl");
+    assert!(by_hand.ops.iter().any(|op| matches!(op.kind, OpKind::Verify { .. })));
+    assert_eq!(by_recipe.ops, by_hand.ops);
+    assert_eq!(by_recipe.values, by_hand.values);
+    assert_eq!(by_recipe.kernels, by_hand.kernels);
+    assert_eq!(by_recipe.verifiers.len(), 1);
+}
+
 #[test]
 fn build_with_errors_writes_no_plan() {
     let dir = tempdir("errors");
