@@ -32,6 +32,9 @@ HIGHLIGHTS = ROOT / "editors/tree-sitter-rl/queries/highlights.scm"
 SCALAR_TYPES = ["f32", "bf16", "f16", "i32", "i64", "bool"]
 TENSOR_TYPES = ["Tokens", "Mask"]
 ROLE_KINDS = ["CausalLM", "ValueModel", "RewardModel"]
+# What else a recipe's (a generic pipeline's) parameter may take besides a role:
+# `rlc_check::recipes::GenericParam::from_type` (tests/editors.rs checks the two agree).
+GENERIC_TYPES = ["Dataset", "Verifier", "Environment", "Fn"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +150,7 @@ def derive():
         "scalar_types": SCALAR_TYPES,
         "tensor_types": TENSOR_TYPES,
         "role_kinds": ROLE_KINDS,
+        "generic_types": GENERIC_TYPES,
     }
 
 
@@ -179,6 +183,7 @@ def textmate(w, old):
     repo["operator"]["match"] = "(" + re.escape(w["arrow"]) + ")|(" + alt(w["binary_operators"] + w["prefix_operators"]) + ")"
     repo["type-builtin"]["patterns"][0]["match"] = kw(w["scalar_types"])
     repo["type-builtin"]["patterns"][1]["match"] = kw(w["tensor_types"])
+    repo["type-builtin"]["patterns"][2]["match"] = kw(w["generic_types"])
     repo["role-kind"]["match"] = kw(w["role_kinds"])
     return json.dumps(g, indent=2, ensure_ascii=False) + "\n"
 
@@ -191,7 +196,7 @@ def vim_block(w):
         "syntax keyword rlControl " + " ".join(w["control_keywords"]),
         "syntax keyword rlKeyword " + " ".join(w["other_keywords"]),
         "syntax keyword rlBoolean " + " ".join(w["booleans"]),
-        "syntax keyword rlType " + " ".join(w["scalar_types"] + w["tensor_types"]),
+        "syntax keyword rlType " + " ".join(w["scalar_types"] + w["tensor_types"] + w["generic_types"]),
         "syntax keyword rlRoleKind " + " ".join(w["role_kinds"]),
         r"syntax match rlContextual /\v(<scan>\s+)@<=<" + ctx(w["scan_directions"]) + ">/",
         r"syntax match rlContextual /\v(<" + ctx(w["scan_directions"]) + r">\s+)@<=<" + ctx(w["scan_over"]) + ">/",
@@ -221,7 +226,9 @@ def highlights_block(w):
         scm_strings(w["layouts"]) + " @keyword",
         scm_strings(ops) + " @operator",
         "((unit) @constant.builtin " + scm_any_of("@constant.builtin", w["units"]) + ")",
-        "((type name: (identifier) @type.builtin) " + scm_any_of("@type.builtin", w["scalar_types"] + w["tensor_types"]) + ")",
+        "((type name: (identifier) @type.builtin) "
+        + scm_any_of("@type.builtin", w["scalar_types"] + w["tensor_types"] + w["role_kinds"] + w["generic_types"])
+        + ")",
         "((model_item kind: (identifier) @type.builtin) " + scm_any_of("@type.builtin", w["role_kinds"]) + ")",
     ]
 

@@ -362,3 +362,58 @@ fn fixture_parses_and_covers_every_word() {
         );
     }
 }
+
+/// The type names that highlight as a recipe's parameter types (editors/words.json `role_kinds`
+/// and `generic_types`) are the checker's: `GenericParam::from_type` takes each, and the
+/// checker's own tables (`GenericParam::from_type`, `RoleKind::from_name`) name no other.
+#[test]
+fn generic_parameter_types_are_the_checkers() {
+    let words: Value = serde_json::from_str(&read("editors/words.json")).unwrap();
+    let listed: BTreeSet<String> = ["role_kinds", "generic_types"]
+        .iter()
+        .flat_map(|k| words[k].as_array().unwrap())
+        .map(|w| w.as_str().unwrap().to_string())
+        .collect();
+    for name in &listed {
+        let parsed = rlc_syntax::parse(FileId(0), &format!("pipeline p(x: {name}) {{}}\n"));
+        let rlc_syntax::ast::ItemKind::Pipeline(p) = &parsed.module.items[0].kind else {
+            panic!("not a pipeline");
+        };
+        let ty = p.params[0].ty.as_ref().unwrap();
+        assert!(
+            rlc_check::recipes::GenericParam::from_type(ty).is_some(),
+            "editors/words.json lists `{name}`, which the checker does not take as a generic parameter"
+        );
+    }
+    // The string literals of the function `func` after `after` in `file`.
+    let table = |file: &str, after: &str, func: &str| -> Vec<String> {
+        let src = read(file);
+        let at = src
+            .find(after)
+            .unwrap_or_else(|| panic!("{file} lost `{after}`"));
+        let at = at
+            + src[at..]
+                .find(func)
+                .unwrap_or_else(|| panic!("{file} lost `{func}`"));
+        let body = &src[at..];
+        literals(&body[..body.find("\n    }\n").unwrap()])
+    };
+    let mut checker = table(
+        "compiler/check/src/eval/recipes.rs",
+        "impl GenericParam",
+        "pub fn from_type(",
+    );
+    let roles = table(
+        "compiler/check/src/program.rs",
+        "impl RoleKind",
+        "pub fn as_str(",
+    );
+    assert!(!roles.is_empty(), "RoleKind::as_str names no kind");
+    checker.extend(roles);
+    for name in checker {
+        assert!(
+            listed.contains(&name),
+            "the checker takes `{name}` as a generic parameter's type: add it to editors/gen-keywords.py"
+        );
+    }
+}

@@ -1656,6 +1656,22 @@ fn semantic_tokens_of_the_examples() {
     for kind in ["struct", "typeParameter", "method", "enumMember", "string"] {
         assert!(tokens.iter().any(|t| t.kind == kind), "no {kind} token");
     }
+    // A recipe's parameters: what each takes is a type of the language.
+    for ty in [
+        "CausalLM",
+        "RewardModel",
+        "Dataset",
+        "Verifier",
+        "Environment",
+        "Fn",
+    ] {
+        let at = pos(&text, &format!(": {ty},"), 2);
+        let token = tokens
+            .iter()
+            .find(|t| (t.line, t.col) == at && t.text == ty)
+            .unwrap_or_else(|| panic!("no token for the parameter type {ty}"));
+        assert_eq!(token.kind, "type", "{ty}");
+    }
     c.shutdown();
 }
 

@@ -82,3 +82,19 @@ pipeline train(steps = 300, group: i64 = 8) {
     every 1 step { checkpoint policy, critic }
   }
 }
+
+/// A recipe: generic over its roles, data and reward.
+pub pipeline tune(
+  actor: CausalLM,
+  judge: RewardModel,
+  prompts: Dataset,
+  checker: Verifier,
+  sandbox: Environment,
+  reward: Fn,
+  steps = 10,
+) {
+  loop step in 0..steps {
+    let rollout = actor.generate(prompts.sample(4), n: 2)
+    log { reward: mean(reward(rollout.response, rollout.target, rollout.mask)) }
+  }
+}

@@ -53,6 +53,6 @@
 ["dp" "tp" "pp" "fsdp" "sp" "micro"] @keyword
 ["->" ".." "||" "&&" "==" "!=" "<=" ">=" "<" ">" "+" "-" "*" "/" "%" "!"] @operator
 ((unit) @constant.builtin (#any-of? @constant.builtin "KB" "MB" "GB" "TB" "KiB" "MiB" "GiB" "TiB" "GBps" "TBps" "Gbps" "GFLOPS" "TFLOPS" "PFLOPS" "ms" "s" "min"))
-((type name: (identifier) @type.builtin) (#any-of? @type.builtin "f32" "bf16" "f16" "i32" "i64" "bool" "Tokens" "Mask"))
+((type name: (identifier) @type.builtin) (#any-of? @type.builtin "f32" "bf16" "f16" "i32" "i64" "bool" "Tokens" "Mask" "CausalLM" "ValueModel" "RewardModel" "Dataset" "Verifier" "Environment" "Fn"))
 ((model_item kind: (identifier) @type.builtin) (#any-of? @type.builtin "CausalLM" "ValueModel" "RewardModel"))
 ; END GENERATED

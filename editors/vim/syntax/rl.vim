@@ -21,7 +21,7 @@ syntax keyword rlItem pub import cluster model dataset struct fn let place pipel
 syntax keyword rlControl loop log every checkpoint scan emit
 syntax keyword rlKeyword as on with auto in
 syntax keyword rlBoolean true false
-syntax keyword rlType f32 bf16 f16 i32 i64 bool Tokens Mask
+syntax keyword rlType f32 bf16 f16 i32 i64 bool Tokens Mask Dataset Verifier Environment Fn
 syntax keyword rlRoleKind CausalLM ValueModel RewardModel
 syntax match rlContextual /\v(<scan>\s+)@<=<%(forward|reverse)>/
 syntax match rlContextual /\v(<%(forward|reverse)>\s+)@<=<%(over)>/

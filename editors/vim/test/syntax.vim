@@ -22,6 +22,9 @@ let s:cases = [
   \ ['scan \zsforward', 'rlContextual'], ['50 \zssteps', 'rlContextual'], ['1 \zsstep ', 'rlContextual'],
   \ ['loop \zsstep', ''], ['0\.\.\zssteps', ''], ['\zsemit', 'rlControl'], ['\zscheckpoint', 'rlControl'],
   \ ['pipeline \zstrain', 'rlFunction'], ['\.\zsupdate', 'rlFunctionCall'], ['\zsevery', 'rlControl'],
+  \ ['actor: \zsCausalLM', 'rlRoleKind'], ['judge: \zsRewardModel', 'rlRoleKind'],
+  \ ['prompts: \zsDataset', 'rlType'], ['checker: \zsVerifier', 'rlType'],
+  \ ['sandbox: \zsEnvironment', 'rlType'], ['reward: \zsFn', 'rlType'],
   \ ]
 let s:failed = []
 for [s:pattern, s:want] in s:cases

@@ -41,3 +41,9 @@ pipeline train(steps = 10) {
 //                                  ^ string.escape
   }
 }
+pipeline tune(actor: CausalLM, data: Dataset, reward: Fn, steps = 10) {
+//                   ^ type.builtin
+//                                   ^ type.builtin
+//                                                    ^ type.builtin
+  loop step in 0..steps { log { n: step } }
+}
