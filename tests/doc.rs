@@ -236,3 +236,61 @@ fn bad_input_is_refused() {
     let t = refused(&run, 1);
     assert!(t.contains("\"code\":\"E0201\""), "{t}");
 }
+
+/// A recipe (a generic pipeline) in a library of its own.
+const RECIPE_LIB: &str = r#"//! Loops to share.
+
+import std.algo { grpo_advantage, ppo_clip, token_mean }
+
+/// A short GRPO.
+pub pipeline tuned(policy: CausalLM, data: Dataset, reward: Fn, steps = 500, group = 4, minibatch = group * 8) {
+  loop step in 0..steps {
+    let prompts  = data.sample(8)
+    let rollout  = policy.generate(prompts, n: group, max_new: 8, temperature: 1.0)
+    let old_logp = policy.logprobs(rollout)
+    let score    = reward(rollout.response, rollout.target, rollout.mask)
+    let adv      = grpo_advantage(score, rollout.group, rollout.mask)
+    policy.update(rollout, epochs: 1, minibatch: minibatch) { logp ->
+      token_mean(ppo_clip(logp, old_logp, adv, eps: 0.2), rollout.mask)
+    }
+    log { reward: mean(score) }
+  }
+}
+"#;
+
+#[test]
+fn a_recipe_is_marked_with_what_each_parameter_takes() {
+    let dir = scratch("recipe");
+    let lib = dir.join("loops.rl");
+    std::fs::write(&lib, RECIPE_LIB).unwrap();
+    let lib = lib.to_string_lossy().into_owned();
+    let md = doc(&dir.join("md"), &[&lib, "--format", "markdown"]);
+    let (_, page) = md.iter().find(|(n, _)| n.ends_with("loops.md")).unwrap();
+    for want in [
+        "- pipeline [`tuned`](#pipeline-tuned) (recipe)\n",
+        // The header, one parameter a line.
+        "```rl\npub pipeline tuned(\n  policy: CausalLM,\n  data: Dataset,\n  reward: Fn,\n  \
+         steps = 500,\n  group = 4,\n  minibatch = group * 8,\n)\n```\n",
+        "*A recipe: a generic pipeline that a job instantiates",
+        "`pipeline train { tuned(…) }`.*\n",
+        "| `policy` | `CausalLM` (generic: a role) |  |\n",
+        "| `data` | `Dataset` (generic: a dataset) |  |\n",
+        "| `reward` | `Fn` (generic: a function) |  |\n",
+        "| `steps` | `i64` (of the default) | `500` |\n",
+        "| `minibatch` | `i64` (of the default) | `group * 8` |\n",
+    ] {
+        assert!(page.contains(want), "missing {want:?} in\n{page}");
+    }
+    let html = doc(&dir.join("html"), &[&lib]);
+    let (_, page) = html
+        .iter()
+        .find(|(n, _)| n.ends_with("loops.html"))
+        .unwrap();
+    for want in [
+        "<span class=\"kw\">pipeline</span> tuned</a> <span class=\"note\">recipe</span></li>",
+        "<div class=\"note\">\n<p>A recipe: a generic pipeline",
+        "<td><code>CausalLM</code> <span class=\"note\">(generic: a role)</span></td>",
+    ] {
+        assert!(page.contains(want), "missing {want:?} in\n{page}");
+    }
+}

@@ -65,6 +65,12 @@ fn item_section(m: &ModuleDoc, item: &ItemDoc) -> String {
             text_html(m, def)
         ));
     }
+    if item.recipe {
+        s.push_str(&format!(
+            "<div class=\"note\">\n{}</div>\n",
+            doc_html(&super::model::recipe_note(&item.name))
+        ));
+    }
     if let Some(doc) = &item.doc {
         s.push_str(&format!("<div class=\"doc\">\n{}</div>\n", doc_html(doc)));
     }
@@ -85,6 +91,10 @@ fn item_section(m: &ModuleDoc, item: &ItemDoc) -> String {
                 ),
                 Some(t) => format!("<code>{}</code>", text_html(m, t)),
                 None => String::new(),
+            };
+            let ty = match p.generic {
+                Some(kind) => format!("{ty} <span class=\"note\">(generic: {kind})</span>"),
+                None => ty,
             };
             s.push_str(&format!(
                 "<tr><td><code>{}</code></td><td>{ty}</td>",
@@ -141,10 +151,15 @@ fn sidebar(docs: &Docs, current: Option<&ModuleDoc>) -> String {
         s.push_str("<h3>Contents</h3>\n<ul>\n");
         for item in &m.items {
             s.push_str(&format!(
-                "<li><a href=\"#{}\"><span class=\"kw\">{}</span> {}</a></li>\n",
+                "<li><a href=\"#{}\"><span class=\"kw\">{}</span> {}</a>{}</li>\n",
                 escape(&item.anchor),
                 escape(item.keyword),
-                escape(&item.name)
+                escape(&item.name),
+                if item.recipe {
+                    " <span class=\"note\">recipe</span>"
+                } else {
+                    ""
+                }
             ));
         }
         s.push_str("</ul>\n");

@@ -45,8 +45,11 @@ fn module(m: &ModuleDoc) -> String {
     s.push_str("## Contents\n\n");
     for item in &m.items {
         s.push_str(&format!(
-            "- {} [`{}`](#{})\n",
-            item.keyword, item.name, item.anchor
+            "- {} [`{}`](#{}){}\n",
+            item.keyword,
+            item.name,
+            item.anchor,
+            if item.recipe { " (recipe)" } else { "" }
         ));
     }
     s.push('\n');
@@ -67,6 +70,9 @@ fn item_section(m: &ModuleDoc, item: &ItemDoc) -> String {
     if let Some(def) = &item.definition {
         s.push_str(&code_block(&plain(def)));
     }
+    if item.recipe {
+        s.push_str(&format!("*{}*\n\n", model::recipe_note(&item.name)));
+    }
     if let Some(doc) = &item.doc {
         s.push_str(doc);
         s.push_str("\n\n");
@@ -84,6 +90,10 @@ fn item_section(m: &ModuleDoc, item: &ItemDoc) -> String {
                 Some(t) if p.inferred => format!("{} (of the default)", code(&plain(t))),
                 Some(t) => code(&plain(t)),
                 None => String::new(),
+            };
+            let ty = match p.generic {
+                Some(kind) => format!("{ty} (generic: {kind})"),
+                None => ty,
             };
             s.push_str(&format!("| `{}` | {} |", p.name, cell(&ty)));
             if defaults {

@@ -48,6 +48,9 @@ pub struct ItemDoc {
     pub definition: Option<Text>,
     /// The `///` text.
     pub doc: Option<String>,
+    /// Whether the item is a recipe: a pipeline generic over roles, data or functions, which a
+    /// job instantiates as its pipeline's body.
+    pub recipe: bool,
 }
 
 #[derive(Debug)]
@@ -58,6 +61,8 @@ pub struct ParamDoc {
     /// Whether `ty` is the checked type of the default rather than an annotation.
     pub inferred: bool,
     pub default: Option<Text>,
+    /// For a recipe's generic parameter, what it takes: `a role`, `a dataset`, …
+    pub generic: Option<&'static str>,
 }
 
 /// Source text in pieces: plain text and names that link to another documented item.
@@ -378,10 +383,14 @@ fn item_doc(scope: &Scope, m: &LoadedModule, text: &str, item: &Item) -> ItemDoc
             .filter(|p| p.ty.is_none() && p.default.is_none())
             .map(|p| p.name.name.as_str()),
     );
-    let header = scope.link(
-        &signature::header(&scope.checked.types, m.file, text, item),
-        &bare,
-    );
+    // A pipeline's parameters one a line when they do not fit on one (a recipe's settings).
+    let header = match item.kind {
+        ItemKind::Pipeline(_) => {
+            signature::header_wrapped(&scope.checked.types, m.file, text, item, 80)
+        }
+        _ => signature::header(&scope.checked.types, m.file, text, item),
+    };
+    let header = scope.link(&header, &bare);
     let params = params
         .iter()
         .map(|p| {
@@ -405,6 +414,7 @@ fn item_doc(scope: &Scope, m: &LoadedModule, text: &str, item: &Item) -> ItemDoc
                     .default
                     .as_ref()
                     .map(|d| scope.link(&signature::collapse(source(d.span)), &own)),
+                generic: signature::generic_kind(p).map(generic_kind),
             }
         })
         .collect();
@@ -445,7 +455,28 @@ fn item_doc(scope: &Scope, m: &LoadedModule, text: &str, item: &Item) -> ItemDoc
         fields,
         definition,
         doc: item.doc.as_ref().map(|d| d.trim().to_string()),
+        recipe: signature::is_recipe(item),
     }
+}
+
+/// What a recipe's generic parameter takes, as the parameter table says it.
+fn generic_kind(kind: rlc_check::recipes::GenericParam) -> &'static str {
+    use rlc_check::recipes::GenericParam as G;
+    match kind {
+        G::Role(_) => "a role",
+        G::Dataset => "a dataset",
+        G::Verifier => "a verifier",
+        G::Environment => "an environment",
+        G::Fn => "a function",
+    }
+}
+
+/// The sentence under a recipe's header: what a recipe is and how a job uses it.
+pub fn recipe_note(name: &str) -> String {
+    format!(
+        "A recipe: a generic pipeline that a job instantiates with its own roles, data and \
+         settings, as its pipeline's whole body: `pipeline train {{ {name}(…) }}`."
+    )
 }
 
 /// The text of `text`, links as their names.
