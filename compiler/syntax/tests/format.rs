@@ -213,6 +213,22 @@ fn wide(a: f32) -> f32 {
     );
 }
 
+/// A pipeline's parameters stay on its line when they fit, else go one a line (a recipe's).
+#[test]
+fn long_pipeline_parameter_lists_break() {
+    let short = "pipeline train(steps = 500, group = 16) {\n  log { n: 1.0 }\n}\n";
+    assert_eq!(fmt(short), short);
+    let long = "pipeline grpo(policy: CausalLM, reference: CausalLM, data: Dataset, reward: Fn, \
+                steps = 500, prompts_per_step = 16, group = 16, max_new = 16, \
+                minibatch = steps / 4) {\n  log { n: 1.0 }\n}\n";
+    assert_eq!(
+        fmt(long),
+        "pipeline grpo(\n  policy: CausalLM,\n  reference: CausalLM,\n  data: Dataset,\n  \
+         reward: Fn,\n  steps = 500,\n  prompts_per_step = 16,\n  group = 16,\n  \
+         max_new = 16,\n  minibatch = steps / 4,\n) {\n  log { n: 1.0 }\n}\n"
+    );
+}
+
 #[test]
 fn loop_carries() {
     snap(

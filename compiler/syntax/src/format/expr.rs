@@ -39,7 +39,7 @@ impl Formatter<'_> {
         Some(s)
     }
 
-    fn dim_text<'d>(&'d self, d: &'d Dim) -> &'d str {
+    pub(super) fn dim_text<'d>(&'d self, d: &'d Dim) -> &'d str {
         match d {
             Dim::Named(i) => &i.name,
             Dim::Size(_, span) => &self.src[start(*span)..span.end as usize],
@@ -414,7 +414,7 @@ impl Formatter<'_> {
 }
 
 /// The one-line text of an expression (comments are the caller's concern).
-fn flat_into(e: &Expr, s: &mut String) -> Option<()> {
+pub(super) fn flat_into(e: &Expr, s: &mut String) -> Option<()> {
     match &e.kind {
         ExprKind::Number(n) => s.push_str(&n.text),
         ExprKind::Str(l) => {

@@ -1,5 +1,6 @@
 //! Items, blocks and statements, and the alignment of runs of similar lines.
 
+use super::expr::flat_into;
 use super::printer::Blank;
 use super::{Formatter, start};
 use crate::ast::*;
@@ -85,7 +86,7 @@ impl Formatter<'_> {
             ItemKind::Pipeline(p) => {
                 self.ident(&p.name);
                 if !p.params.is_empty() {
-                    self.params(&p.params);
+                    self.pipeline_params(&p.params, start(p.body.span));
                 }
                 self.block(&p.body, false);
             }
@@ -235,18 +236,63 @@ impl Formatter<'_> {
                 self.p.write(",");
                 self.p.space();
             }
-            self.ident(&param.name);
-            if let Some(ty) = &param.ty {
-                self.p.write(":");
-                self.p.space();
-                self.ty(ty);
-            }
-            if let Some(default) = &param.default {
-                self.equals(0);
-                self.expr(default, 1);
-            }
+            self.param(param);
         }
         self.p.write(")");
+    }
+
+    fn param(&mut self, param: &Param) {
+        self.ident(&param.name);
+        if let Some(ty) = &param.ty {
+            self.p.write(":");
+            self.p.space();
+            self.ty(ty);
+        }
+        if let Some(default) = &param.default {
+            self.equals(0);
+            self.expr(default, 1);
+        }
+    }
+
+    /// A pipeline's parameters: on its line when they fit before ` {` (`body` starts at the
+    /// brace), else one a line with a trailing comma, as a recipe's many settings are written.
+    fn pipeline_params(&mut self, params: &[Param], body: usize) {
+        let first = params.first().map_or(body, |q| start(q.span));
+        let flat = (!self.p.has_comment(first, body))
+            .then(|| {
+                let list = params
+                    .iter()
+                    .map(|q| self.param_text(q))
+                    .collect::<Option<Vec<String>>>()?;
+                Some(format!("({})", list.join(", ")))
+            })
+            .flatten();
+        match flat {
+            Some(text) if !self.p.fits(text.chars().count() + " {".len()) => {
+                let limit = params.last().map_or(body, |q| self.end(q.span));
+                self.list("(", params, ")", limit, |q| q.span, |f, q| f.param(q));
+            }
+            _ => self.params(params),
+        }
+    }
+
+    /// The one-line text of a parameter, `name: Type = default`; `None` when its default has
+    /// no one-line form.
+    fn param_text(&self, q: &Param) -> Option<String> {
+        let mut text = q.name.name.clone();
+        if let Some(ty) = &q.ty {
+            text.push_str(": ");
+            text.push_str(&ty.name.name);
+            if let Some(dims) = &ty.dims {
+                let dims: Vec<&str> = dims.iter().map(|d| self.dim_text(d)).collect();
+                text.push_str(&format!("[{}]", dims.join(", ")));
+            }
+        }
+        if let Some(default) = &q.default {
+            text.push_str(" = ");
+            flat_into(default, &mut text)?;
+        }
+        Some(text)
     }
 
     fn place(&mut self, place: &Place, align: &Align) {
