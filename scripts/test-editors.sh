@@ -68,7 +68,7 @@ if [[ -z "$nvim_version" ]] || ! printf '0.7\n%s\n' "$nvim_version" | sort -C -V
 fi
 nvim_dir=$(mktemp -d)
 # The example with a mistake: `grpo_advantag(` for `grpo_advantage(`.
-sed 's/= grpo_advantage(/= grpo_advantag(/' examples/grpo_digits.rl > "$nvim_dir/grpo_typo.rl"
+sed 's/= grpo_advantage(/= grpo_advantag(/' examples/grpo_digits_by_hand.rl > "$nvim_dir/grpo_typo.rl"
 if ! RLC="$rlc_bin" RESULT="$nvim_dir/result" XDG_CACHE_HOME="$lsp_cache" \
   timeout 120 nvim --headless -u NONE -i NONE -n -c 'luafile editors/vim/test/lsp.lua' "$nvim_dir/grpo_typo.rl"; then
   cat "$nvim_dir/result" >&2 || true

@@ -9,8 +9,9 @@
 --   RLC=target/debug/rlc RESULT=FILE nvim --headless -u NONE -i NONE -n \
 --     -c 'luafile editors/vim/test/lsp.lua' PROGRAM.rl
 -- PROGRAM.rl holds `grpo_advantag(` where `grpo_advantage(` is meant (a copy of
--- examples/grpo_digits.rl). Exits 0 when every step passed; otherwise the failed step and what
--- the client saw go to $RESULT (headless Neovim's own output is not reliable at exit).
+-- examples/grpo_digits_by_hand.rl, the main job with its loop written out). Exits 0 when every
+-- step passed; otherwise the failed step and what the client saw go to $RESULT (headless
+-- Neovim's own output is not reliable at exit).
 
 local TIMEOUT = 20000 -- ms; every wait is bounded, so a silent server fails instead of hanging
 local rlc = os.getenv('RLC') or 'rlc'
@@ -139,7 +140,7 @@ local before = #published
 local client = vim.lsp.get_client_by_id(client_id)
 vim.lsp.util.apply_workspace_edit(fix.edit, client.offset_encoding or 'utf-16')
 local fixed = vim.api.nvim_buf_get_lines(bufnr, at.line + 1, at.line + 2, false)[1] or ''
-check(fixed:find('= grpo_advantage(reward', 1, true), 'the edit gave: ' .. fixed)
+check(fixed:find('= grpo_advantage(score', 1, true), 'the edit gave: ' .. fixed)
 step('applied: ' .. vim.trim(fixed))
 
 -- 5. Clean: the diagnostics of the edited text are empty.
