@@ -836,6 +836,11 @@ fn item_completion(i: &Item, source: &str) -> Option<CompletionItem> {
             .get(name.span.start as usize..f.body.span.start as usize)
             .map(|s| format!("fn {}", s.split_whitespace().collect::<Vec<_>>().join(" "))),
         ItemKind::Model(m) => Some(format!("model: {}", m.kind.name)),
+        // A pipeline's parameters (a recipe's roles, data and settings).
+        ItemKind::Pipeline(_) => signature::parts(source, i).map(|(before, params, _)| {
+            let before = before.strip_prefix("pub ").unwrap_or(&before);
+            format!("{before}({})", params.join(", "))
+        }),
         _ => Some(i.keyword().to_string()),
     };
     Some(item(&name.name, item_kind(i), detail, i.doc.clone()))
