@@ -38,5 +38,6 @@ RLC_TENSORBOARD_PYTHONPATH="$(bash scripts/setup-tensorboard.sh)"
 export RLC_TENSORBOARD_PYTHONPATH
 cargo test --locked -p rlc-runtime --features mpi
 INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test run
+INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test recipes
 INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test plan_calibrate
 INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test processes
