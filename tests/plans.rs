@@ -394,7 +394,12 @@ fn the_main_job_through_its_recipe_is_the_hand_written_loop() {
 fn a_recipe_that_takes_a_verifier_lowers_to_the_written_out_loop() {
     let by_recipe = plan_of("tests/programs/recipes/verifier_job.rl");
     let by_hand = plan_of("examples/grpo_verifier.rl");
-    assert!(by_hand.ops.iter().any(|op| matches!(op.kind, OpKind::Verify { .. })));
+    assert!(
+        by_hand
+            .ops
+            .iter()
+            .any(|op| matches!(op.kind, OpKind::Verify { .. }))
+    );
     assert_eq!(by_recipe.ops, by_hand.ops);
     assert_eq!(by_recipe.values, by_hand.values);
     assert_eq!(by_recipe.kernels, by_hand.kernels);

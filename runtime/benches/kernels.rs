@@ -95,9 +95,9 @@ enum Kernel {
 impl Kernel {
     fn new(p: &Checked, function: &str, given: &[&str], wrt: &[&str], device: Device) -> Self {
         let made = match device {
-            Device::Cuda(i) => kernels::fused_cuda(&p.modules, function, given, wrt, i)
+            Device::Cuda(i) => kernels::fused_cuda(&p.bodies, function, given, wrt, i)
                 .map(|k| Kernel::Cuda(Box::new(k))),
-            _ => kernels::fused(&p.modules, function, given, wrt)
+            _ => kernels::fused(&p.bodies, function, given, wrt)
                 .map(|k| Kernel::Cpu(Box::new(k), RefCell::default())),
         };
         made.unwrap_or_else(|e: FusedError| panic!("{function} compiles: {e}"))

@@ -235,7 +235,7 @@ fn fused_matches_autograd(checked: &Checked, body: &Block, param: &str, critic: 
 
     model.zero_grad();
     let out = output();
-    let kernel = closure_kernel(&checked.modules, body, &scope(&out)).expect("the closure lowers");
+    let kernel = closure_kernel(checked, body, &scope(&out)).expect("the closure lowers");
     let fused = Fused::with_gradient(&kernel, param).expect("the closure fuses");
     let result = fused.run_scope(&scope(&out), 1).expect("the kernel runs");
     assert_eq!(result.len(), 2, "the loss and its gradient");
@@ -357,7 +357,7 @@ fn a_closure_the_fused_kernels_cannot_differentiate_trains_eagerly() {
     let logp = Model::new(VOCAB).logprobs(&tokens);
     let mut scope = vec![("logp", Bound::Tensor(logp))];
     scope.extend(captures.iter().map(|(n, b)| (*n, b.shallow())));
-    let kernel = closure_kernel(&checked.modules, &closure.body, &scope).expect("it lowers");
+    let kernel = closure_kernel(&checked, &closure.body, &scope).expect("it lowers");
     let refused = Fused::with_gradient(&kernel, "logp");
     assert!(
         matches!(

@@ -241,7 +241,7 @@ fn every_std_function_matches_the_reference() {
     let mut compared = 0;
     for (name, def) in functions(&p) {
         let given: Vec<&str> = def.params.iter().map(|x| x.name.name.as_str()).collect();
-        let k = kernel(&p.modules, &name, &given, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let k = kernel(&p.bodies, &name, &given, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
         let fused = match rlc_runtime::kernels::fused::Fused::compile(&k) {
             Ok(f) => f,
             Err(FusedError::Kernel(KernelError::Unsupported { what, .. })) => {
@@ -280,7 +280,7 @@ fn defaults_apply_when_parameters_are_left_out() {
     let case = &cases()[1];
     let mut rng = Rng::new(3);
     let fused = fused(
-        &p.modules,
+        &p.bodies,
         "std.algo.ppo_clip",
         &["logp", "old_logp", "adv"],
         &[],
@@ -332,8 +332,7 @@ fn derivatives_match_autograd() {
             continue;
         }
         let given: Vec<&str> = def.params.iter().map(|x| x.name.name.as_str()).collect();
-        let fused =
-            fused(&p.modules, &name, &given, &wrt).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let fused = fused(&p.bodies, &name, &given, &wrt).unwrap_or_else(|e| panic!("{name}: {e}"));
         for case in cases() {
             let args = arguments(&def, &case, &mut rng, false);
             let leaves: Vec<(String, Tensor)> = args
@@ -391,7 +390,7 @@ fn scan_loss(r: f32[B, T], v: f32[B, T], m: Mask[B, T]) -> f32 {
 }
 "#,
     );
-    match fused(&p.modules, "scan_loss", &["r", "v", "m"], &["v"]) {
+    match fused(&p.bodies, "scan_loss", &["r", "v", "m"], &["v"]) {
         Err(FusedError::Kernel(KernelError::NoDerivative(why))) => {
             assert!(why.contains("scan"), "{why}")
         }
@@ -421,14 +420,14 @@ fn cuda_tensors_match_the_cpu_jit() {
         let given: Vec<&str> = def.params.iter().map(|x| x.name.name.as_str()).collect();
         // With derivatives where the fused back end has them (not through scans).
         let wrt = differentiable(&def);
-        let wrt = if fused(&p.modules, &name, &given, &wrt).is_ok() {
+        let wrt = if fused(&p.bodies, &name, &given, &wrt).is_ok() {
             wrt
         } else {
             Vec::new()
         };
         let (Ok(cpu), gpu) = (
-            fused(&p.modules, &name, &given, &wrt),
-            fused_cuda(&p.modules, &name, &given, &wrt, 0),
+            fused(&p.bodies, &name, &given, &wrt),
+            fused_cuda(&p.bodies, &name, &given, &wrt, 0),
         ) else {
             continue;
         };

@@ -59,7 +59,7 @@ pub fn emit_kernel(args: &KernelArgs, emit: Emit) -> Result<ExitCode, String> {
     let given: Vec<&str> = def.params.iter().map(|p| p.name.name.as_str()).collect();
     let fail = |e: rlc_kernel::KernelError| format!("`{}`: {e}", args.function);
     let mut kernel =
-        rlc_kernel::lower::lower_fn(&checked.modules, &args.function, &given).map_err(fail)?;
+        rlc_kernel::lower::lower_fn(&checked.bodies, &args.function, &given).map_err(fail)?;
     if !args.grad.is_empty() {
         let wrt: Vec<&str> = args.grad.iter().map(String::as_str).collect();
         kernel = rlc_kernel::grad::differentiate(&kernel, "result", &wrt).map_err(fail)?;

@@ -121,9 +121,11 @@ pub struct Loss {
     pub param: String,
     pub reads: Vec<(String, Option<String>)>,
     pub calls: Vec<String>,
-    pub body: ast::Block,
-    pub module: usize,
+    pub body: crate::body::Block,
+    /// Where the closure is written (for errors: the span of `at`).
     pub file: FileId,
+    pub at: ast::Span,
+    pub module: usize,
     pub consts: Vec<(String, f64)>,
 }
 
@@ -603,13 +605,20 @@ impl<'a> Resolver<'a> {
                     consts.push((name.clone(), x));
                 }
             }
+            // The closure's names: the pipeline's bindings, its parameter, the numbers.
+            let mut locals: Vec<&str> = self.bound.iter().map(String::as_str).collect();
+            locals.extend(c.params.iter().map(|p| p.name.as_str()));
+            locals.extend(consts.iter().map(|(n, _)| n.as_str()));
+            let body =
+                crate::body::block_in(self.modules, self.types, self.module, &locals, &c.body);
             Loss {
                 param,
                 reads,
                 calls: names,
-                body: c.body.clone(),
-                module: self.module,
+                body,
                 file: self.file,
+                at: c.body.span,
+                module: self.module,
                 consts,
             }
         });

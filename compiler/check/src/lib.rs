@@ -4,6 +4,7 @@
 //! The crate does no IO: user modules come in through a [`SourceLoader`], `std` is embedded.
 //! [`check`] never panics; it returns every diagnostic it found and the [`Program`] model.
 
+pub mod body;
 pub mod builtins;
 pub mod checks;
 pub mod dataflow;
@@ -56,6 +57,8 @@ pub struct Checked {
     /// The root pipeline as data, for plan lowering (`None` without a pipeline, or when loading
     /// the modules failed).
     pub dataflow: Option<dataflow::Dataflow>,
+    /// Every `fn`'s and `const`'s body as data, for kernel lowering.
+    pub bodies: body::Bodies,
 }
 
 impl Checked {
@@ -88,6 +91,7 @@ pub fn check(
             program: Program::default(),
             types: TypeTable::new(),
             dataflow: None,
+            bodies: body::Bodies::default(),
         };
     }
     let missing = modules
@@ -122,12 +126,14 @@ pub fn check(
     diagnostics.dedup();
     let diagnostics = one_per_unknown_name(diagnostics);
     let dataflow = dataflow::resolve(&modules, &program, &types);
+    let bodies = body::Bodies::of(&modules, &types);
     Checked {
         diagnostics,
         modules,
         program,
         types,
         dataflow,
+        bodies,
     }
 }
 

@@ -1,9 +1,6 @@
 //! The builtin tensor functions of `fn` bodies and how call arguments match parameters: one
 //! table for every evaluator of `fn`s (the tch reference, the kernel IR).
 
-#[cfg(feature = "lower")]
-use rlc_syntax::ast::{Arg, Expr};
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Builtin {
     Unary(Unary),
@@ -104,18 +101,18 @@ pub enum ArgError {
     Repeated { function: String, name: String },
 }
 
-#[cfg(feature = "lower")]
-/// Matches a call's arguments to parameter names: positional first, then by name. Returns
-/// the argument expression of each parameter, `None` where it is left out.
-pub fn match_args<'a>(
+/// Matches a call's arguments, given by their names (`None` for a positional one), to
+/// parameter names: positional first, then by name. Returns the index of each parameter's
+/// argument, `None` where it is left out.
+pub fn match_arg_names(
     function: &str,
     params: &[&str],
-    args: &'a [Arg],
-) -> Result<Vec<Option<&'a Expr>>, ArgError> {
-    let mut slots: Vec<Option<&Expr>> = vec![None; params.len()];
+    args: &[Option<&str>],
+) -> Result<Vec<Option<usize>>, ArgError> {
+    let mut slots: Vec<Option<usize>> = vec![None; params.len()];
     let mut positional = 0;
-    for arg in args {
-        let i = match &arg.name {
+    for (a, name) in args.iter().enumerate() {
+        let i = match name {
             None => {
                 positional += 1;
                 if positional > params.len() {
@@ -126,15 +123,13 @@ pub fn match_args<'a>(
                 }
                 positional - 1
             }
-            Some(n) => {
-                params
-                    .iter()
-                    .position(|p| *p == n.name)
-                    .ok_or_else(|| ArgError::Unknown {
-                        function: function.to_string(),
-                        name: n.name.clone(),
-                    })?
-            }
+            Some(n) => params
+                .iter()
+                .position(|p| p == n)
+                .ok_or_else(|| ArgError::Unknown {
+                    function: function.to_string(),
+                    name: n.to_string(),
+                })?,
         };
         if slots[i].is_some() {
             return Err(ArgError::Repeated {
@@ -142,7 +137,7 @@ pub fn match_args<'a>(
                 name: params[i].to_string(),
             });
         }
-        slots[i] = Some(&arg.value);
+        slots[i] = Some(a);
     }
     Ok(slots)
 }

@@ -7,13 +7,12 @@
 //! numbers take the type of the tensor next to them, reductions of integers or masks give
 //! `f32`, an empty masked selection reduces to 0, `/` on integers is true division.
 
-use crate::builtins::{self, Builtin, Cast, Unary, match_args};
+use crate::builtins::{self, ArgError, Builtin, Cast, Unary, match_arg_names};
 use crate::error::{KernelError, Result};
 use crate::ir::{Bin, Elem, GroupOp, Kernel, Node, NodeId, Op, Output, Param, Red, Scan, Un};
-use rlc_check::modules::{Binding, Modules};
-use rlc_syntax::ast::{
-    self, Arg, BinaryOp, Block, Dim, Expr, ExprKind, FnDef, ItemKind, ScanDirection, StmtKind,
-    TypeExpr, UnaryOp,
+use rlc_check::body::{
+    self, Arg, BinaryOp, Block, Bodies, Dim, Expr, ExprKind, FnBody, Item, Name, ParamType,
+    Resolved, ScanDirection, Stmt, UnaryOp,
 };
 use std::collections::HashMap;
 
@@ -23,13 +22,12 @@ const MAX_DEPTH: usize = 64;
 /// Lowers `function` (a root-scope name or `module.fn`) to a kernel whose inputs are the
 /// parameters named in `given`, in the signature's order; the other parameters take their
 /// defaults. Its one output, `result`, is the `fn`'s value.
-pub fn lower_fn(modules: &Modules, function: &str, given: &[&str]) -> Result<Kernel> {
-    let (module, index) = resolve(modules, function)?;
-    let ItemKind::Fn(def) = &modules.get(module).item(index).kind else {
-        return Err(KernelError::UnknownFunction(function.to_string()));
-    };
+pub fn lower_fn(bodies: &Bodies, function: &str, given: &[&str]) -> Result<Kernel> {
+    let ((module, _), def) = bodies
+        .function(function)
+        .ok_or_else(|| KernelError::UnknownFunction(function.to_string()))?;
     for name in given {
-        if !def.params.iter().any(|p| p.name.name == *name) {
+        if !def.params.iter().any(|p| p.name == *name) {
             return Err(builtins::ArgError::Unknown {
                 function: function.to_string(),
                 name: name.to_string(),
@@ -37,13 +35,13 @@ pub fn lower_fn(modules: &Modules, function: &str, given: &[&str]) -> Result<Ker
             .into());
         }
     }
-    let mut lw = Lowerer::new(modules, &def.name.name);
-    let mut frame = Frame::new(module, &def.name.name);
+    let mut lw = Lowerer::new(bodies, &def.name);
+    let mut frame = Frame::new(module, &def.name);
     // Axes first: every given tensor's dimension names, by position.
     for param in def
         .params
         .iter()
-        .filter(|p| given.contains(&p.name.name.as_str()))
+        .filter(|p| given.contains(&p.name.as_str()))
     {
         let ty = param_type(&frame, param)?;
         if let Some(dims) = &ty.dims {
@@ -56,12 +54,12 @@ pub fn lower_fn(modules: &Modules, function: &str, given: &[&str]) -> Result<Ker
     }
     lw.kernel.axes = axes;
     for param in &def.params {
-        let value = if given.contains(&param.name.name.as_str()) {
+        let value = if given.contains(&param.name.as_str()) {
             let ty = param_type(&frame, param)?;
             let elem = elem_of(&frame, ty)?;
             let level = ty.dims.as_ref().map_or(0, Vec::len);
             lw.kernel.inputs.push(Param {
-                name: param.name.name.clone(),
+                name: param.name.clone(),
                 elem,
                 level,
             });
@@ -70,7 +68,7 @@ pub fn lower_fn(modules: &Modules, function: &str, given: &[&str]) -> Result<Ker
         } else {
             lw.default_of(&frame, def, param, 0)?
         };
-        frame.bind(&param.name.name, value);
+        frame.bind(&param.name, value);
     }
     let value = lw.block(&mut frame, &def.body, 0)?;
     lw.output_result(&frame, value)?;
@@ -93,14 +91,14 @@ pub enum Scoped {
 /// `name.field` in order of first use (a record's other fields are not read, so they need not
 /// share the kernel's axes). Its one output, `result`, is the block's value.
 pub fn lower_block(
-    modules: &Modules,
+    bodies: &Bodies,
     module: usize,
     name: &str,
     block: &Block,
     scope: &[(&str, Scoped)],
     consts: &[(String, f64)],
 ) -> Result<Kernel> {
-    let mut lw = Lowerer::new(modules, name);
+    let mut lw = Lowerer::new(bodies, name);
     let mut frame = Frame::new(module, name);
     for (c, x) in consts {
         frame.bind(c, LVal::Number(*x));
@@ -147,97 +145,80 @@ pub fn lower_block(
 /// `lhs - rhs`, `neg` is `-x`) or a `fn` in the root module's scope — whose arguments are the
 /// names of `scope`, passed by name: what a pipeline's kernel op computes. Its one output,
 /// `result`, is the call's value.
-pub fn lower_call(modules: &Modules, function: &str, scope: &[(&str, Scoped)]) -> Result<Kernel> {
+pub fn lower_call(bodies: &Bodies, function: &str, scope: &[(&str, Scoped)]) -> Result<Kernel> {
     let names: Vec<&str> = scope.iter().map(|(n, _)| *n).collect();
-    let expr = operator_expr(function).unwrap_or_else(|| call_expr(function, &names));
+    let expr = operator_expr(function).unwrap_or_else(|| call_expr(bodies, function, &names));
     let block = Block {
-        stmts: vec![ast::Stmt {
-            kind: StmtKind::Expr(expr),
-            span: ast::Span::default(),
-        }],
-        span: ast::Span::default(),
+        stmts: vec![Stmt::Expr(expr)],
     };
-    lower_block(modules, 0, function, &block, scope, &[])
+    lower_block(bodies, 0, function, &block, scope, &[])
 }
 
-fn name_expr(name: &str) -> Expr {
+/// An expression made here, not written: it has no place in a file and no checked type.
+fn made(kind: ExprKind) -> Expr {
     Expr {
-        kind: ExprKind::Name(ast::Ident {
-            name: name.to_string(),
-            span: ast::Span::default(),
-        }),
-        span: ast::Span::default(),
+        id: Default::default(),
+        ty: None,
+        kind,
     }
 }
 
-/// The expression of an operator kernel, as plan lowering names them.
+fn name_expr(name: &str, resolved: Resolved) -> Expr {
+    made(ExprKind::Name(Name {
+        name: name.to_string(),
+        resolved,
+    }))
+}
+
+/// `lhs - rhs` for `sub`, `-x` for `neg`, … (the operator kernels' names).
 fn operator_expr(function: &str) -> Option<Expr> {
-    let name = |n: &str| Box::new(name_expr(n));
-    let unary = |op| ExprKind::Unary {
+    let local = |n: &str| Box::new(name_expr(n, Resolved::Local));
+    if let Some(op) = UnaryOp::from_kernel_name(function) {
+        return Some(made(ExprKind::Unary {
+            op,
+            operand: local("x"),
+        }));
+    }
+    let op = BinaryOp::from_kernel_name(function)?;
+    Some(made(ExprKind::Binary {
         op,
-        op_span: ast::Span::default(),
-        operand: name("x"),
+        lhs: local("lhs"),
+        rhs: local("rhs"),
+    }))
+}
+
+/// `function(p1: p1, p2: p2, …)`, `function` named in the root module's scope.
+fn call_expr(bodies: &Bodies, function: &str, params: &[&str]) -> Expr {
+    let resolved = match bodies.root_scope.get(function) {
+        Some(&(module, index)) => Resolved::Item { module, index },
+        None if builtins::lookup(function).is_some() => Resolved::Builtin,
+        None => Resolved::Free,
     };
-    let binary = |op| ExprKind::Binary {
-        op,
-        op_span: ast::Span::default(),
-        lhs: name("lhs"),
-        rhs: name("rhs"),
-    };
-    let kind = match (
-        UnaryOp::from_kernel_name(function),
-        BinaryOp::from_kernel_name(function),
-    ) {
-        (Some(op), _) => unary(op),
-        (None, Some(op)) => binary(op),
-        (None, None) => return None,
-    };
-    Some(Expr {
-        kind,
-        span: ast::Span::default(),
+    made(ExprKind::Call {
+        callee: Box::new(name_expr(function, resolved)),
+        args: params
+            .iter()
+            .map(|p| Arg {
+                name: Some(p.to_string()),
+                value: name_expr(p, Resolved::Local),
+            })
+            .collect(),
+        closure: false,
     })
 }
 
-/// `function(a: a, b: b, …)`: a call whose arguments are the bound names.
-fn call_expr(function: &str, params: &[&str]) -> Expr {
-    Expr {
-        kind: ExprKind::Call {
-            callee: Box::new(name_expr(function)),
-            args: params
-                .iter()
-                .map(|p| Arg {
-                    name: Some(ast::Ident {
-                        name: p.to_string(),
-                        span: ast::Span::default(),
-                    }),
-                    value: name_expr(p),
-                    span: ast::Span::default(),
-                })
-                .collect(),
-            closure: None,
-        },
-        span: ast::Span::default(),
-    }
-}
-
-/// The `fn` called `function` — a name in the root module's scope (defined or imported), or
-/// `module.fn` with a loaded module's full name (`std.algo.gae`) — as (module, item).
-pub fn resolve_fn(modules: &Modules, function: &str) -> Option<(usize, usize)> {
-    let found = match function.rsplit_once('.') {
-        Some((module, name)) => {
-            let m = modules.modules.iter().position(|m| m.name == module)?;
-            modules.get(m).items.get(name).map(|&i| (m, i))
-        }
-        None => match modules.get(0).lookup(0, function) {
-            Some(Binding::Item { module, index }) => Some((module, index)),
-            _ => None,
-        },
-    };
-    found.filter(|&(m, i)| matches!(modules.get(m).item(i).kind, ItemKind::Fn(_)))
-}
-
-fn resolve(modules: &Modules, function: &str) -> Result<(usize, usize)> {
-    resolve_fn(modules, function).ok_or_else(|| KernelError::UnknownFunction(function.to_string()))
+/// Each parameter's argument expression, `None` where the call leaves it out.
+fn match_args<'a>(
+    function: &str,
+    params: &[&str],
+    args: &'a [Arg],
+) -> std::result::Result<Vec<Option<&'a Expr>>, ArgError> {
+    let names: Vec<Option<&str>> = args.iter().map(|a| a.name.as_deref()).collect();
+    let slots = match_arg_names(function, params, &names)?;
+    Ok(slots
+        .into_iter()
+        .map(|s| s.map(|i| &args[i].value))
+        .collect())
 }
 
 /// A node of the graph being built: the kernel's (`inner == false`) or the current scan
@@ -312,7 +293,7 @@ struct Body {
 }
 
 struct Lowerer<'m> {
-    modules: &'m Modules,
+    bodies: &'m Bodies,
     kernel: Kernel,
     body: Option<Body>,
     /// Structural keys of the kernel's nodes, so equal nodes are built once.
@@ -328,24 +309,24 @@ struct Record {
     fields: Vec<(String, Elem, usize, Option<NodeId>)>,
 }
 
-fn param_type<'a>(frame: &Frame, param: &'a ast::Param) -> Result<&'a TypeExpr> {
+fn param_type<'a>(frame: &Frame, param: &'a body::Param) -> Result<&'a ParamType> {
     param.ty.as_ref().ok_or_else(|| KernelError::Type {
         function: frame.function.clone(),
-        detail: format!("parameter `{}` has no type", param.name.name),
+        detail: format!("parameter `{}` has no type", param.name),
     })
 }
 
-fn elem_of(frame: &Frame, ty: &TypeExpr) -> Result<Elem> {
-    Elem::of_type_name(&ty.name.name).ok_or_else(|| KernelError::Unsupported {
+fn elem_of(frame: &Frame, ty: &ParamType) -> Result<Elem> {
+    Elem::of_type_name(&ty.name).ok_or_else(|| KernelError::Unsupported {
         function: frame.function.clone(),
-        what: format!("a parameter of type `{}`", ty.name.name),
+        what: format!("a parameter of type `{}`", ty.name),
     })
 }
 
 impl<'m> Lowerer<'m> {
-    fn new(modules: &'m Modules, name: &str) -> Self {
+    fn new(bodies: &'m Bodies, name: &str) -> Self {
         Lowerer {
-            modules,
+            bodies,
             kernel: Kernel {
                 name: name.to_string(),
                 axes: Vec::new(),
@@ -409,19 +390,17 @@ impl<'m> Lowerer<'m> {
             let Dim::Named(id) = d else {
                 return Err(self.unsupported(frame, "a literal dimension size"));
             };
-            if let Some(&pos) = frame.dims.get(&id.name) {
+            if let Some(&pos) = frame.dims.get(id) {
                 if pos != i {
                     return Err(self.unsupported(
                         frame,
-                        format!("dimension `{}` at two positions (shapes that are not prefixes of one another)", id.name),
+                        format!("dimension `{id}` at two positions (shapes that are not prefixes of one another)"),
                     ));
                 }
             } else if frame.dims.values().any(|&p| p == i) {
-                return Err(
-                    self.unsupported(frame, format!("two names for axis {i} (`{}`)", id.name))
-                );
+                return Err(self.unsupported(frame, format!("two names for axis {i} (`{id}`)")));
             }
-            frame.dims.insert(id.name.clone(), i);
+            frame.dims.insert(id.clone(), i);
         }
         Ok(())
     }
@@ -535,18 +514,18 @@ impl<'m> Lowerer<'m> {
     fn default_of(
         &mut self,
         frame: &Frame,
-        def: &FnDef,
-        param: &ast::Param,
+        def: &FnBody,
+        param: &body::Param,
         depth: usize,
     ) -> Result<LVal> {
         match &param.default {
             Some(d) => {
-                let mut scope = Frame::new(frame.module, &def.name.name);
+                let mut scope = Frame::new(frame.module, &def.name);
                 self.expr(&mut scope, d, depth + 1)
             }
             None => Err(KernelError::MissingArgument {
-                function: def.name.name.clone(),
-                name: param.name.name.clone(),
+                function: def.name.clone(),
+                name: param.name.clone(),
             }),
         }
     }
@@ -556,12 +535,12 @@ impl<'m> Lowerer<'m> {
         let mut last = None;
         for stmt in &block.stmts {
             last = None;
-            if self.binding(frame, &stmt.kind, depth)? {
+            if self.binding(frame, stmt, depth)? {
                 continue;
             }
-            match &stmt.kind {
-                StmtKind::Expr(e) => last = Some(self.expr(frame, e, depth)?),
-                StmtKind::Emit { .. } => {
+            match stmt {
+                Stmt::Expr(e) => last = Some(self.expr(frame, e, depth)?),
+                Stmt::Emit(_) => {
                     return Err(self.unsupported(frame, "`emit` outside a scan"));
                 }
                 _ => return Err(self.unsupported(frame, "a pipeline statement in a fn")),
@@ -573,22 +552,21 @@ impl<'m> Lowerer<'m> {
 
     fn expr(&mut self, frame: &mut Frame, e: &Expr, depth: usize) -> Result<LVal> {
         match &e.kind {
-            ExprKind::Number(n) => Ok(LVal::Number(n.scaled())),
+            ExprKind::Number(x) => Ok(LVal::Number(*x)),
             ExprKind::Bool(b) => Ok(LVal::Node(
                 self.constant(f64::from(u8::from(*b)), Elem::Bool),
             )),
-            ExprKind::Name(id) => self.name(frame, &id.name, depth),
-            ExprKind::Paren(inner) => self.expr(frame, inner, depth),
+            ExprKind::Name(n) => self.name(frame, n, depth),
             ExprKind::Member { base, name } => match self.expr(frame, base, depth)? {
-                LVal::Module(m) => match self.modules.get(m).items.get(&name.name) {
+                LVal::Module(m) => match self.bodies.names[m].get(name) {
                     Some(&index) => self.item(frame, m, index, depth),
                     None => Err(KernelError::UnknownName {
                         function: frame.function.clone(),
-                        name: name.name.clone(),
+                        name: name.clone(),
                     }),
                 },
-                LVal::Record(r) => self.field(frame, r, &name.name),
-                _ => Err(self.unsupported(frame, format!("the member `.{}`", name.name))),
+                LVal::Record(r) => self.field(frame, r, name),
+                _ => Err(self.unsupported(frame, format!("the member `.{name}`"))),
             },
             ExprKind::Unary { op, operand, .. } => {
                 let v = self.expr(frame, operand, depth)?;
@@ -639,43 +617,43 @@ impl<'m> Lowerer<'m> {
                 args,
                 closure,
             } => {
-                if closure.is_some() {
+                if *closure {
                     return Err(self.unsupported(frame, "a call with a block"));
                 }
                 self.call(frame, callee, args, depth)
             }
             ExprKind::Scan(scan) => self.scan(frame, scan, depth),
-            ExprKind::Str(_) => Err(self.unsupported(frame, "a string")),
-            ExprKind::Record(_) => Err(self.unsupported(frame, "a record")),
-            ExprKind::List(_) => Err(self.unsupported(frame, "a list")),
+            ExprKind::Str => Err(self.unsupported(frame, "a string")),
+            ExprKind::Record => Err(self.unsupported(frame, "a record")),
+            ExprKind::List => Err(self.unsupported(frame, "a list")),
         }
     }
 
-    fn name(&mut self, frame: &mut Frame, name: &str, depth: usize) -> Result<LVal> {
-        if let Some(v) = frame.get(name) {
+    fn name(&mut self, frame: &mut Frame, name: &Name, depth: usize) -> Result<LVal> {
+        if let Some(v) = frame.get(&name.name) {
             return Ok(v.clone());
         }
-        match self.modules.get(frame.module).lookup(frame.module, name) {
-            Some(Binding::Item { module, index }) => self.item(frame, module, index, depth),
-            Some(Binding::Module(m)) => Ok(LVal::Module(m)),
-            None => Err(KernelError::UnknownName {
+        match name.resolved {
+            Resolved::Item { module, index } => self.item(frame, module, index, depth),
+            Resolved::Module(m) => Ok(LVal::Module(m)),
+            Resolved::Local | Resolved::Builtin | Resolved::Free => Err(KernelError::UnknownName {
                 function: frame.function.clone(),
-                name: name.to_string(),
+                name: name.name.clone(),
             }),
         }
     }
 
     fn item(&mut self, frame: &Frame, module: usize, index: usize, depth: usize) -> Result<LVal> {
-        match &self.modules.get(module).item(index).kind {
-            ItemKind::Fn(_) => Ok(LVal::Fn { module, index }),
-            ItemKind::Const(c) => {
+        match self.bodies.items.get(&(module, index)) {
+            Some(Item::Fn(_)) => Ok(LVal::Fn { module, index }),
+            Some(Item::Const { name, value }) => {
                 if depth > MAX_DEPTH {
                     return Err(self.unsupported(frame, "constants nested this deep"));
                 }
-                let mut scope = Frame::new(module, &c.name.name);
-                self.expr(&mut scope, &c.value, depth + 1)
+                let mut scope = Frame::new(module, name);
+                self.expr(&mut scope, value, depth + 1)
             }
-            _ => Err(self.unsupported(frame, "a non-fn item as a value")),
+            None => Err(self.unsupported(frame, "a non-fn item as a value")),
         }
     }
 
@@ -763,16 +741,12 @@ impl<'m> Lowerer<'m> {
         args: &[Arg],
         depth: usize,
     ) -> Result<LVal> {
-        if let ExprKind::Name(id) = &callee.kind {
-            let shadowed = frame.get(&id.name).is_some()
-                || self
-                    .modules
-                    .get(frame.module)
-                    .lookup(frame.module, &id.name)
-                    .is_some();
-            if !shadowed && let Some(b) = builtins::lookup(&id.name) {
-                return self.builtin(frame, &id.name, b, args, depth);
-            }
+        if let ExprKind::Name(id) = &callee.kind
+            && id.resolved == Resolved::Builtin
+            && frame.get(&id.name).is_none()
+            && let Some(b) = builtins::lookup(&id.name)
+        {
+            return self.builtin(frame, &id.name, b, args, depth);
         }
         let LVal::Fn { module, index } = self.expr(frame, callee, depth)? else {
             return Err(self.type_err(frame, "calling a value that is not a fn"));
@@ -780,11 +754,11 @@ impl<'m> Lowerer<'m> {
         if depth > MAX_DEPTH {
             return Err(self.unsupported(frame, format!("calls nested deeper than {MAX_DEPTH}")));
         }
-        let ItemKind::Fn(def) = &self.modules.get(module).item(index).kind else {
+        let Some(Item::Fn(def)) = self.bodies.items.get(&(module, index)) else {
             return Err(self.type_err(frame, "calling a non-fn item"));
         };
-        let names: Vec<&str> = def.params.iter().map(|p| p.name.name.as_str()).collect();
-        let slots = match_args(&def.name.name, &names, args)?;
+        let names: Vec<&str> = def.params.iter().map(|p| p.name.as_str()).collect();
+        let slots = match_args(&def.name, &names, args)?;
         let mut values = Vec::with_capacity(slots.len());
         for slot in slots {
             values.push(match slot {
@@ -792,20 +766,20 @@ impl<'m> Lowerer<'m> {
                 None => None,
             });
         }
-        let mut inner = Frame::new(module, &def.name.name);
+        let mut inner = Frame::new(module, &def.name);
         for (param, value) in def.params.iter().zip(values) {
             let value = match value {
                 Some(v) => v,
                 None => self.default_of(&inner, def, param, depth)?,
             };
             self.check_param(&mut inner, param, &value)?;
-            inner.bind(&param.name.name, value);
+            inner.bind(&param.name, value);
         }
         self.block(&mut inner, &def.body, depth + 1)
     }
 
     /// Checks an argument against its parameter's type and names the axes it brings.
-    fn check_param(&mut self, frame: &mut Frame, param: &ast::Param, value: &LVal) -> Result<()> {
+    fn check_param(&mut self, frame: &mut Frame, param: &body::Param, value: &LVal) -> Result<()> {
         let Some(ty) = &param.ty else { return Ok(()) };
         let elem = elem_of(frame, ty)?;
         let LVal::Node(n) = value else {
@@ -814,7 +788,7 @@ impl<'m> Lowerer<'m> {
             {
                 return Err(self.type_err(
                     frame,
-                    format!("`{}` takes booleans, got a number", param.name.name),
+                    format!("`{}` takes booleans, got a number", param.name),
                 ));
             }
             return Ok(());
@@ -824,8 +798,8 @@ impl<'m> Lowerer<'m> {
                 frame,
                 format!(
                     "`{}: {}` got a {} value",
-                    param.name.name,
-                    ty.name.name,
+                    param.name,
+                    ty.name,
                     self.elem(*n).name()
                 ),
             ));
@@ -836,7 +810,7 @@ impl<'m> Lowerer<'m> {
                 frame,
                 format!(
                     "`{}` has {} dimensions in the signature, the value {}",
-                    param.name.name,
+                    param.name,
                     dims.len(),
                     self.level_of(*n)
                 ),
@@ -1313,17 +1287,17 @@ impl<'m> Lowerer<'m> {
         }
     }
 
-    fn scan(&mut self, frame: &mut Frame, scan: &ast::Scan, depth: usize) -> Result<LVal> {
+    fn scan(&mut self, frame: &mut Frame, scan: &body::Scan, depth: usize) -> Result<LVal> {
         if self.body.is_some() {
             return Err(self.unsupported(frame, "a scan inside a scan"));
         }
         let axis = *frame
             .dims
-            .get(&scan.axis.name)
-            .ok_or_else(|| self.type_err(frame, format!("no axis `{}` here", scan.axis.name)))?;
+            .get(&scan.axis)
+            .ok_or_else(|| self.type_err(frame, format!("no axis `{}` here", scan.axis)))?;
         let mut inits = Vec::new();
-        for c in &scan.carries {
-            let v = self.expr(frame, &c.init, depth)?;
+        for (_, init) in &scan.carries {
+            let v = self.expr(frame, init, depth)?;
             let n = self.node_of(frame, v, Elem::F32)?;
             if self.level_of(n) > axis {
                 return Err(self.unsupported(frame, "a carry with the scanned axis"));
@@ -1339,14 +1313,14 @@ impl<'m> Lowerer<'m> {
         for (i, (c, init)) in scan.carries.iter().zip(&inits).enumerate() {
             let elem = self.kernel.nodes[init.id].elem;
             let carry = self.push(Op::Carry(i), elem, axis);
-            frame.bind(&c.name.name, LVal::Node(carry));
+            frame.bind(&c.0, LVal::Node(carry));
         }
-        frame.bind(&scan.index.name, LVal::Position(axis));
+        frame.bind(&scan.index, LVal::Position(axis));
         let result = self.scan_body(frame, scan, depth);
         let carries: Vec<Option<LVal>> = scan
             .carries
             .iter()
-            .map(|c| frame.get(&c.name.name).cloned())
+            .map(|c| frame.get(&c.0).cloned())
             .collect();
         frame.scopes.pop();
         let emit = result?;
@@ -1376,18 +1350,16 @@ impl<'m> Lowerer<'m> {
 
     /// Runs `stmt` if it is a `let` or an assignment (as a fn body and a scan step both do):
     /// `Ok(true)` when it was one.
-    fn binding(&mut self, frame: &mut Frame, stmt: &StmtKind, depth: usize) -> Result<bool> {
+    fn binding(&mut self, frame: &mut Frame, stmt: &Stmt, depth: usize) -> Result<bool> {
         match stmt {
-            StmtKind::Let { name, value, .. } => {
+            Stmt::Let { name, value } => {
                 let v = self.expr(frame, value, depth)?;
-                frame.bind(&name.name, v);
+                frame.bind(name, v);
             }
-            StmtKind::Assign { name, value } => {
+            Stmt::Assign { name, value } => {
                 let v = self.expr(frame, value, depth)?;
-                if !frame.assign(&name.name, v) {
-                    return Err(
-                        self.type_err(frame, format!("assignment to unknown `{}`", name.name))
-                    );
+                if !frame.assign(name, v) {
+                    return Err(self.type_err(frame, format!("assignment to unknown `{name}`")));
                 }
             }
             _ => return Ok(false),
@@ -1395,20 +1367,20 @@ impl<'m> Lowerer<'m> {
         Ok(true)
     }
 
-    fn scan_body(&mut self, frame: &mut Frame, scan: &ast::Scan, depth: usize) -> Result<LVal> {
+    fn scan_body(&mut self, frame: &mut Frame, scan: &body::Scan, depth: usize) -> Result<LVal> {
         let mut emitted = None;
         for stmt in &scan.body.stmts {
-            if self.binding(frame, &stmt.kind, depth)? {
+            if self.binding(frame, stmt, depth)? {
                 continue;
             }
-            match &stmt.kind {
-                StmtKind::Emit { value } => {
+            match stmt {
+                Stmt::Emit(value) => {
                     if emitted.is_some() {
                         return Err(self.type_err(frame, "a scan step emits twice"));
                     }
                     emitted = Some(self.expr(frame, value, depth)?);
                 }
-                StmtKind::Expr(e) => {
+                Stmt::Expr(e) => {
                     self.expr(frame, e, depth)?;
                 }
                 _ => return Err(self.unsupported(frame, "a pipeline statement in a scan")),

@@ -60,7 +60,7 @@ fn threads() -> usize {
 fn main() {
     let mut files = Files::new();
     let checked = rlc_check::check(&NoFiles, &mut files, "bench.rl", ROOT.to_string());
-    let m = &checked.modules;
+    let m = &checked.bodies;
     // Distinct arrays for distinct inputs: one array passed twice would share its cache lines
     // (and make PPO's ratio exactly 1).
     let pattern = |prime: usize, scale: f32| -> Vec<f32> {

@@ -35,7 +35,7 @@ fn every_std_function_lowers_and_compiles() {
         let given: Vec<&str> = f.params.iter().map(|p| p.name.name.as_str()).collect();
         let name = format!("std.algo.{}", f.name.name);
         let kernel =
-            lower_fn(&checked.modules, &name, &given).unwrap_or_else(|e| panic!("{name}: {e}"));
+            lower_fn(&checked.bodies, &name, &given).unwrap_or_else(|e| panic!("{name}: {e}"));
         match Jit::compile(&kernel) {
             Ok(_) => compiled += 1,
             Err(KernelError::Unsupported { what, .. }) if f.name.name == "entropy" => {
@@ -57,7 +57,7 @@ fn work_at_each_position_of_a_scan_rides_in_its_loop() {
     let checked = rlc_check::check(&NoFiles, &mut files, "t.rl", "import std.algo\n".into());
     let given = ["r", "v", "m", "gamma", "lam"];
     let first_pass_loops = |f: &str| {
-        let k = lower_fn(&checked.modules, f, &given).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let k = lower_fn(&checked.bodies, f, &given).unwrap_or_else(|e| panic!("{f}: {e}"));
         let s = schedule(&k).unwrap_or_else(|e| panic!("{f}: {e}"));
         s.passes[0].loops.clone()
     };
@@ -83,7 +83,7 @@ fn clamped_arguments_have_known_ranges() {
     let mut files = Files::new();
     let checked = rlc_check::check(&NoFiles, &mut files, "t.rl", "import std.algo\n".into());
     let k = lower_fn(
-        &checked.modules,
+        &checked.bodies,
         "std.algo.ppo_clip",
         &["logp", "old_logp", "adv", "eps"],
     )
@@ -121,7 +121,7 @@ fn each_pass_moves_what_it_reads_and_writes() {
     let mut files = Files::new();
     let checked = rlc_check::check(&NoFiles, &mut files, "t.rl", "import std.algo\n".into());
     let traffic = |f: &str, given: &[&str]| {
-        let k = lower_fn(&checked.modules, f, given).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let k = lower_fn(&checked.bodies, f, given).unwrap_or_else(|e| panic!("{f}: {e}"));
         let s = schedule(&k).unwrap();
         s.passes
             .iter()

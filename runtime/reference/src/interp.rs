@@ -577,13 +577,22 @@ impl<'m> Interp<'m> {
     }
 }
 
-/// Matches a call's arguments to parameter names (see [`rlc_kernel::builtins::match_args`]).
+/// Matches a call's arguments to parameter names, as kernel lowering does
+/// ([`rlc_kernel::builtins::match_arg_names`]): each parameter's argument expression.
 pub fn match_args<'a>(
     function: &str,
     params: &[&str],
     args: &'a [Arg],
 ) -> Result<Vec<Option<&'a Expr>>> {
-    Ok(rlc_kernel::builtins::match_args(function, params, args)?)
+    let names: Vec<Option<&str>> = args
+        .iter()
+        .map(|a| a.name.as_ref().map(|n| n.name.as_str()))
+        .collect();
+    let slots = rlc_kernel::builtins::match_arg_names(function, params, &names)?;
+    Ok(slots
+        .into_iter()
+        .map(|s| s.map(|i| &args[i].value))
+        .collect())
 }
 
 fn describe(e: &Expr) -> String {

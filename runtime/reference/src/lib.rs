@@ -190,8 +190,28 @@ impl<'m> Evaluator<'m> {
         }
     }
 
+    /// The `fn` called `function` — a name the root module sees, or `module.fn` with a
+    /// module's full name (`std.algo.gae`) — as (module, item).
     fn resolve(&self, function: &str) -> Result<(usize, usize)> {
-        rlc_kernel::lower::resolve_fn(self.modules, function)
+        let modules = self.modules;
+        let found = match function.rsplit_once('.') {
+            Some((module, name)) => modules
+                .modules
+                .iter()
+                .position(|m| m.name == module)
+                .and_then(|m| modules.get(m).items.get(name).map(|&i| (m, i))),
+            None => match modules.get(0).lookup(0, function) {
+                Some(rlc_check::modules::Binding::Item { module, index }) => Some((module, index)),
+                _ => None,
+            },
+        };
+        found
+            .filter(|&(m, i)| {
+                matches!(
+                    modules.get(m).item(i).kind,
+                    rlc_syntax::ast::ItemKind::Fn(_)
+                )
+            })
             .ok_or_else(|| EvalError::UnknownFunction(function.to_string()))
     }
 }

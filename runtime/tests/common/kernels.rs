@@ -1,7 +1,7 @@
 //! Kernels as a plan carries them, for the tests: a checked `fn` lowered to the kernel IR (with
 //! derivatives where asked) and compiled, as `rlc build` and the runtime do between them.
 
-use rlc_check::modules::Modules;
+use rlc_check::body::Bodies;
 use rlc_kernel::ir::Kernel;
 use rlc_runtime::kernels::fused::{Fused, FusedError};
 use rlc_runtime::kernels::fused_cuda::FusedCuda;
@@ -9,12 +9,12 @@ use rlc_runtime::kernels::fused_cuda::FusedCuda;
 /// `function` with the parameters in `given` as inputs (the others at their defaults) and, with
 /// `wrt` non-empty, the derivatives of its scalar result as outputs `d_<name>`.
 pub fn kernel(
-    modules: &Modules,
+    bodies: &Bodies,
     function: &str,
     given: &[&str],
     wrt: &[&str],
 ) -> Result<Kernel, FusedError> {
-    let k = rlc_kernel::lower::lower_fn(modules, function, given)?;
+    let k = rlc_kernel::lower::lower_fn(bodies, function, given)?;
     if wrt.is_empty() {
         return Ok(k);
     }
@@ -23,30 +23,31 @@ pub fn kernel(
 
 /// [`kernel`] compiled by the JIT.
 pub fn fused(
-    modules: &Modules,
+    bodies: &Bodies,
     function: &str,
     given: &[&str],
     wrt: &[&str],
 ) -> Result<Fused, FusedError> {
-    Fused::compile(&kernel(modules, function, given, wrt)?)
+    Fused::compile(&kernel(bodies, function, given, wrt)?)
 }
 
 /// [`kernel`] compiled for CUDA device `ordinal`.
 #[allow(dead_code)]
 pub fn fused_cuda(
-    modules: &Modules,
+    bodies: &Bodies,
     function: &str,
     given: &[&str],
     wrt: &[&str],
     ordinal: usize,
 ) -> Result<FusedCuda, FusedError> {
-    FusedCuda::compile(&kernel(modules, function, given, wrt)?, ordinal)
+    FusedCuda::compile(&kernel(bodies, function, given, wrt)?, ordinal)
 }
 
-/// The kernel plan lowering makes of a loss closure's `body` for a scope of these values (each
-/// tensor's element type and number of dimensions; a record's fields as `name.field`).
+/// The kernel plan lowering makes of a loss closure's `body` (of `checked`'s root module) for a
+/// scope of these values (each tensor's element type and number of dimensions; a record's
+/// fields as `name.field`).
 pub fn closure_kernel(
-    modules: &Modules,
+    checked: &rlc_check::Checked,
     body: &rlc_syntax::ast::Block,
     scope: &[(&str, rlc_runtime::kernels::args::Bound)],
 ) -> Result<Kernel, FusedError> {
@@ -87,11 +88,13 @@ pub fn closure_kernel(
             (*name, s)
         })
         .collect();
+    let names: Vec<&str> = scope.iter().map(|(name, _)| *name).collect();
+    let body = rlc_check::body::block_in(&checked.modules, &checked.types, 0, &names, body);
     Ok(rlc_kernel::lower::lower_block(
-        modules,
+        &checked.bodies,
         0,
         "loss",
-        body,
+        &body,
         &scoped,
         &[],
     )?)

@@ -63,7 +63,7 @@ pub fn evaluate(args: &KernelArgs) -> Result<ExitCode, String> {
     // The `fn` lowered to the kernel IR, as a plan carries it, and run one operation per node
     // (in f64 when an input is).
     let given: Vec<&str> = inputs.iter().map(|(name, _)| name.as_str()).collect();
-    let kernel = match rlc_kernel::lower::lower_fn(&checked.modules, &args.function, &given) {
+    let kernel = match rlc_kernel::lower::lower_fn(&checked.bodies, &args.function, &given) {
         Ok(k) => k,
         Err(e) => {
             eprintln!("error: `{}` cannot run as a kernel: {e}", args.function);

@@ -42,8 +42,7 @@ impl Lowerer<'_> {
                     .map(|i| i.name.as_str())
                     .chain(attrs.keys().map(String::as_str))
                     .collect();
-                lower_fn(self.modules, &format!("{m}.{function}"), &given)
-                    .map_err(|e| e.to_string())
+                lower_fn(self.bodies, &format!("{m}.{function}"), &given).map_err(|e| e.to_string())
             }
             None => {
                 let mut scope = Vec::new();
@@ -62,7 +61,7 @@ impl Lowerer<'_> {
                 for name in attrs.keys() {
                     scope.push((name.as_str(), SCALAR));
                 }
-                lower_call(self.modules, function, &scope).map_err(|e| e.to_string())
+                lower_call(self.bodies, function, &scope).map_err(|e| e.to_string())
             }
         };
         match lowered {
@@ -96,7 +95,7 @@ impl Lowerer<'_> {
                 level: output_level,
             },
         )];
-        let at = loss.body.span;
+        let at = loss.at;
         let fail = |detail: String| LowerError {
             message: format!(
                 "the loss of `{role}.update` cannot be computed by a kernel: {detail}"
@@ -145,7 +144,7 @@ impl Lowerer<'_> {
         let scope: Vec<(&str, Scoped)> =
             scope.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
         match lower_block(
-            self.modules,
+            self.bodies,
             loss.module,
             "loss",
             &loss.body,

@@ -33,9 +33,9 @@ mod transfers;
 use crate::model::*;
 use crate::reshard::{block, lcm};
 use rlc_check::Checked;
+use rlc_check::body::Bodies;
 use rlc_check::checks::memory;
 use rlc_check::dataflow::{Carry, Dataflow, Node, NodeKind, Stmt};
-use rlc_check::modules::Modules;
 use rlc_check::program::{self as prog, Phase, Program};
 use rlc_check::types::Type;
 use rlc_diagnostics::FileId;
@@ -122,7 +122,7 @@ enum Lowered {
 
 struct Lowerer<'a> {
     program: &'a Program,
-    modules: &'a Modules,
+    bodies: &'a Bodies,
     /// The checker's reading of the pipeline: what the dataflow pass walks.
     dataflow: Option<&'a Dataflow>,
     clusters: Vec<Cluster>,
@@ -290,7 +290,7 @@ impl<'a> Lowerer<'a> {
         } = instances::place(program)?;
         Ok(Lowerer {
             program,
-            modules: &checked.modules,
+            bodies: &checked.bodies,
             dataflow: checked.dataflow.as_ref(),
             clusters,
             instances,

@@ -2,7 +2,7 @@
 //! over row ranges on threads; the host finishes barriers between passes.
 //!
 //! ```ignore
-//! let kernel = rlc_kernel::lower::lower_fn(&modules, "token_mean", &["loss", "m"])?;
+//! let kernel = rlc_kernel::lower::lower_fn(&checked.bodies, "token_mean", &["loss", "m"])?;
 //! let jit = Jit::compile(&kernel)?;
 //! jit.run(&[b, t], &[Slice::F32(&loss), Slice::Bool(&mask)], &mut [SliceMut::F32(&mut out)], 2)?;
 //! ```

@@ -110,7 +110,7 @@ pub fn kernel(p: &Checked, function: &str) -> Kernel {
         })
         .unwrap_or_else(|| panic!("no fn {function}"));
     let given: Vec<&str> = params.iter().map(String::as_str).collect();
-    lower_fn(&p.modules, function, &given).unwrap_or_else(|e| panic!("{function}: {e}"))
+    lower_fn(&p.bodies, function, &given).unwrap_or_else(|e| panic!("{function}: {e}"))
 }
 
 /// Every `fn` of `std.algo` the JIT compiles, as kernels.
