@@ -13,8 +13,9 @@
 //! - `compiler_crates_depend_on_no_executor`: by `cargo metadata`, no compiler crate depends
 //!   (directly or not, outside dev-dependencies) on the runtime, the kernel executors
 //!   (`rlc-kernel-exec`: the Cranelift JIT, CUDA), libtorch, CUDA, MPI or a JIT back end.
-//! - `kernel_lowering_reads_the_checkers_bodies_not_the_ast`: `rlc-kernel` does not depend on
-//!   `rlc-syntax`; its lowering reads `rlc_check::body` (names resolved, types attached).
+//! - `lowering_reads_the_checkers_data_not_the_ast`: neither `rlc-kernel` nor `rlc-plan` depends
+//!   on `rlc-syntax` (tests included): plan lowering reads the checker's `Program` and
+//!   `Dataflow`, kernel lowering its `body::Bodies` (names resolved, types attached).
 //! - `lowering_passes_are_functions_of_their_input`: plan lowering is five passes, each a module
 //!   of `compiler/plan/src/lower/`; those around the dataflow walk (instances, syncs, schedule)
 //!   name no `Lowerer`: they read their input, not the walk's state.
@@ -628,33 +629,36 @@ fn cargo_metadata(args: &[&str]) -> serde_json::Value {
 }
 
 #[test]
-fn kernel_lowering_reads_the_checkers_bodies_not_the_ast() {
+fn lowering_reads_the_checkers_data_not_the_ast() {
     let metadata = cargo_metadata(&["--no-deps"]);
-    let kernel = metadata["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "rlc-kernel")
-        .expect("rlc-kernel is a workspace member");
-    let deps: Vec<&str> = kernel["dependencies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|d| d["kind"].is_null())
-        .filter_map(|d| d["name"].as_str())
-        .collect();
-    assert!(deps.contains(&"rlc-check"), "{deps:?}");
-    assert!(
-        !deps.contains(&"rlc-syntax"),
-        "kernel lowering reads syntax trees: {deps:?}"
-    );
-    let sources: String = rust_files(&root().join("compiler/kernel/src"))
-        .iter()
-        .map(|f| std::fs::read_to_string(f).unwrap())
-        .collect();
-    assert!(
-        !sources.contains("rlc_syntax"),
-        "rlc-kernel names rlc_syntax"
-    );
-    assert!(sources.contains("rlc_check::body"));
+    for (crate_name, dir) in [
+        ("rlc-kernel", "compiler/kernel"),
+        ("rlc-plan", "compiler/plan"),
+    ] {
+        let package = metadata["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == crate_name)
+            .unwrap_or_else(|| panic!("{crate_name} is a workspace member"));
+        let deps: Vec<&str> = package["dependencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|d| d["name"].as_str())
+            .collect();
+        assert!(deps.contains(&"rlc-check"), "{crate_name}: {deps:?}");
+        assert!(
+            !deps.contains(&"rlc-syntax"),
+            "{crate_name} reads syntax trees: {deps:?}"
+        );
+        let sources: String = rust_files(&root().join(dir))
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap())
+            .collect();
+        assert!(
+            !sources.contains("rlc_syntax"),
+            "{crate_name} names rlc_syntax"
+        );
+    }
 }

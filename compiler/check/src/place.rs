@@ -19,6 +19,11 @@ impl Evaluator<'_> {
         let (model, phase) = match &p.target {
             PlaceTarget::AllRoles(_) => {
                 self.program.auto_place = Some(origin);
+                self.program.auto_cluster =
+                    match p.devices.as_ref().map(|e| self.eval_expr(&mut frame, e)) {
+                        Some(Val::Cluster(c) | Val::Devices { cluster: c, .. }) => Some(c),
+                        _ => None,
+                    };
                 return;
             }
             PlaceTarget::Role { role, phase } => {

@@ -534,6 +534,8 @@ pub struct Program {
     pub pipeline: Option<PipelineFacts>,
     /// Where `place auto` hands every unplaced role to the planner, if it does.
     pub auto_place: Option<Origin>,
+    /// The cluster `place auto on C` names (`None`: it names none, or not a cluster).
+    pub auto_cluster: Option<usize>,
     /// Where each model's learning-rate warm-up was written, by model name: the `warmup:`
     /// argument, or the `optim` line when it is not written there.
     pub warmup_origins: std::collections::BTreeMap<String, Origin>,

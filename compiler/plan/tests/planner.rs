@@ -54,7 +54,7 @@ pipeline train(steps = 10) {{
 fn assert_search_is_exact(text: &str) {
     let checked = check(text);
     let program = &checked.program;
-    let job = units::job(&checked, program).expect("a job");
+    let job = units::job(program).expect("a job");
     let params = CostParams::default();
     let pruned = Space::new(&job, program, hardware(program), &params, false).expect("feasible");
     let result = search(&pruned);

@@ -130,7 +130,7 @@ pub fn plan_auto(checked: &Checked, params: &CostParams) -> Result<Option<Planne
     if no_auto {
         return Ok(None);
     }
-    let job = units::job(checked, program).map_err(|m| PlanFailure::Messages(vec![m]))?;
+    let job = units::job(program).map_err(|m| PlanFailure::Messages(vec![m]))?;
     let space = Space::new(&job, program, hardware(program), params, false)
         .map_err(|why| PlanFailure::Diagnostics(vec![infeasible(program, &job, &why)]))?;
     let result = search::search(&space);

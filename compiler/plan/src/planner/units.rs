@@ -13,7 +13,6 @@ use crate::lower::plan_layout;
 use crate::model::Layout;
 use rlc_check::checks::memory;
 use rlc_check::program::{self as prog, Op, Phase, Program};
-use rlc_syntax::ast::{ExprKind, ItemKind, PlaceTarget};
 
 /// How a unit's devices and layout are decided.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,23 +83,12 @@ fn shape(model: &prog::Model) -> Option<RoleShape> {
     })
 }
 
-/// The cluster `place auto on C` names (the only one when it names none).
-fn free_cluster(checked: &rlc_check::Checked, program: &Program) -> Option<usize> {
+/// The cluster `place auto on C` names (the first when it names none).
+fn free_cluster(program: &Program) -> Option<usize> {
     program.auto_place?;
-    let root = checked.modules.get(0);
-    for item in &root.ast.items {
-        if let ItemKind::Place(p) = &item.kind
-            && matches!(p.target, PlaceTarget::AllRoles(_))
-        {
-            if let Some(e) = &p.devices
-                && let ExprKind::Name(id) = &e.kind
-            {
-                return program.clusters.iter().position(|c| c.name == id.name);
-            }
-            return (!program.clusters.is_empty()).then_some(0);
-        }
-    }
-    (!program.clusters.is_empty()).then_some(0)
+    program
+        .auto_cluster
+        .or((!program.clusters.is_empty()).then_some(0))
 }
 
 fn count(v: Option<prog::Sourced<i64>>) -> f64 {
@@ -109,11 +97,11 @@ fn count(v: Option<prog::Sourced<i64>>) -> f64 {
 
 /// Reads the units and calls of `program`. `Err` names a role the planner cannot cost (no
 /// architecture) or a phase no placement and no `place auto` covers.
-pub fn job(checked: &rlc_check::Checked, program: &Program) -> Result<Job, String> {
+pub fn job(program: &Program) -> Result<Job, String> {
     let Some(pipeline) = &program.pipeline else {
         return Err("the program has no `pipeline`".into());
     };
-    let free = free_cluster(checked, program);
+    let free = free_cluster(program);
     let mut units: Vec<Unit> = Vec::new();
     let mut calls = Vec::new();
     for (index, call) in pipeline.calls.iter().enumerate() {
