@@ -168,7 +168,7 @@ fi
 work="$dir/work"
 cd "$work"
 # As tests/processes.rs: the example (dp(2): 2 ranks), checkpointing every step.
-sed 's/every 100 steps/every 1 steps/' "$repo/examples/grpo_digits.rl" >job.rl
+sed 's/every 100 steps/every 1 steps/' "$repo/examples/grpo_digits_by_hand.rl" >job.rl
 grep -q 'with dp(2)' job.rl || die "examples/grpo_digits.rl no longer places dp(2)"
 
 # Each step's metrics without the keys that time it (the only ones that may differ).

@@ -101,14 +101,23 @@ fn kinds(stdout: &str) -> Vec<(String, [f64; 3])> {
 /// The example with a policy twice as deep and twice as wide, and half the prompts per step:
 /// another balance of compute and fixed costs than the run the model is calibrated on.
 fn wider_variant(dir: &Path) -> PathBuf {
+    // The main job with its loop written out, where the prompts per step are written.
     let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/grpo_digits.rl"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/grpo_digits_by_hand.rl"),
     )
     .unwrap();
-    let variant = text
-        .replace("layers: 2, hidden: 64", "layers: 4, hidden: 128")
-        .replace("prompts_per_step = 16", "prompts_per_step = 8");
-    assert_ne!(variant, text, "the example changed: update the variant");
+    let mut variant = text.clone();
+    for (from, to) in [
+        ("layers: 2, hidden: 64", "layers: 4, hidden: 128"),
+        ("prompts_per_step = 16", "prompts_per_step = 8"),
+    ] {
+        let edited = variant.replace(from, to);
+        assert_ne!(
+            edited, variant,
+            "the example changed: update the variant ({from})"
+        );
+        variant = edited;
+    }
     let path = dir.join("wider.rl");
     std::fs::write(&path, variant).unwrap();
     path

@@ -48,7 +48,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "grpo_digits.rl"
+# The main job with std.recipes.grpo's loop written out (the same plan): its text is what this
+# script checks its own loop against.
+EXAMPLE = ROOT / "examples" / "grpo_digits_by_hand.rl"
 ALGO = ROOT / "stdlib" / "std" / "algo.rl"
 
 # ------------------------------------------------------------------------------------------------
@@ -68,11 +70,11 @@ PIPELINE_LINES = [
     "let prompts = reverse.sample(prompts_per_step)",
     "let old_logp = policy.logprobs(rollout)",
     "let ref_logp = reference.logprobs(rollout)",
-    "let reward = exact(rollout.response, rollout.target, rollout.mask)",
-    "let adv = grpo_advantage(reward, rollout.group, rollout.mask)",
+    "let score = exact(rollout.response, rollout.target, rollout.mask)",
+    "let adv = grpo_advantage(score, rollout.group, rollout.mask)",
     "fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {"
     " mean(f32(resp == target), over: T, mask: mask) }",
-    "log { reward: mean(reward), kl: token_mean(kl_k3(old_logp, ref_logp), rollout.mask),"
+    "log { reward: mean(score), kl: token_mean(kl_k3(old_logp, ref_logp), rollout.mask),"
     " entropy: token_mean(0.0 - old_logp, rollout.mask), }",
 ]
 

@@ -282,9 +282,12 @@ fn fused_matches_autograd(checked: &Checked, body: &Block, param: &str, critic: 
 
 #[test]
 fn the_grpo_example_closure_gives_autograds_loss_and_gradients() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/grpo_digits.rl");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/grpo_digits_by_hand.rl"
+    );
     let source = std::fs::read_to_string(path).expect("the GRPO example");
-    let checked = common::checked("grpo_digits.rl", &source);
+    let checked = common::checked("grpo_digits_by_hand.rl", &source);
     let closure = &closures(&checked)[0];
     fused_matches_autograd(&checked, &closure.body, &closure.params[0].name, false);
 }
