@@ -1,0 +1,19 @@
+//! Arguments of the wrong kind for a recipe's parameters.
+
+import std.models { tiny_gpt }
+import std.recipes { grpo }
+import std.task.digits { reverse }
+
+cluster local = cpu(devices: 2)
+model policy: CausalLM { arch = tiny_gpt(vocab: reverse.vocab)  optim = adamw(lr: 3e-3) }
+model reference: CausalLM = frozen(policy)
+place policy on local[0..2] with dp(2)
+place reference on local[0..2] with dp(2)
+
+fn exact(resp: Tokens[B, T], target: Tokens[B, T], mask: Mask[B, T]) -> f32[B] {
+  mean(f32(resp == target), over: T, mask: mask)
+}
+
+pipeline train {
+  grpo(policy, reference, data: exact, reward: reverse, steps: 2.5)  //~ E0307 E0307 E0307
+}
