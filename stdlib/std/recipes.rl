@@ -428,9 +428,10 @@ pub pipeline remax(
 /// `L_π = token_mean(−min(ρ·Â, clip(ρ, 1 − clip, 1 + clip)·Â) + entropy·logp·sg(logp))`,
 /// `L_V = token_mean(½·max((V − R)², (clip(V, V_old ± value_clip) − R)²))`.
 ///
-/// Defaults as veRL's `ppo_trainer.yaml`: `kl = 0.001`, `gamma = 1`, `lam = 1`, `clip = 0.2`,
-/// `value_clip = 0.5`, one epoch for each model, one response per prompt (`group = 1`);
-/// `entropy = 0`. Logs `reward` (the mean task score), `kl` (the token mean) and `value` (the
+/// Defaults as veRL's `ppo_trainer.yaml`: `kl = 0.001` (its `kl_ctrl.kl_coef`, the coefficient
+/// of its KL-in-reward option, which it leaves off by default), `gamma = 1`, `lam = 1`,
+/// `clip = 0.2`, `value_clip = 0.5`, one epoch for each model, one response per prompt
+/// (`group = 1`); `entropy = 0`. Logs `reward` (the mean task score), `kl` (the token mean) and `value` (the
 /// critic's mean value of the response tokens). Checkpoints `policy` and `critic`.
 pub pipeline ppo(
   policy: CausalLM,
