@@ -151,6 +151,9 @@ for name in wanted:
     if proc.poll() is None:
         proc.terminate()
         proc.wait()
+    elif proc.returncode != 0:
+        # The run failed: say why rather than only "not reached".
+        print((run / "stderr.txt").read_text()[-2000:], file=sys.stderr, flush=True)
     values = rewards(metrics)
     last = sum(values[-WINDOW:]) / min(len(values), WINDOW) if values else float("nan")
     ran = f"{len(values)} steps in {time.time() - t0:.0f} s"
