@@ -9,6 +9,7 @@
 #
 #     bash scripts/recipes-bench.sh            # all three
 #     bash scripts/recipes-bench.sh rloo ppo   # some of them
+#     bash scripts/recipes-bench.sh dr_grpo dapo gspo reinforce_pp remax   # the other RL recipes
 #
 # Settings the bench passes beyond the recipe defaults (which follow the papers) are in JOBS
 # below; docs/benchmarks.md ("Recipes") has the figures.
@@ -70,12 +71,19 @@ JOBS = {
     "grpo": "grpo(policy, reference, data: reverse, reward: exact, max_new: 4, kl: 0.05, entropy: 0.05)",
     "rloo": "rloo(policy, reference, data: reverse, reward: exact, max_new: 4, group: 16, minibatch: 128, entropy: 0.01)",
     "ppo": "ppo(policy, reference, critic, data: reverse, reward: exact, max_new: 4, group: 4, minibatch: 128, entropy: 0.05)",
+    # The other RL recipes, run when named: the main job's entropy bonus, 256 responses a step
+    # (REINFORCE++ and ReMax: 4 to each of their 64 prompts), minibatches of 128.
+    "dr_grpo": "dr_grpo(policy, data: reverse, reward: exact, max_new: 4, entropy: 0.05)",
+    "dapo": "dapo(policy, data: reverse, reward: exact, max_new: 4, entropy: 0.05)",
+    "gspo": "gspo(policy, data: reverse, reward: exact, max_new: 4, entropy: 0.05)",
+    "reinforce_pp": "reinforce_pp(policy, reference, data: reverse, reward: exact, max_new: 4, group: 4, minibatch: 128, entropy: 0.05)",
+    "remax": "remax(policy, reference, data: reverse, reward: exact, max_new: 4, group: 4, minibatch: 128, entropy: 0.05)",
 }
 
 
 def source(name):
     call = JOBS[name]
-    text = HEAD.replace("RECIPE", name)
+    text = HEAD.replace("RECIPE", call[:call.index("(")])
     if "critic" in call:
         text += CRITIC
     return text + EXACT + f"\npipeline train {{\n  {call}\n}}\n"
