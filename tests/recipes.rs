@@ -237,11 +237,12 @@ fn dr_grpo_runs() {
 
 #[cfg(feature = "runtime")]
 #[test]
-fn dapo_runs_and_penalises_overlong_responses() {
+fn dapo_runs_and_logs_its_penalty_and_informative_groups() {
     let lines = runs("dapo", 3, &["reward", "overlong", "informative", "entropy"]);
     for line in &lines {
         // A penalty is never positive, at most `overlong_factor` = 1 per response; the
-        // informative fraction is a fraction.
+        // informative fraction is a fraction. (That the penalty bites a response of 5 is not
+        // asserted: the plan takes `max_new`'s default for it, /work/notes/recipe_bugs.md 0b.)
         let overlong = metric(line, "overlong");
         assert!((-1.0..=0.0).contains(&overlong), "{line:?}");
         assert!(
