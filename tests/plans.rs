@@ -387,6 +387,68 @@ fn the_main_job_through_its_recipe_is_the_hand_written_loop() {
     assert_eq!(clipped.ops.len(), by_hand.ops.len());
 }
 
+/// Every argument of a recipe's call reaches the plan, wherever the recipe uses it: a sample's
+/// count, a number in a kernel outside the loss, an interval, and a parameter whose default
+/// reads another (the recipe, checked on its own with its defaults too, must not leave its
+/// defaults' values behind).
+#[test]
+fn a_recipes_arguments_reach_the_plan() {
+    let text = std::fs::read_to_string(root().join("examples/grpo_digits.rl")).unwrap();
+    let call = "grpo(policy, reference, data: reverse, reward: exact, max_new: 4, kl: 0.05, entropy: 0.05)";
+    assert!(text.contains(call));
+    let with = |recipe_call: &str| {
+        let import = recipe_call.split('(').next().unwrap();
+        let job = text.replace(call, recipe_call).replace(
+            "import std.recipes { grpo }",
+            &format!("import std.recipes {{ {import} }}"),
+        );
+        plan_of_text("examples/grpo_digits.rl", &job)
+    };
+    let plan = with(&call.replace(
+        "max_new: 4,",
+        "max_new: 4, prompts_per_step: 8, checkpoint_every: 7,",
+    ));
+    let sample = plan
+        .ops
+        .iter()
+        .find(|op| matches!(op.kind, OpKind::Sample { .. }))
+        .unwrap();
+    assert!(
+        matches!(sample.kind, OpKind::Sample { count: Some(8), .. }),
+        "{:?}",
+        sample.kind
+    );
+    let generate = plan
+        .ops
+        .iter()
+        .find(|op| matches!(op.kind, OpKind::Generate { .. }))
+        .unwrap();
+    assert!(matches!(
+        generate.kind,
+        OpKind::Generate {
+            batch: Some(128),
+            ..
+        }
+    ));
+    let checkpoint = plan
+        .ops
+        .iter()
+        .find(|op| matches!(op.kind, OpKind::Checkpoint { .. }))
+        .unwrap();
+    assert_eq!(checkpoint.every, Some(7));
+    // RLOO subtracts `kl` times the sequence KL from the score, in a kernel outside its loss.
+    let rloo = "rloo(policy, reference, data: reverse, reward: exact, max_new: 4)";
+    let ops = |p: &Plan| format!("{:?}", p.ops.iter().map(|o| &o.kind).collect::<Vec<_>>());
+    assert_ne!(
+        ops(&with(rloo)),
+        ops(&with(&rloo.replace("max_new: 4", "max_new: 4, kl: 0.7")))
+    );
+    // DAPO's overlong buffer defaults to a fifth of `max_new`; given, it is taken as given.
+    let dapo = "dapo(policy, data: reverse, reward: exact, max_new: 4)";
+    let given = with(&dapo.replace("max_new: 4", "max_new: 4, overlong_buffer: 2.0"));
+    assert_ne!(ops(&with(dapo)), ops(&given));
+}
+
 /// A recipe may take an external reward: `examples/grpo_verifier.rl` through a recipe whose
 /// `check: Verifier` parameter it passes its `verifier` lowers to the same ops, values and
 /// kernels (the verifier's command is written relative to the job's folder).

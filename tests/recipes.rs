@@ -63,49 +63,48 @@ model policy: CausalLM {
     src
 }
 
-/// Each recipe's call with `STEPS` steps, at its default number of prompts a step (16 for the
-/// group recipes, 64 for REINFORCE++, ReMax and PPO, 32 pairs or demonstrations for DPO and
-/// SFT; /work/notes: a non-default `prompts_per_step` is not yet lowered right), 4 responses a
-/// prompt for the group recipes, 3 new tokens (5 for DAPO, whose overlong penalty then falls on
-/// a response of 5).
+/// Each recipe's call with `STEPS` steps, 8 prompts (or pairs, or demonstrations) a step — none
+/// takes 8 by default, so the plan shows the argument reached it —, 4 responses a prompt for the
+/// group recipes, 3 new tokens (5 for DAPO, whose overlong penalty then falls on a response of
+/// 5).
 const CALLS: &[(&str, &str)] = &[
     (
         "grpo",
-        "grpo(policy, reference, data: reverse, reward: exact, steps: STEPS, group: 4, max_new: 3, minibatch: 32)",
+        "grpo(policy, reference, data: reverse, reward: exact, steps: STEPS, prompts_per_step: 8, group: 4, max_new: 3, minibatch: 32)",
     ),
     (
         "dr_grpo",
-        "dr_grpo(policy, data: reverse, reward: exact, steps: STEPS, group: 4, max_new: 3, minibatch: 32)",
+        "dr_grpo(policy, data: reverse, reward: exact, steps: STEPS, prompts_per_step: 8, group: 4, max_new: 3, minibatch: 32)",
     ),
     (
         "dapo",
-        "dapo(policy, data: reverse, reward: exact, steps: STEPS, group: 4, max_new: 5, minibatch: 32)",
+        "dapo(policy, data: reverse, reward: exact, steps: STEPS, prompts_per_step: 8, group: 4, max_new: 5, minibatch: 32)",
     ),
     (
         "gspo",
-        "gspo(policy, data: reverse, reward: exact, steps: STEPS, group: 4, max_new: 3, minibatch: 32)",
+        "gspo(policy, data: reverse, reward: exact, steps: STEPS, prompts_per_step: 8, group: 4, max_new: 3, minibatch: 32)",
     ),
     (
         "rloo",
-        "rloo(policy, reference, data: reverse, reward: exact, steps: STEPS, group: 4, max_new: 3, minibatch: 32)",
+        "rloo(policy, reference, data: reverse, reward: exact, steps: STEPS, prompts_per_step: 8, group: 4, max_new: 3, minibatch: 32)",
     ),
     (
         "reinforce_pp",
-        "reinforce_pp(policy, reference, data: reverse, reward: exact, steps: STEPS, max_new: 3, minibatch: 32)",
+        "reinforce_pp(policy, reference, data: reverse, reward: exact, steps: STEPS, prompts_per_step: 8, max_new: 3, minibatch: 8)",
     ),
     (
         "remax",
-        "remax(policy, reference, data: reverse, reward: exact, steps: STEPS, max_new: 3, minibatch: 32)",
+        "remax(policy, reference, data: reverse, reward: exact, steps: STEPS, prompts_per_step: 8, max_new: 3, minibatch: 8)",
     ),
     (
         "ppo",
-        "ppo(policy, reference, critic, data: reverse, reward: exact, steps: STEPS, max_new: 3, minibatch: 32)",
+        "ppo(policy, reference, critic, data: reverse, reward: exact, steps: STEPS, prompts_per_step: 8, max_new: 3, minibatch: 8)",
     ),
     (
         "dpo",
-        "dpo(policy, reference, data: reverse, steps: STEPS, beta: 0.5)",
+        "dpo(policy, reference, data: reverse, steps: STEPS, prompts_per_step: 8, beta: 0.5)",
     ),
-    ("sft", "sft(policy, data: reverse, steps: STEPS)"),
+    ("sft", "sft(policy, data: reverse, steps: STEPS, prompts_per_step: 8)"),
 ];
 
 /// The job of recipe `name` with `steps` steps, written as `job.rl` to a scratch folder of its

@@ -154,9 +154,13 @@ impl Evaluator<'_> {
                 );
             }
         }
-        // Neither its role calls nor an instance it makes of another recipe are the job's.
+        // Neither its role calls, nor an instance it makes of another recipe, nor the types its
+        // expressions take with the defaults are the job's: a job's instance, checked first, has
+        // the types of the values it passes (which plan lowering reads by expression).
         let (calls, saved) = (self.take_calls(), std::mem::take(&mut self.recipes));
+        let types = self.types.len();
         self.pipeline_body(&mut frame, &p.body);
+        self.types.truncate(types);
         (self.calls, self.recipes) = (calls, saved);
         self.end_scope(&mut frame);
     }
@@ -260,7 +264,13 @@ impl Evaluator<'_> {
             let v = match a {
                 Some(a) => {
                     let v = self.eval_expr(frame, &a.value);
-                    self.recipe_arg(frame, r.module, p, q, v, a.value.span)
+                    // An untyped parameter's default, with the parameters before it bound, gives
+                    // the kind of value it takes.
+                    let default = match (&q.ty, &q.default) {
+                        (None, Some(d)) => Some(self.eval_expr(&mut inner, d)),
+                        _ => None,
+                    };
+                    self.recipe_arg(frame, r.module, p, q, v, a.value.span, default)
                 }
                 None => {
                     let v = self.eval_expr(&mut inner, q.default.as_ref().expect("bound"));
@@ -303,6 +313,7 @@ impl Evaluator<'_> {
     /// The value a recipe's parameter `q` takes from argument `v`: checked against its kind
     /// (and, for a role, against the operations the recipe runs on it); `Val::Error` when it
     /// does not fit, so that the body reports nothing more about it.
+    #[allow(clippy::too_many_arguments)]
     fn recipe_arg(
         &mut self,
         frame: &Frame,
@@ -311,6 +322,7 @@ impl Evaluator<'_> {
         q: &ast::Param,
         v: Val,
         span: Span,
+        default: Option<Val>,
     ) -> Val {
         let file = frame.file();
         let recipe_file = self.modules().get(module).file;
@@ -319,9 +331,7 @@ impl Evaluator<'_> {
         let Some(ty) = &q.ty else {
             // An untyped parameter takes a value of its default's kind (a number where a
             // number is, an integer where an integer is).
-            let Some(default) = &q.default else { return v };
-            let mut scratch = self.frame(module, false);
-            let d = self.eval_expr(&mut scratch, default);
+            let Some(d) = default else { return v };
             let fits = matches!(
                 (&d, &v),
                 (Val::Error, _)
