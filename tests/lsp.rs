@@ -629,7 +629,12 @@ fn completion_operations_fields_and_imports() {
         &uri,
         pos(&typing, "rollout.\n", 8),
     ));
-    assert_eq!(l, ["prompt", "response", "mask", "last", "target", "group"]);
+    assert_eq!(
+        l,
+        [
+            "prompt", "response", "mask", "last", "target", "group", "logp", "version"
+        ]
+    );
 
     // Inside `import std.algo { … }`: the module's pub items.
     let l = labels(&c.at(

@@ -387,6 +387,42 @@ fn the_main_job_through_its_recipe_is_the_hand_written_loop() {
     assert_eq!(clipped.ops.len(), by_hand.ops.len());
 }
 
+/// `staleness: 1` reaches the plan as the generate op's staleness and the weight sync's lag; the
+/// policy's log-probs are never taken from the sampler there (they are the behaviour policy's,
+/// not training's), and the same job synchronous lags nothing.
+#[test]
+fn an_asynchronous_generate_lags_its_weight_sync() {
+    let lags = |plan: &Plan| -> Vec<(u64, u64)> {
+        let staleness = plan.ops.iter().find_map(|op| match &op.kind {
+            OpKind::Generate { staleness, .. } => Some(*staleness),
+            _ => None,
+        });
+        plan.ops
+            .iter()
+            .filter_map(|op| match &op.kind {
+                OpKind::WeightSync { lag, .. } => Some((staleness.unwrap(), *lag)),
+                _ => None,
+            })
+            .collect()
+    };
+    let plan = plan_of("examples/grpo_async.rl");
+    assert_eq!(lags(&plan), [(1, 1)]);
+    assert!(plan.ops.iter().all(|op| !matches!(
+        op.kind,
+        OpKind::Logprobs {
+            from_sampling: Some(_),
+            ..
+        }
+    )));
+    let text = std::fs::read_to_string(root().join("examples/grpo_async.rl")).unwrap();
+    let sync = text.replace(", staleness: 1)", ")");
+    assert_ne!(sync, text);
+    assert_eq!(
+        lags(&plan_of_text("examples/grpo_async.rl", &sync)),
+        [(0, 0)]
+    );
+}
+
 /// Every argument of a recipe's call reaches the plan, wherever the recipe uses it: a sample's
 /// count, a number in a kernel outside the loss, an interval, and a parameter whose default
 /// reads another (the recipe, checked on its own with its defaults too, must not leave its

@@ -104,7 +104,10 @@ const CALLS: &[(&str, &str)] = &[
         "dpo",
         "dpo(policy, reference, data: reverse, steps: STEPS, prompts_per_step: 8, beta: 0.5)",
     ),
-    ("sft", "sft(policy, data: reverse, steps: STEPS, prompts_per_step: 8)"),
+    (
+        "sft",
+        "sft(policy, data: reverse, steps: STEPS, prompts_per_step: 8)",
+    ),
 ];
 
 /// The job of recipe `name` with `steps` steps, written as `job.rl` to a scratch folder of its

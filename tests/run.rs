@@ -148,6 +148,95 @@ fn a_program_trains_and_leaves_its_run_folder() {
     assert_eq!(metrics(&again), lines);
 }
 
+/// PROGRAM on split pools, generating `staleness` steps ahead of training, with the decoupled
+/// PPO objective on the behaviour policy's log-probs, logging the rollouts' weight version.
+#[cfg(feature = "runtime")]
+fn asynchronous(staleness: u64) -> impl Fn(&str) -> String {
+    move |p: &str| {
+        let edits = [
+            (
+                "place policy    on local[0..2] with dp(2)",
+                "place policy.generate on local[0..1] with dp(1)\nplace policy.train on local[1..2] with dp(1)",
+            ),
+            (
+                "place reference on local[0..2] with dp(2)",
+                "place reference on local[1..2] with dp(1)",
+            ),
+            (
+                "import std.algo { grpo_advantage, ppo_clip,",
+                "import std.algo { grpo_advantage, decoupled_ppo_clip,",
+            ),
+            (
+                "max_new: 3)",
+                &format!("max_new: 3, staleness: {staleness})"),
+            ),
+            (
+                "ppo_clip(logp, old_logp, adv)",
+                "decoupled_ppo_clip(logp, old_logp, rollout.logp, adv)",
+            ),
+            (
+                "log { reward: mean(reward),",
+                "log { version: mean(f32(rollout.version)), reward: mean(reward),",
+            ),
+            ("steps = 4,", "steps = 6,"),
+        ];
+        let mut out = p.to_string();
+        for (from, to) in edits {
+            let edited = out.replacen(from, to, 1);
+            assert_ne!(edited, out, "PROGRAM no longer says `{from}`");
+            out = edited;
+        }
+        out
+    }
+}
+
+/// Generation one step ahead (`staleness: 1`): the rollout of step k comes from the weights
+/// of k − 1 updates (k for a synchronous job, which the same placement runs otherwise), exactly,
+/// so two runs with a seed log the same numbers; the rewards differ from the synchronous run's
+/// from step 2 on (step 1 samples with the initial weights again). `--resume` is refused.
+#[cfg(feature = "runtime")]
+#[test]
+fn generation_runs_a_fixed_number_of_steps_ahead_and_the_run_is_reproducible() {
+    let versions = |run: &Path| -> Vec<f64> {
+        numbers(run)
+            .iter()
+            .map(|row| {
+                row.iter()
+                    .find(|(n, _)| n == "version")
+                    .expect("version logged")
+                    .1
+            })
+            .collect()
+    };
+    let mut runs = Vec::new();
+    for (name, staleness) in [("async-a", 1), ("async-b", 1), ("sync", 0)] {
+        let (dir, source) = job(name, asynchronous(staleness));
+        let run = dir.join("run");
+        let out = run_into(&source, &run, &["--seed", "4"]);
+        assert!(out.status.success(), "{name}: {}", text(&out));
+        runs.push(run);
+    }
+    assert_eq!(versions(&runs[0]), [0.0, 0.0, 1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(versions(&runs[2]), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    assert_eq!(metrics(&runs[0]), metrics(&runs[1]));
+    let (a, s) = (numbers(&runs[0]), numbers(&runs[2]));
+    let reward = |rows: &[Vec<(String, f64)>], k: usize| {
+        rows[k].iter().find(|(n, _)| n == "reward").unwrap().1
+    };
+    assert_eq!(reward(&a, 0), reward(&s, 0));
+    assert!((2..6).any(|k| reward(&a, k) != reward(&s, k)));
+    let resumed = run_into(
+        &runs[0].parent().unwrap().join("job.rl"),
+        &runs[0],
+        &["--seed", "4", "--resume"],
+    );
+    let said = refused(&resumed, 1);
+    assert!(
+        said.contains("--resume") && said.contains("staleness"),
+        "{said}"
+    );
+}
+
 /// The main job calls `std.recipes.grpo`; `grpo_digits_by_hand.rl` writes the same loop out.
 /// With one seed the two runs log the same numbers, step for step.
 #[cfg(feature = "runtime")]

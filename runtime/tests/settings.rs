@@ -523,6 +523,11 @@ const PAIRS: (&str, &str) = (
      log { reward: mean(reward) }",
 );
 const OTHER_MODEL: &str = "model reference: CausalLM = frozen(policy)";
+/// The policy generating on devices of its own (asynchronous generation needs them).
+const SPLIT: (&str, &str) = (
+    "place policy    on local[0..2] with dp(2)",
+    "place policy.generate on local[0..1] with dp(1)\nplace policy.train on local[1..2] with dp(1)",
+);
 
 fn cases() -> Vec<Case> {
     let mut cases = setting_cases();
@@ -864,6 +869,22 @@ fn setting_cases() -> Vec<Case> {
             "max_new: 4, top_k: 5)",
             |r| format!("{:?}", r.generate.sampling.top_k),
             "Some(5)",
+        ),
+        // The generator's lead, and the weight sync that keeps it: `lag` steps behind.
+        with_base(
+            SPLIT,
+            generate(
+                "staleness",
+                "max_new: 4, staleness: 2)",
+                |r| {
+                    let lag = op_field(r, |k| match k {
+                        OpKind::WeightSync { lag, .. } => Some(lag.to_string()),
+                        _ => None,
+                    });
+                    format!("{} {lag}", r.generate.staleness)
+                },
+                "2 2",
+            ),
         ),
         // Training: the update op's fields, which `exec::update` reads.
         case(

@@ -144,6 +144,7 @@ pub const GENERATE: &[(&str, bool)] = &[
     ("env", false),
     ("max_turns", false),
     ("max_obs", false),
+    ("staleness", false),
 ];
 
 /// `role.update(…) { … }`'s parameters.

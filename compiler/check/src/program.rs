@@ -461,6 +461,9 @@ pub struct Sampling {
     pub top_k: Option<Sourced<i64>>,
     /// `env: calc, max_turns: 3, max_obs: 6`: a multi-turn rollout (`max_new` is then per turn).
     pub env: Option<EnvSampling>,
+    /// `staleness: s`: the rollout may come from weights up to `s` updates old, so that its
+    /// generation overlaps the training of the `s` steps before (0, or `None`: synchronous).
+    pub staleness: Option<Sourced<i64>>,
 }
 
 /// The multi-turn settings of a `generate` call.
@@ -501,6 +504,8 @@ pub struct RoleCall {
     /// Set on `update`.
     pub epochs: Option<Sourced<i64>>,
     pub minibatch: Option<Sourced<i64>>,
+    /// On `update`: its loss reads the behaviour policy's log-probs (`rollout.logp`).
+    pub reads_behaviour_logp: bool,
     pub origin: Origin,
 }
 

@@ -372,7 +372,7 @@ pub fn supervised_record(rows: Dim, response: Dim, pairs: bool) -> RecordVal {
 /// over them (`f32[B]`), and each response position's turn (`i32[B, T]`: the turn index of a
 /// policy token, -1 for observation tokens and padding). `mask` covers the policy's tokens only.
 pub fn env_rollout_record(rows: Dim, response: Dim) -> RecordVal {
-    let mut record = rollout_record(rows.clone(), response.clone());
+    let mut record = sampled_rollout_record(rows.clone(), response.clone());
     let t = |dtype, dims: Vec<Dim>| Val::Tensor(TensorTy { dtype, dims });
     record.fields.extend([
         ("turns".into(), t(DType::I32, vec![rows.clone()])),
@@ -382,7 +382,30 @@ pub fn env_rollout_record(rows: Dim, response: Dim) -> RecordVal {
     record
 }
 
-/// Fields of the record a `generate` call returns.
+/// Fields of the record a `generate` call returns: a rollout's, `logp` (`f32[B, T]`), the
+/// log-probability of each response token under the weights that sampled it (the behaviour
+/// policy's, which an asynchronous rollout's off-policy correction needs), and `version`
+/// (`i32[B]`), how many updates those weights had seen.
+pub fn sampled_rollout_record(rows: Dim, response: Dim) -> RecordVal {
+    let mut record = rollout_record(rows.clone(), response.clone());
+    record.fields.push((
+        "logp".into(),
+        Val::Tensor(TensorTy {
+            dtype: DType::F32,
+            dims: vec![rows.clone(), response],
+        }),
+    ));
+    record.fields.push((
+        "version".into(),
+        Val::Tensor(TensorTy {
+            dtype: DType::I32,
+            dims: vec![rows],
+        }),
+    ));
+    record
+}
+
+/// Fields of every rollout record (a `Rollout` parameter's type; supervised batches add theirs).
 pub fn rollout_record(rows: Dim, response: Dim) -> RecordVal {
     let t = |dtype, dims: Vec<Dim>| Val::Tensor(TensorTy { dtype, dims });
     let bt = vec![rows.clone(), response];

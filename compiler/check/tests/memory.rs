@@ -170,6 +170,7 @@ fn call(model: usize, op: Op, batch: i64, prompt: i64, response: i64) -> RoleCal
         sampling: None,
         epochs: (op == Op::Update).then(|| n(1)),
         minibatch: None,
+        reads_behaviour_logp: false,
         origin: at(500),
     }
 }

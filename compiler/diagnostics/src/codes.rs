@@ -114,6 +114,7 @@ codes! {
     PhaseNotPlaced = "E0508", Error, "a phase the pipeline runs has no placement";
     UnknownPhase = "E0509", Error, "placement of an unknown role or phase";
     DuplicatePlacement = "E0510", Error, "a phase placed twice";
+    AsyncColocated = "E0511", Error, "asynchronous generation on the devices that train";
     // Batch arithmetic.
     BatchNotDivisible = "E0601", Error, "batch does not split over the data-parallel ranks";
     MinibatchTooLarge = "E0602", Error, "minibatch larger than the batch";
@@ -129,6 +130,7 @@ codes! {
     NoAnswers = "E0705", Error, "supervised data from a dataset without reference answers";
     UnknownSplit = "E0706", Error, "unknown data split";
     SplitGroups = "E0707", Error, "update minibatches split the groups its loss reduces over";
+    UncorrectedStaleness = "W0701", Warning, "asynchronous rollouts trained without an off-policy correction";
     // Memory.
     OutOfMemory = "E0801", Error, "the estimate exceeds device memory";
     // The planner (`place … auto`).

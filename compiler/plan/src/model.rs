@@ -1027,6 +1027,10 @@ pub enum OpKind {
         /// (max_turns − 1) × max_obs` positions.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         env: Option<EnvTurns>,
+        /// The rollout may come from weights up to this many updates old: the generator runs
+        /// that many steps ahead of training (see `WeightSync::lag`). 0: synchronous.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        staleness: u64,
     },
     Logprobs {
         role: String,
@@ -1115,6 +1119,11 @@ pub enum OpKind {
         /// Bytes of weights in all.
         bytes: u64,
         moves: Vec<ShardMove>,
+        /// The destination generates this many steps ahead (its `generate`'s `staleness`): it
+        /// takes the weights of step `k − lag`'s update at step `k` (none in the first `lag`
+        /// steps), and the last `lag` steps send none. 0: every step's weights, that step.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        lag: u64,
     },
     Checkpoint {
         role: String,
@@ -1275,6 +1284,11 @@ impl Plan {
             _ => false,
         }
     }
+}
+
+/// Serde: a count of 0 is left out of the plan (the default of fields added in version 3).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

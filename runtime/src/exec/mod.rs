@@ -25,6 +25,7 @@ mod environment;
 mod error;
 mod job;
 mod kernel;
+mod lines;
 mod rank;
 mod roles;
 mod rollout;
@@ -49,7 +50,7 @@ use crate::collectives::{ProcessWorld, split};
 use crate::device::{DeviceRequest, rank_device, wants_cuda};
 use crate::panics::panic_message;
 use crate::report::trace::{self, Span};
-use crate::report::{Report, ReportOptions, StepRecord};
+use crate::report::{Report, ReportOptions};
 use error::Result;
 use job::Job;
 use rank::{Comms, Rank};
@@ -117,6 +118,13 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
     } else {
         None
     };
+    if resume.is_some()
+        && let Some(lag) = asynchronous(plan)
+    {
+        return Err(RunError::Unsupported(format!(
+            "`--resume` of a job whose generation runs {lag} step(s) ahead of training              (`staleness: {lag}`): the checkpoints hold the trained weights, not the older ones              the generator had, so the resumed run would not be the one interrupted; start it              again without `--resume`"
+        )));
+    }
     let start = resume.as_ref().map_or(0, |(step, _)| *step);
     let end = options
         .stop_after
@@ -149,22 +157,48 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
     if processes.is_some() && wants_cuda(options.device, gpu_cluster) {
         use_nccl(&mut comms, &devices)?;
     }
-    // Rank 0 writes each step's metrics line before that step's checkpoints: a checkpoint of
-    // step S implies the lines of every step before S, which a resumed run keeps.
-    let mut report_slot = report.as_mut();
+    // The process of rank 0 writes each step's metrics line, from every local rank's part
+    // (`lines`), before that step's checkpoints: a checkpoint of step S implies the lines of
+    // every step before S, which a resumed run keeps.
+    let written = lines::Written::starting_at(start);
+    let (parts, received) = std::sync::mpsc::channel::<Option<lines::Part>>();
     let origin = Instant::now();
-    let results: Vec<Result<Vec<Span>>> = std::thread::scope(|scope| {
+    let (results, writer): (Vec<Result<Vec<Span>>>, Result<()>) = std::thread::scope(|scope| {
+        let written = &written;
+        let writer = report.as_mut().map(|report| {
+            let ranks = local_ranks.len();
+            scope.spawn(move || -> Result<()> {
+                let mut gather = lines::Gather::new(ranks);
+                // `None`: a rank failed, and the steps it did not finish never complete.
+                let result = received.iter().map_while(|part| part).try_for_each(|part| {
+                    let Some(line) = gather.add(part) else {
+                        return Ok(());
+                    };
+                    report.record(&line).map_err(|source| RunError::Io {
+                        what: "cannot write metrics.jsonl".into(),
+                        source,
+                    })?;
+                    written.set(line.step + 1);
+                    Ok(())
+                });
+                // Whatever happened, no rank waits for a line any more.
+                written.set(u64::MAX);
+                result
+            })
+        });
+        let reporting = writer.is_some();
         let handles: Vec<_> = local_ranks
             .iter()
             .map(|&rank| {
                 let comms = comms.remove(&rank).unwrap_or_default();
-                let mut report = if rank == 0 { report_slot.take() } else { None };
+                let parts = parts.clone();
                 let job = &job;
                 let resume = &resume;
                 let device = devices[rank as usize];
                 scope.spawn(move || -> Result<Vec<Span>> {
                     // The rank's communicators outlive its models, which borrow them.
                     let comms = comms;
+                    let ends_early = lines::EndsEarly::new(&parts);
                     let mut r = Rank::new(
                         job,
                         rank,
@@ -175,6 +209,7 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
                         &options.run_dir,
                     )?;
                     r.trace = options.trace.then(|| (origin, Vec::new()));
+                    r.end = end;
                     r.verify_in_place = options.verify_in_place;
                     if let Some((step, dirs)) = resume {
                         for (role, dir) in dirs {
@@ -195,25 +230,29 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
                     for step in start..end {
                         let started = Instant::now();
                         let out = r.step(step)?;
-                        if let Some(report) = report.as_deref_mut() {
-                            let record = StepRecord {
+                        if reporting {
+                            let seconds = started.elapsed().as_secs_f64();
+                            // The writer gone (it failed) is reported when it is joined.
+                            let _ = parts.send(Some(lines::Part {
+                                rank,
                                 step,
-                                metrics: out.metrics,
-                                tokens: out.tokens,
-                                seconds: started.elapsed().as_secs_f64(),
-                            };
-                            report.record(&record).map_err(|source| RunError::Io {
-                                what: "cannot write metrics.jsonl".into(),
-                                source,
-                            })?;
+                                out,
+                                seconds,
+                            }));
+                            if r.has_pending_checkpoints() {
+                                written.wait_for(step);
+                            }
                         }
                         r.write_checkpoints(step)?;
                     }
+                    ends_early.disarm();
                     Ok(r.trace.take().map(|(_, spans)| spans).unwrap_or_default())
                 })
             })
             .collect();
-        handles
+        // The ranks hold the senders: the writer stops when the last rank ends.
+        drop(parts);
+        let results = handles
             .into_iter()
             .zip(&local_ranks)
             .map(|(h, &rank)| {
@@ -224,7 +263,16 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
                     })
                 })
             })
-            .collect()
+            .collect();
+        let writer = writer.map_or(Ok(()), |w| {
+            w.join().unwrap_or_else(|panic| {
+                Err(RunError::RankFailed {
+                    rank: 0,
+                    message: panic_message(&panic),
+                })
+            })
+        });
+        (results, writer)
     });
     // A failing rank breaks the collectives of the others: report the cause, not the echo.
     let mut errors = Vec::new();
@@ -234,6 +282,9 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
             Ok(rank_spans) => spans.extend(rank_spans),
             Err(e) => errors.push(e),
         }
+    }
+    if let Err(e) = writer {
+        errors.push(e);
     }
     if !errors.is_empty() {
         let cause = errors
@@ -362,7 +413,51 @@ fn rank_devices(
 }
 
 /// Refuses what this runtime does not execute, before any work.
+/// The largest `lag` of the plan's weight syncs: how many steps its generation runs ahead.
+fn asynchronous(plan: &Plan) -> Option<u64> {
+    plan.ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::WeightSync { lag, .. } if *lag > 0 => Some(*lag),
+            _ => None,
+        })
+        .max()
+}
+
 fn supported(plan: &Plan) -> Result<()> {
+    // A lagging weight sync's messages wait in their channel for `lag` steps: the source and the
+    // destination must be different ranks (the checker's E0511), and nothing else may travel
+    // from the one to the other in the meantime.
+    for op in &plan.ops {
+        let OpKind::WeightSync { from, to, lag, .. } = &op.kind else {
+            continue;
+        };
+        if *lag == 0 {
+            continue;
+        }
+        let ranks = |id: &str| plan.instance(id).map(|i| i.ranks.clone());
+        let (Some(src), Some(dst)) = (ranks(from), ranks(to)) else {
+            continue;
+        };
+        let other_traffic = plan.ops.iter().any(|o| match &o.kind {
+            OpKind::Transfer { from: f, to: t, .. } => {
+                ranks(f).is_some_and(|r| r.intersects(&src))
+                    && ranks(t).is_some_and(|r| r.intersects(&dst))
+            }
+            _ => false,
+        });
+        if src.intersects(&dst) || other_traffic {
+            return Err(RunError::Unsupported(format!(
+                "`{}` runs {lag} step(s) behind on ranks that {}: `rlc run` overlaps generation                  with training only between ranks that exchange nothing else",
+                op.label,
+                if src.intersects(&dst) {
+                    "also train"
+                } else {
+                    "also receive other values from training"
+                }
+            )));
+        }
+    }
     for role in &plan.roles {
         if role.precision != Precision::F32 {
             return Err(RunError::Unsupported(format!(

@@ -43,6 +43,9 @@ pub struct StepOutput {
     /// The `log` fields, in program order, then the seconds this rank spent in the step's ops
     /// of each kind (`time/generate`, …: `rlc_plan::simulate::TIME_KEY_PREFIX`).
     pub metrics: Vec<(String, f64)>,
+    /// How many of `metrics`, from the first, are `log` fields (none on a rank without the
+    /// `log` op).
+    pub logged: usize,
     /// Response tokens generated in the step, over all data ranks.
     pub tokens: u64,
 }
@@ -113,6 +116,13 @@ pub struct Rank<'j> {
     /// This step's failed episodes of each environment (`environment/<name>/failures`), counted
     /// over the data ranks when the generate op ran.
     pub(super) env_failures: Vec<(String, f64)>,
+    /// The step the run stops before (a weight sync with a `lag` sends none in its last `lag`
+    /// steps: nothing would receive them).
+    pub(super) end: u64,
+    /// Weight syncs received into each instance (by id), and updates run of each role, on this
+    /// rank: the version of the weights a rollout was sampled with.
+    synced: HashMap<String, u64>,
+    updated: HashMap<String, u64>,
 }
 
 impl<'j> Rank<'j> {
@@ -214,6 +224,9 @@ impl<'j> Rank<'j> {
             environments: BTreeMap::new(),
             env_failures: Vec::new(),
             verify_in_place: false,
+            end: job.plan.steps.unwrap_or(u64::MAX),
+            synced: HashMap::new(),
+            updated: HashMap::new(),
         })
     }
 
@@ -470,6 +483,13 @@ impl<'j> Rank<'j> {
                         }
                     }
                 };
+                let mut rollout = rollout;
+                let version = self.weights_version(role, op);
+                let rows = rollout.rows();
+                rollout.fields.push((
+                    rollout::VERSION.into(),
+                    Tensor::full([rows], version as i64, (Kind::Int64, self.device)),
+                ));
                 let local = rollout
                     .field("mask")
                     .map_or(0.0, |m| m.sum(Kind::Double).double_value(&[]));
@@ -505,7 +525,10 @@ impl<'j> Rank<'j> {
                 self.set(op, Val::Tensor(result));
             }
             OpKind::Verify { .. } => self.verify(op, step)?,
-            OpKind::Update { .. } => self.update(op, step)?,
+            OpKind::Update { role, .. } => {
+                self.update(op, step)?;
+                *self.updated.entry(role.clone()).or_default() += 1;
+            }
             OpKind::Log { fields } => {
                 for field in fields {
                     let value = match self.values.get(&field.value) {
@@ -519,6 +542,7 @@ impl<'j> Rank<'j> {
                     };
                     out.metrics.push((field.name.clone(), value));
                 }
+                out.logged = out.metrics.len();
             }
             // Written after the step's metrics line (see `write_checkpoints`).
             OpKind::Checkpoint { role, .. } => self.pending.push((op.id, role.clone())),
@@ -528,15 +552,59 @@ impl<'j> Rank<'j> {
                 from,
                 to,
                 moves,
+                lag,
                 ..
             } => {
-                if super::resharding(self.job.plan, op) {
+                if super::resharding(self.job.plan, op) && self.syncs_now(from, *lag, step) {
                     self.weight_sync(role, from, to, moves)?;
+                    if !self.in_instance(from) {
+                        *self.synced.entry(to.clone()).or_default() += 1;
+                    }
                 }
             }
             OpKind::Transfer { .. } => self.transfer(op)?,
         }
         Ok(())
+    }
+
+    /// Whether this rank takes part in a weight sync from `from` whose destination generates
+    /// `lag` steps ahead, at `step`: the source sends every step but the last `lag`, the
+    /// destination receives every step but the first `lag`, so that at step `k` it takes the
+    /// weights step `k − lag` sent, in order (messages from one rank to another arrive in the
+    /// order sent), and the staleness is exactly `lag` whatever runs faster.
+    fn syncs_now(&self, from: &str, lag: u64, step: u64) -> bool {
+        if self.in_instance(from) {
+            step.saturating_add(lag) < self.end
+        } else {
+            step >= lag
+        }
+    }
+
+    fn in_instance(&self, id: &str) -> bool {
+        self.job
+            .plan
+            .instance(id)
+            .is_some_and(|i| i.ranks.contains(self.rank))
+    }
+
+    /// How many updates the weights `op` generates with have seen: the weight syncs its
+    /// instance received, or, where it reads the trained weights themselves, the role's updates.
+    fn weights_version(&self, role: &str, op: &Op) -> u64 {
+        let instance = op.instance.as_deref().unwrap_or_default();
+        let synced_into = self.job.plan.ops.iter().any(|o| {
+            matches!(&o.kind, OpKind::WeightSync { to, .. } if to == instance)
+                && super::resharding(self.job.plan, o)
+        });
+        if synced_into {
+            self.synced.get(instance).copied().unwrap_or(0)
+        } else {
+            self.updated.get(role).copied().unwrap_or(0)
+        }
+    }
+
+    /// Whether this step asked for checkpoints (written by [`Rank::write_checkpoints`]).
+    pub fn has_pending_checkpoints(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// Writes the checkpoints step `step` asked for.

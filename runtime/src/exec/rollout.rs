@@ -192,9 +192,14 @@ pub fn env_rollout(
     })
 }
 
-/// The rollout field that holds the log-probs the sampler computed, `[R, max_new]` float32 (no
-/// program can name it: it is not an identifier).
-pub const SAMPLED_LOGPROBS: &str = "sampled logprobs";
+/// The rollout field that holds the log-probs the sampler computed, `[R, max_new]` float32:
+/// the behaviour policy's, which a program reads as `rollout.logp`.
+pub const SAMPLED_LOGPROBS: &str = "logp";
+
+/// The rollout field that holds how many updates the weights that sampled each row had seen,
+/// `[R]` int32 (`rollout.version`): the step for a synchronous rollout, `staleness` fewer for
+/// an asynchronous one.
+pub const VERSION: &str = "version";
 
 /// The rollout field that holds each row's row in its dataset (`Sample::row`, -1 for none),
 /// `[R]` int64: where a verifier finds the row's other fields (no program can name it).

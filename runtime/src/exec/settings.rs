@@ -37,6 +37,8 @@ pub struct GenerateSettings {
     /// New tokens at most per response.
     pub max_new: i64,
     pub sampling: SamplingConfig,
+    /// How many updates old the rollout's weights may be (the generator runs that far ahead).
+    pub staleness: u64,
 }
 
 /// Role `name`'s settings, its schedule spanning `optimizer_steps` optimizer steps.
@@ -130,6 +132,7 @@ pub fn generate(kind: &OpKind, label: &str) -> Result<GenerateSettings> {
         temperature,
         top_p,
         top_k,
+        staleness,
         ..
     } = kind
     else {
@@ -145,6 +148,7 @@ pub fn generate(kind: &OpKind, label: &str) -> Result<GenerateSettings> {
             top_k: top_k.map(|k| k as i64),
             top_p: top_p.filter(|&p| p < 1.0),
         },
+        staleness: *staleness,
     })
 }
 

@@ -80,6 +80,7 @@ pub fn checker_estimate(
         sampling: None,
         epochs: None,
         minibatch: None,
+        reads_behaviour_logp: false,
         origin: Origin::default(),
     };
     breakdown(&model, &arch, Op::Update.phase(), &check_layout, &call)

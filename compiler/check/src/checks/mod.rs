@@ -1,6 +1,7 @@
 //! The static RLHF checks, one module each, as pure functions of the [`Program`].
 
 mod algorithm;
+mod asynchronous;
 mod batch;
 pub mod memory;
 mod placement;
@@ -44,6 +45,7 @@ pub fn run_with(program: &Program, missing: Missing, diags: &mut Vec<Diagnostic>
     placement::check(program, diags);
     batch::check(program, diags);
     algorithm::check(program, diags);
+    asynchronous::check(program, diags);
     schedule::check(program, diags);
     // Memory and waste are judged on a placement that is itself valid.
     if diags[before..].iter().any(Diagnostic::is_error) {

@@ -136,6 +136,7 @@ mod tests {
             sampling: None,
             epochs: epochs.map(at),
             minibatch: minibatch.map(at),
+            reads_behaviour_logp: false,
             origin: Origin::default(),
         }
     }

@@ -247,6 +247,7 @@ impl Evaluator<'_> {
             sampling: None,
             epochs,
             minibatch,
+            reads_behaviour_logp: false,
             origin,
         });
     }
@@ -290,6 +291,7 @@ impl Evaluator<'_> {
                     "minibatch",
                     "max_turns",
                     "max_obs",
+                    "staleness",
                 ];
                 let diag = match v.as_float() {
                     Some(f) if !f.is_finite() => {
@@ -346,6 +348,8 @@ impl Evaluator<'_> {
         let temperature = self.const_arg(frame, bound[3], "temperature", Val::Float(Some(1.0)));
         let top_p = self.const_arg(frame, bound[4], "top_p", Val::Float(Some(1.0)));
         let top_k = bound[5].and_then(|a| self.const_arg(frame, Some(a), "top_k", Val::Int(None)));
+        let staleness =
+            bound[9].and_then(|a| self.const_arg(frame, Some(a), "staleness", Val::Int(None)));
         let env = self.generate_env(
             frame,
             e.span,
@@ -442,13 +446,14 @@ impl Evaluator<'_> {
             top_p: sourced_f(&top_p),
             top_k: top_k.as_ref().map(sourced_i),
             env: env.clone(),
+            staleness: staleness.as_ref().map(sourced_i),
         });
         let rows_dim = rows.map_or(Dim::Sym("B".into()), |r| Dim::Size(r.max(0) as u64));
         let resp_dim = response_len.map_or(Dim::Sym("T".into()), |t| Dim::Size(t.max(0) as u64));
         let record = if env.is_some() {
             env_rollout_record(rows_dim, resp_dim)
         } else {
-            rollout_record(rows_dim, resp_dim)
+            sampled_rollout_record(rows_dim, resp_dim)
         };
         Val::Rollout(Rc::new(record), Rc::new(info))
     }
@@ -521,6 +526,13 @@ impl Evaluator<'_> {
             sourced(epochs),
             sourced(minibatch.clone()),
         );
+        if let (Some(c), Some(call)) = (closure, self.calls.last_mut()) {
+            let mut reads = false;
+            c.body.visit_exprs(&mut |x| {
+                reads |= matches!(&x.kind, ExprKind::Member { name, .. } if name.name == "logp");
+            });
+            call.reads_behaviour_logp = reads;
+        }
         let Some(closure) = closure else {
             return self.err(
                 Diagnostic::new(

@@ -544,6 +544,9 @@ impl<'a> Lowerer<'a> {
                         max_turns: e.max_turns.value.max(0) as u64,
                         max_obs: e.max_obs.value.max(0) as u64,
                     }),
+                    staleness: s
+                        .and_then(|s| s.staleness)
+                        .map_or(0, |v| v.value.max(0) as u64),
                 }
             }
             prog::Op::Logprobs => OpKind::Logprobs {

@@ -63,7 +63,11 @@ fn source(plan: &Plan, i: usize) -> Option<u32> {
             OpKind::Transfer { value, .. } => {
                 producer = plan.values.get(*value as usize)?.producer?;
             }
-            OpKind::Generate { role: g, .. } if g == role && p.every.is_none() => break,
+            // A rollout of older weights (`staleness`): its log-probs are the behaviour
+            // policy's, not those of the weights the op reads.
+            OpKind::Generate {
+                role: g, staleness, ..
+            } if g == role && p.every.is_none() && *staleness == 0 => break,
             _ => return None,
         }
     }

@@ -45,6 +45,17 @@ impl Flow {
                 let (from, to) = (instances[train].id.clone(), instances[target].id.clone());
                 let colocated = instances[train].ranks.intersects(&instances[target].ranks);
                 let ranks = instances[train].ranks.union(&instances[target].ranks);
+                // How far ahead the destination generates.
+                let lag = self
+                    .ops
+                    .iter()
+                    .filter(|o| o.instance.as_ref() == Some(&to))
+                    .filter_map(|o| match &o.kind {
+                        OpKind::Generate { staleness, .. } => Some(*staleness),
+                        _ => None,
+                    })
+                    .max()
+                    .unwrap_or(0);
                 let kind = OpKind::WeightSync {
                     role: m.name.clone(),
                     from: from.clone(),
@@ -52,6 +63,7 @@ impl Flow {
                     colocated,
                     bytes,
                     moves,
+                    lag,
                 };
                 let id = self.ops.len() as u32;
                 // Runs after the update and after every reader of the destination this step.

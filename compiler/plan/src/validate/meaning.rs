@@ -734,6 +734,7 @@ fn operation(plan: &Plan, i: usize, op: &Op, sizes: &[Option<RoleSize>], out: &m
             top_p,
             top_k,
             env,
+            staleness: _,
         } => {
             let ok = counts(
                 out,
