@@ -74,7 +74,7 @@ JOBS = {
     # The other RL recipes, run when named: the main job's entropy bonus, 256 responses a step
     # (REINFORCE++ and ReMax: 4 to each of their 64 prompts), minibatches of 128.
     "dr_grpo": "dr_grpo(policy, data: reverse, reward: exact, max_new: 4, entropy: 0.05)",
-    "dapo": "dapo(policy, data: reverse, reward: exact, max_new: 4, entropy: 0.05)",
+    "dapo": "dapo(policy, data: reverse, reward: exact, max_new: 8, entropy: 0.05)",
     "gspo": "gspo(policy, data: reverse, reward: exact, max_new: 4, entropy: 0.05)",
     "reinforce_pp": "reinforce_pp(policy, reference, data: reverse, reward: exact, max_new: 4, group: 4, minibatch: 128, entropy: 0.05)",
     "remax": "remax(policy, reference, data: reverse, reward: exact, max_new: 4, group: 4, minibatch: 128, entropy: 0.05)",
