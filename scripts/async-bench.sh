@@ -11,10 +11,8 @@
 #     bash scripts/async-bench.sh [STEPS [ROUNDS]]      # defaults: 200 steps, 2 rounds
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LIBTORCH="$(bash scripts/setup-libtorch.sh)"
+LIBTORCH="$(bash scripts/build-runtime.sh)"
 export LIBTORCH
-echo "== building rlc with the runtime (first time: a few minutes)" >&2
-cargo build --release --locked --quiet --features runtime
 out=runs/async-bench
 mkdir -p "$out"
 exec python3 - "$out" "${1:-200}" "${2:-2}" <<'PY'

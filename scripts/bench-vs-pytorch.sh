@@ -21,8 +21,6 @@ if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import torch, numpy
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet torch==2.11.0 numpy
 fi
-LIBTORCH="$(bash scripts/setup-libtorch.sh)"
+LIBTORCH="$(bash scripts/build-runtime.sh)"
 export LIBTORCH
-echo "== building rlc with the runtime (release)" >&2
-cargo build --release --locked --quiet --features runtime
 exec "$venv/bin/python" benches/pytorch/grpo_digits.py --rlc target/release/rlc-run "$@"

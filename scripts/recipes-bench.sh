@@ -15,10 +15,8 @@
 # below; docs/benchmarks.md ("Recipes") has the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LIBTORCH="$(bash scripts/setup-libtorch.sh)"
+LIBTORCH="$(bash scripts/build-runtime.sh)"
 export LIBTORCH
-echo "== building rlc with the runtime (first time: a few minutes)" >&2
-cargo build --release --locked --quiet --features runtime
 out=runs/recipes-bench
 mkdir -p "$out"
 exec python3 - "$out" "$@" <<'PY'

@@ -10,10 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ -z "${RLC:-}" ]]; then
-  LIBTORCH="$(bash scripts/setup-libtorch.sh)"
+  LIBTORCH="$(bash scripts/build-runtime.sh)"
   export LIBTORCH
-  echo "== building rlc with the runtime (first time: a few minutes)" >&2
-  cargo build --release --locked --quiet --features runtime
   RLC=target/release/rlc
 fi
 for stage in sft reward ppo; do

@@ -9,10 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 example="${1:?usage: scripts/run-example.sh examples/NAME.rl [rlc run arguments]}"
 shift
-LIBTORCH="$(bash scripts/setup-libtorch.sh)"
+LIBTORCH="$(bash scripts/build-runtime.sh)"
 export LIBTORCH
-echo "== building rlc with the runtime (first time: a few minutes)" >&2
-cargo build --release --locked --quiet --features runtime
 rlc=target/release/rlc
 echo "== rlc check $example" >&2
 "$rlc" check "$example"

@@ -7,10 +7,8 @@
 # (libtorch into .deps/ when missing). Extra arguments go to both `rlc run`s (e.g. `--seed 3`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LIBTORCH="$(bash scripts/setup-libtorch.sh)"
+LIBTORCH="$(bash scripts/build-runtime.sh)"
 export LIBTORCH
-echo "== building rlc with the runtime (first time: a few minutes)" >&2
-cargo build --release --locked --quiet --features runtime
 rlc=target/release/rlc
 for stage in sft rl; do
   example="examples/tool_calc.rl"

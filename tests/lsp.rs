@@ -805,25 +805,35 @@ fn file_imports_and_module_members() {
     c.shutdown();
 }
 
+/// Writes `text` to `rel` under `dir`, making its folders.
+fn write_file(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// The manifests of a package `job` that depends on a package `recipes` beside it.
+fn job_and_recipes_packages(dir: &Path) {
+    write_file(
+        dir,
+        "job/rl.toml",
+        "[package]\nname = \"job\"\nversion = \"0.1.0\"\n\n[dependencies]\nrecipes = { path = \"../recipes\" }\n",
+    );
+    write_file(
+        dir,
+        "recipes/rl.toml",
+        "[package]\nname = \"recipes\"\nversion = \"0.1.0\"\n",
+    );
+}
+
 /// Imports through a package manifest (docs/packages.md): `import recipes.shaping { bonus }`
 /// resolves to `../recipes/src/shaping.rl` by the job's `rl.toml`; definition and hover follow
 /// it, from the imported name, its use and the module path.
 #[test]
 fn package_imports_navigate() {
     let mut c = Client::start("packages");
-    let write = |rel: &str, text: &str| {
-        let path = c.dir.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    };
-    write(
-        "job/rl.toml",
-        "[package]\nname = \"job\"\nversion = \"0.1.0\"\n\n[dependencies]\nrecipes = { path = \"../recipes\" }\n",
-    );
-    write(
-        "recipes/rl.toml",
-        "[package]\nname = \"recipes\"\nversion = \"0.1.0\"\n",
-    );
+    let write = |rel: &str, text: &str| write_file(&c.dir, rel, text);
+    job_and_recipes_packages(&c.dir);
     let shaping = "/// A small bonus above one half.\npub fn bonus(reward: f32[B]) -> f32[B] {\n  where(reward > 0.5, 0.1, 0.0)\n}\n";
     write("recipes/src/shaping.rl", shaping);
     let main = "import recipes.shaping { bonus }\n\npub fn shaped(reward: f32[B]) -> f32[B] {\n  reward + bonus(reward)\n}\n";
@@ -2175,19 +2185,8 @@ pub pipeline tuned(
 #[test]
 fn a_package_recipe_navigates_and_its_parameters_hover_in_its_own_file() {
     let mut c = Client::start("package-recipes");
-    let write = |rel: &str, text: &str| {
-        let path = c.dir.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    };
-    write(
-        "job/rl.toml",
-        "[package]\nname = \"job\"\nversion = \"0.1.0\"\n\n[dependencies]\nrecipes = { path = \"../recipes\" }\n",
-    );
-    write(
-        "recipes/rl.toml",
-        "[package]\nname = \"recipes\"\nversion = \"0.1.0\"\n",
-    );
+    let write = |rel: &str, text: &str| write_file(&c.dir, rel, text);
+    job_and_recipes_packages(&c.dir);
     write("recipes/src/loops.rl", PACKAGE_RECIPE);
     let lib = PACKAGE_RECIPE;
     let job = RECIPE_JOB
