@@ -841,6 +841,30 @@ fn help_suggests_recompute_when_activations_dominate() {
     );
 }
 
+/// Generating `staleness` steps ahead keeps that many rollouts waiting: 16 rows of 8 + 8
+/// positions, 23 bytes each (token 8, log-prob 4, three masks 3, target 8), per step ahead.
+#[test]
+fn rollouts_generated_ahead_count_in_the_generators_memory() {
+    let with = |staleness: Option<i64>| {
+        let mut c = call(0, Op::Generate, 16, 8, 8);
+        c.sampling = Some(Sampling {
+            n: n(1),
+            max_new: n(8),
+            temperature: n(1.0),
+            top_p: n(1.0),
+            top_k: None,
+            env: None,
+            staleness: staleness.map(n),
+        });
+        let p = one_policy(small(), Phase::Generate, 0..1, L::default(), c);
+        phase_of(&p, 0, Phase::Generate).activations
+    };
+    let synchronous = with(None);
+    assert_eq!(with(Some(0)), synchronous);
+    assert_eq!(with(Some(1)) - synchronous, 16.0 * 16.0 * 23.0);
+    assert_eq!(with(Some(3)) - synchronous, 3.0 * 16.0 * 16.0 * 23.0);
+}
+
 #[test]
 fn unknown_lengths_count_as_zero_and_are_reported() {
     let mut c = call(0, Op::Generate, 16, 8, 8);

@@ -275,6 +275,9 @@ fn layer_activations(arch: &Arch, layout: &Layout, bytes: f64, s: f64, m: f64) -
     bytes / 2.0 * (s * m * h * (10.0 / sp + 24.0 / tp) + 5.0 * a * s * s * m / tp)
 }
 
+/// Bytes of a finished rollout per row and position (see the generate phase of [`breakdown`]).
+pub const ROLLOUT_BYTES_PER_POSITION: f64 = 23.0;
+
 /// The per-device estimate of `model` running `phase` with `layout` for `call`.
 pub fn breakdown(
     model: &Model,
@@ -374,6 +377,15 @@ pub fn breakdown(
             if causal {
                 out.activations = 4.0 * n * v / tp as f64;
             }
+            // Generating `staleness` steps ahead keeps that many finished rollouts waiting for
+            // training: per position a token (8 bytes), the sampler's log-prob (4) and its
+            // masks (`mask`, `last`, attention: 3), and the target (8).
+            let ahead = call
+                .sampling
+                .as_ref()
+                .and_then(|s| s.staleness)
+                .map_or(0, |s| s.value.max(0)) as f64;
+            out.activations += ahead * n * s * ROLLOUT_BYTES_PER_POSITION;
         }
         Phase::Logprobs | Phase::Values | Phase::Score => {
             out.weights = params * b / (tp * pp * fsdp) as f64;
