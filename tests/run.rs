@@ -193,7 +193,9 @@ fn asynchronous(staleness: u64) -> impl Fn(&str) -> String {
 /// Generation one step ahead (`staleness: 1`): the rollout of step k comes from the weights
 /// of k − 1 updates (k for a synchronous job, which the same placement runs otherwise), exactly,
 /// so two runs with a seed log the same numbers; the rewards differ from the synchronous run's
-/// from step 2 on (step 1 samples with the initial weights again). `--resume` is refused.
+/// from step 2 on (step 1 samples with the initial weights again). A run stopped after 4 steps
+/// and resumed (the generator gets the weights it had, the one on its way is sent again) ends
+/// as the uninterrupted one did.
 #[cfg(feature = "runtime")]
 #[test]
 fn generation_runs_a_fixed_number_of_steps_ahead_and_the_run_is_reproducible() {
@@ -225,16 +227,14 @@ fn generation_runs_a_fixed_number_of_steps_ahead_and_the_run_is_reproducible() {
     };
     assert_eq!(reward(&a, 0), reward(&s, 0));
     assert!((2..6).any(|k| reward(&a, k) != reward(&s, k)));
-    let resumed = run_into(
-        &runs[0].parent().unwrap().join("job.rl"),
-        &runs[0],
-        &["--seed", "4", "--resume"],
-    );
-    let said = refused(&resumed, 1);
-    assert!(
-        said.contains("--resume") && said.contains("staleness"),
-        "{said}"
-    );
+    let (dir, source) = job("async-resumed", asynchronous(1));
+    let run = dir.join("run");
+    // Stopped after 4 steps, resumed to the end, and resumed again with nothing left to run.
+    for extra in [&["--stop-after", "4"][..], &["--resume"], &["--resume"]] {
+        let out = run_into(&source, &run, &[&["--seed", "4"][..], extra].concat());
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    assert_eq!(metrics(&run), metrics(&runs[0]));
 }
 
 /// The main job calls `std.recipes.grpo`; `grpo_digits_by_hand.rl` writes the same loop out.

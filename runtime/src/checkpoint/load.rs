@@ -4,7 +4,9 @@ use std::path::Path;
 
 use super::error::{Corruption, corrupt};
 use super::io::context;
-use super::{CONFIG_FILE, Checkpoint, CheckpointError, OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE};
+use super::{
+    CONFIG_FILE, Checkpoint, CheckpointError, LAGGED_FILE, OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE,
+};
 use super::{manifest, state, tensors};
 
 /// Loads the checkpoint folder `dir`, after checking that its manifest is present and of a known
@@ -34,11 +36,16 @@ pub fn load(dir: &Path) -> Result<Checkpoint, CheckpointError> {
             Some(config)
         }
     };
+    let lagged = match manifest.entry(LAGGED_FILE) {
+        None => Vec::new(),
+        Some(_) => tensors::read(dir, &manifest, LAGGED_FILE)?,
+    };
     Ok(Checkpoint {
         step,
         weights,
         optimizer,
         state,
         config,
+        lagged,
     })
 }

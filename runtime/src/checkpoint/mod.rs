@@ -8,6 +8,8 @@
 //!   folder (`hf("…/step-000050")`, `from_pretrained`);
 //! * `optimizer.safetensors`: the optimiser's state tensors;
 //! * `state.json`: the step and the caller's JSON state;
+//! * `lagged.safetensors`, when the caller gives any: earlier versions of the weights, which a
+//!   generator running steps behind training still needs (`v{version}/{name}`);
 //! * `manifest.json`, written last: the format version and each file's size and SHA-256.
 //!
 //! `save` builds the folder under a hidden temporary name and renames it into place, so a folder
@@ -42,6 +44,7 @@ pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 pub const STATE_FILE: &str = "state.json";
 pub const MANIFEST_FILE: &str = "manifest.json";
 pub const CONFIG_FILE: &str = "config.json";
+pub const LAGGED_FILE: &str = "lagged.safetensors";
 
 /// Everything a resumed run needs, for one role (model) of one job.
 #[derive(Debug)]
@@ -57,6 +60,8 @@ pub struct Checkpoint {
     pub state: serde_json::Value,
     /// The model's Hugging Face `config.json` (`crate::hf::config_json`), if it is to be written.
     pub config: Option<serde_json::Value>,
+    /// Earlier versions of the weights, `v{version}/{name}` (empty: no `lagged.safetensors`).
+    pub lagged: Vec<(String, tch::Tensor)>,
 }
 
 /// Checks the checkpoint folder `dir` as `load` does (its manifest, and the size and SHA-256 of

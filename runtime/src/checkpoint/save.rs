@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use super::io::{self, context};
 use super::manifest::{FORMAT_VERSION, FileEntry, Manifest};
 use super::{
-    CONFIG_FILE, Checkpoint, CheckpointError, MANIFEST_FILE, OPTIMIZER_FILE, STATE_FILE,
-    WEIGHTS_FILE,
+    CONFIG_FILE, Checkpoint, CheckpointError, LAGGED_FILE, MANIFEST_FILE, OPTIMIZER_FILE,
+    STATE_FILE, WEIGHTS_FILE,
 };
 use super::{state, tensors};
 
@@ -71,6 +71,10 @@ fn write_contents(
     ];
     if checkpoint.config.is_some() {
         files.push(FileEntry::of(dir, temporary, CONFIG_FILE, None)?);
+    }
+    if !checkpoint.lagged.is_empty() {
+        let names = tensors::write(dir, temporary, LAGGED_FILE, &checkpoint.lagged)?;
+        files.push(FileEntry::of(dir, temporary, LAGGED_FILE, Some(names))?);
     }
     let manifest = Manifest {
         format_version: FORMAT_VERSION,

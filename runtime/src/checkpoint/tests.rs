@@ -74,6 +74,7 @@ fn sample(step: u64) -> Checkpoint {
         optimizer,
         state,
         config: None,
+        lagged: Vec::new(),
     }
 }
 
@@ -144,6 +145,7 @@ fn float_bit_patterns_survive() {
         optimizer: Vec::new(),
         state: json!({ "lr": -0.0, "tiny": 5e-324, "third": 1.0 / 3.0, "a/b~c": floats }),
         config: None,
+        lagged: Vec::new(),
     };
     let dir = step_dir(&root.0, 1);
     save(&dir, &checkpoint).unwrap();
@@ -381,6 +383,7 @@ fn a_checkpoint_with_a_config_is_a_hugging_face_folder() {
     weights.sort_by(|a, b| a.0.cmp(&b.0));
     let checkpoint = Checkpoint {
         config: Some(crate::hf::config_json(model.config(), None)),
+        lagged: Vec::new(),
         weights,
         ..sample(4)
     };

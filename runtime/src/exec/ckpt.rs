@@ -98,6 +98,7 @@ impl Rank<'_> {
             // The folder is then a Hugging Face model folder too: a later stage (or another tool)
             // can start from it with `hf("…/step-000050")`.
             config: Some(crate::hf::config_json(state.config(), None)),
+            lagged: self.lagged_tensors(role, step + 1),
         };
         let dir = checkpoint::step_dir(&role_root(self.run_dir(), role), step + 1);
         checkpoint::save(&dir, &saved)?;

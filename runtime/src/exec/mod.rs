@@ -25,6 +25,7 @@ mod environment;
 mod error;
 mod job;
 mod kernel;
+mod lagged;
 mod lines;
 mod rank;
 mod roles;
@@ -118,13 +119,6 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
     } else {
         None
     };
-    if resume.is_some()
-        && let Some(lag) = asynchronous(plan)
-    {
-        return Err(RunError::Unsupported(format!(
-            "`--resume` of a job whose generation runs {lag} step(s) ahead of training              (`staleness: {lag}`): the checkpoints hold the trained weights, not the older ones              the generator had, so the resumed run would not be the one interrupted; start it              again without `--resume`"
-        )));
-    }
     let start = resume.as_ref().map_or(0, |(step, _)| *step);
     let end = options
         .stop_after
@@ -226,6 +220,9 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
                                  loads saved them: the run cannot resume where it stopped"
                             )));
                         }
+                        r.resume_lagged(*step, dirs)?;
+                    } else {
+                        r.start_lagged()?;
                     }
                     for step in start..end {
                         let started = Instant::now();
@@ -413,17 +410,6 @@ fn rank_devices(
 }
 
 /// Refuses what this runtime does not execute, before any work.
-/// The largest `lag` of the plan's weight syncs: how many steps its generation runs ahead.
-fn asynchronous(plan: &Plan) -> Option<u64> {
-    plan.ops
-        .iter()
-        .filter_map(|op| match &op.kind {
-            OpKind::WeightSync { lag, .. } if *lag > 0 => Some(*lag),
-            _ => None,
-        })
-        .max()
-}
-
 fn supported(plan: &Plan) -> Result<()> {
     // A lagging weight sync's messages wait in their channel for `lag` steps: the source and the
     // destination must be different ranks (the checker's E0511), and nothing else may travel

@@ -121,8 +121,11 @@ pub struct Rank<'j> {
     pub(super) end: u64,
     /// Weight syncs received into each instance (by id), and updates run of each role, on this
     /// rank: the version of the weights a rollout was sampled with.
-    synced: HashMap<String, u64>,
+    pub(super) synced: HashMap<String, u64>,
     updated: HashMap<String, u64>,
+    /// On a rank that trains a role whose generator runs behind: the last versions of its
+    /// weights sent (with their version), which a checkpoint keeps (`lagged.rs`).
+    pub(super) history: BTreeMap<String, super::lagged::History>,
 }
 
 impl<'j> Rank<'j> {
@@ -227,6 +230,7 @@ impl<'j> Rank<'j> {
             end: job.plan.steps.unwrap_or(u64::MAX),
             synced: HashMap::new(),
             updated: HashMap::new(),
+            history: BTreeMap::new(),
         })
     }
 
@@ -555,11 +559,16 @@ impl<'j> Rank<'j> {
                 lag,
                 ..
             } => {
-                if super::resharding(self.job.plan, op) && self.syncs_now(from, *lag, step) {
-                    self.weight_sync(role, from, to, moves)?;
+                let resharding = super::resharding(self.job.plan, op);
+                if resharding && self.syncs_now(from, *lag, step) {
+                    self.weight_sync(role, from, to, moves, None)?;
                     if !self.in_instance(from) {
                         *self.synced.entry(to.clone()).or_default() += 1;
                     }
+                }
+                // Sent or not (the run's last steps send none), a resumed run may need it.
+                if resharding && *lag > 0 && self.in_instance(from) {
+                    self.remember_version(role, *lag, step + 1)?;
                 }
             }
             OpKind::Transfer { .. } => self.transfer(op)?,
@@ -572,7 +581,7 @@ impl<'j> Rank<'j> {
     /// destination receives every step but the first `lag`, so that at step `k` it takes the
     /// weights step `k − lag` sent, in order (messages from one rank to another arrive in the
     /// order sent), and the staleness is exactly `lag` whatever runs faster.
-    fn syncs_now(&self, from: &str, lag: u64, step: u64) -> bool {
+    pub(super) fn syncs_now(&self, from: &str, lag: u64, step: u64) -> bool {
         if self.in_instance(from) {
             step.saturating_add(lag) < self.end
         } else {
@@ -580,7 +589,7 @@ impl<'j> Rank<'j> {
         }
     }
 
-    fn in_instance(&self, id: &str) -> bool {
+    pub(super) fn in_instance(&self, id: &str) -> bool {
         self.job
             .plan
             .instance(id)
@@ -631,7 +640,7 @@ impl<'j> Rank<'j> {
     }
 
     /// Role `role`'s model in instance `id` on this rank, mutably.
-    fn role_in_mut(&mut self, role: &str, id: &str) -> Result<&mut RoleState<'j>> {
+    pub(super) fn role_in_mut(&mut self, role: &str, id: &str) -> Result<&mut RoleState<'j>> {
         let rank = self.rank;
         match self.layouts.get_mut(id) {
             Some(state) => Ok(state),
@@ -657,7 +666,15 @@ impl<'j> Rank<'j> {
     /// Re-shards `role`'s weights from instance `from`'s layout into instance `to`'s as the plan's
     /// `moves` say (`parallel::reshard`); every rank of either instance takes part. The
     /// destination's parameters are overwritten in place.
-    fn weight_sync(&mut self, role: &str, from: &str, to: &str, moves: &[ShardMove]) -> Result<()> {
+    /// `sent`: the source's local shards to send instead of its model's (an earlier version).
+    pub(super) fn weight_sync(
+        &mut self,
+        role: &str,
+        from: &str,
+        to: &str,
+        moves: &[ShardMove],
+        sent: Option<BTreeMap<String, Tensor>>,
+    ) -> Result<()> {
         let plan = self.job.plan;
         let instance = |id: &str| {
             plan.instance(id)
@@ -680,7 +697,9 @@ impl<'j> Rank<'j> {
             let state = self.role_in_mut(role, either)?;
             (state.shapes().clone(), state.config().clone())
         };
-        let local = if in_src {
+        let local = if let (true, Some(sent)) = (in_src, sent) {
+            sent
+        } else if in_src {
             self.role_in_mut(role, from)?.local_shards()
         } else {
             BTreeMap::new()

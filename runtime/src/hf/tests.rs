@@ -749,6 +749,7 @@ fn checkpoint_folder(test: &str) -> (PathBuf, tch::nn::VarStore) {
         optimizer: Vec::new(),
         state: serde_json::json!({}),
         config: Some(config_json(model.config(), None)),
+        lagged: Vec::new(),
     };
     crate::checkpoint::save(&dir, &saved).unwrap();
     (dir, vs)
@@ -812,6 +813,7 @@ fn a_learned_position_model_round_trips_through_an_rlc_checkpoint() {
         optimizer: Vec::new(),
         state: serde_json::json!({}),
         config: Some(json),
+        lagged: Vec::new(),
     };
     crate::checkpoint::save(&dir, &saved).unwrap();
     let (read, again) = load_model(&dir, Heads::POLICY, Device::Cpu).unwrap();
