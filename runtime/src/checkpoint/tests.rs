@@ -99,6 +99,37 @@ fn load_error(dir: &Path) -> String {
     load(dir).unwrap_err().to_string()
 }
 
+/// Earlier weight versions (for a generator that runs behind) round-trip in `lagged.safetensors`,
+/// which the manifest lists and guards like the other files; without any there is no such file.
+#[test]
+fn lagged_weights_round_trip_and_are_verified() {
+    let root = TempRoot::new("lagged");
+    let mut original = sample(7);
+    original.lagged = vec![
+        ("v5/lm_head.scale".to_string(), Tensor::from(0.25f32)),
+        ("v6/lm_head.scale".to_string(), Tensor::from(0.375f32)),
+    ];
+    let dir = step_dir(&root.0, 7);
+    save(&dir, &original).unwrap();
+    let loaded = load(&dir).unwrap();
+    assert_same_tensors(&loaded.lagged, &original.lagged);
+    assert_same_tensors(&loaded.weights, &original.weights);
+    let manifest = fs::read_to_string(dir.join(MANIFEST_FILE)).unwrap();
+    assert!(manifest.contains(LAGGED_FILE), "{manifest}");
+    // A changed byte in it is caught before anything is read.
+    let path = dir.join(LAGGED_FILE);
+    let mut bytes = fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    fs::write(&path, bytes).unwrap();
+    assert!(load_error(&dir).contains(LAGGED_FILE));
+    // None given: no file.
+    let plain = step_dir(&root.0, 8);
+    save(&plain, &sample(8)).unwrap();
+    assert!(!plain.join(LAGGED_FILE).exists());
+    assert!(load(&plain).unwrap().lagged.is_empty());
+}
+
 #[test]
 fn save_then_load_round_trips_everything() {
     let root = TempRoot::new("round-trip");
