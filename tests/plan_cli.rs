@@ -427,3 +427,29 @@ fn plan_meaning_codes_explain_themselves() {
         assert!(page.contains("rlc build"), "{page}");
     }
 }
+
+/// `place auto` for a job that generates a step ahead: the candidates that colocate generation
+/// and training are refused (E0511), and the planner takes the split the overlap makes fastest.
+#[test]
+fn place_auto_splits_a_job_that_generates_ahead() {
+    let dir = scratch("auto-async");
+    let text = std::fs::read_to_string("examples/grpo_async.rl").unwrap();
+    let placed = "place policy.generate on local[0..1] with dp(1)\n\
+                  place reference       on local[0..1] with dp(1)\n\
+                  place policy.train    on local[1..2] with dp(1)\n";
+    assert!(text.contains(placed));
+    let source = dir.join("auto.rl");
+    std::fs::write(&source, text.replace(placed, "place auto on local\n")).unwrap();
+    let stdout = rlc_stdout(&["plan", source.to_str().unwrap()]);
+    let line = |phase: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(phase))
+            .unwrap_or_else(|| panic!("no {phase}: {stdout}"))
+            .to_string()
+    };
+    let (generate, train) = (line("policy.generate "), line("policy.train "));
+    assert!(generate.contains("devices 0..1"), "{stdout}");
+    assert!(train.contains("devices 1..2"), "{stdout}");
+    assert!(stdout.contains("refused by the checker"), "{stdout}");
+}

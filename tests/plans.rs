@@ -423,6 +423,54 @@ fn an_asynchronous_generate_lags_its_weight_sync() {
     );
 }
 
+/// The simulated step of a job that generates ahead lets each side run: the generator's device
+/// (generation and the reference) and the trainer's each work the whole step through without
+/// waiting for the other, so the step is the busier side, where the same job synchronous
+/// waits for the rollout, then for the weights.
+#[test]
+fn a_generator_ahead_overlaps_training_in_the_simulated_step() {
+    use rlc_plan::cost::{CostParams, PlanCosts};
+    let step = |plan: &Plan| {
+        let costs = PlanCosts::new(plan, &CostParams::default()).unwrap();
+        rlc_plan::simulate::simulate_step(plan, &costs, &|_| false).unwrap()
+    };
+    let text = std::fs::read_to_string(root().join("examples/grpo_async.rl")).unwrap();
+    let ahead = step(&plan_of("examples/grpo_async.rl"));
+    let sync = step(&plan_of_text(
+        "examples/grpo_async.rl",
+        &text.replace(", staleness: 1)", ")"),
+    ));
+    let busy = |t: &rlc_plan::simulate::Timeline| -> Vec<f64> {
+        t.lanes
+            .iter()
+            .map(|l| l.bars.iter().map(|b| b.end - b.start).sum())
+            .collect()
+    };
+    let busiest = busy(&ahead).into_iter().fold(0.0, f64::max);
+    assert!(
+        (ahead.step_seconds - busiest).abs() < 1e-9 * busiest,
+        "{} {busiest}",
+        ahead.step_seconds
+    );
+    // Synchronous, the step is longer than either side's work: one side waits for the other.
+    let sync_busiest = busy(&sync).into_iter().fold(0.0, f64::max);
+    assert!(
+        sync.step_seconds > sync_busiest * 1.1,
+        "{} {sync_busiest}",
+        sync.step_seconds
+    );
+    assert!(ahead.step_seconds < sync.step_seconds * 0.9);
+    // Both lanes start work at once.
+    for lane in &ahead.lanes {
+        let first = lane
+            .bars
+            .iter()
+            .map(|b| b.start)
+            .fold(f64::INFINITY, f64::min);
+        assert!(first < 0.01 * ahead.step_seconds, "{first}");
+    }
+}
+
 /// Every argument of a recipe's call reaches the plan, wherever the recipe uses it: a sample's
 /// count, a number in a kernel outside the loss, an interval, and a parameter whose default
 /// reads another (the recipe, checked on its own with its defaults too, must not leave its

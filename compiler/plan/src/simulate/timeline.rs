@@ -159,6 +159,70 @@ impl Timeline {
     }
 }
 
+/// The lanes that generate ahead of training: those a weight sync with a `lag` reaches (and
+/// that do not train). In the steady state of such a plan the generator works on step `k + 1`
+/// while training works on step `k`, so a simulated step lets each side run: training does not
+/// wait for what the generator made (it was made during the step before), and the ops between
+/// the two sides (the rollout's transfers, the late weights) do not make them meet.
+struct Ahead {
+    /// By lane.
+    lanes: Vec<bool>,
+    /// By op: it runs on lanes of both sides.
+    crosses: Vec<bool>,
+    /// By op: it runs only on generating lanes.
+    only_ahead: Vec<bool>,
+}
+
+impl Ahead {
+    fn of(plan: &Plan, lanes_of: &[Vec<usize>]) -> Ahead {
+        let lanes_in = |id: &str| -> Vec<usize> {
+            let Some(instance) = plan.instance(id) else {
+                return Vec::new();
+            };
+            plan.programs
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.ranks.intersects(&instance.ranks))
+                .map(|(li, _)| li)
+                .collect()
+        };
+        let mut lanes = vec![false; plan.programs.len()];
+        for op in &plan.ops {
+            if let OpKind::WeightSync { from, to, lag, .. } = &op.kind
+                && *lag > 0
+            {
+                let sources = lanes_in(from);
+                for li in lanes_in(to) {
+                    if !sources.contains(&li) {
+                        lanes[li] = true;
+                    }
+                }
+            }
+        }
+        let side = |op: usize| -> (bool, bool) {
+            let on = &lanes_of[op];
+            (on.iter().any(|&l| lanes[l]), on.iter().any(|&l| !lanes[l]))
+        };
+        let crosses = (0..plan.ops.len())
+            .map(|op| side(op) == (true, true))
+            .collect();
+        let only_ahead = (0..plan.ops.len())
+            .map(|op| side(op) == (true, false))
+            .collect();
+        Ahead {
+            lanes,
+            crosses,
+            only_ahead,
+        }
+    }
+
+    /// Whether op `d`'s result comes from the generating side.
+    fn made(&self, d: usize) -> bool {
+        self.only_ahead.get(d).copied().unwrap_or(false)
+            || self.crosses.get(d).copied().unwrap_or(false)
+    }
+}
+
 /// Simulates one step in which an op with `every: Some(e)` runs when `fires(e)` says so.
 pub fn simulate_step(
     plan: &Plan,
@@ -177,6 +241,7 @@ pub fn simulate_step(
         }
     }
     let runs = |op: usize| plan.ops[op].every.is_none_or(fires);
+    let ahead = Ahead::of(plan, &lanes_of);
     let mut lanes: Vec<Lane> = programs
         .iter()
         .map(|p| Lane {
@@ -237,12 +302,23 @@ pub fn simulate_step(
                             ready[op] = ready[op].max(time[li]);
                             progressed = true;
                         }
-                        if arrived[op] < lanes_of[op].len() {
+                        // An op between lanes a generator ahead of training and training take part
+                        // in (the rollout sent, the weights a step late) does not join them.
+                        let alone = ahead.crosses[op];
+                        if !alone && arrived[op] < lanes_of[op].len() {
                             break;
                         }
-                        let mut start = ready[op];
+                        let mut start = if alone { time[li] } else { ready[op] };
                         let mut deps_done = true;
                         for &d in &plan.ops[op].deps {
+                            // What one side made for the other, it made a step (or `lag` steps)
+                            // before the other reads it.
+                            let made_ahead = ahead.made(d as usize);
+                            if (!ahead.lanes[li] && made_ahead)
+                                || (ahead.lanes[li] && alone && !made_ahead)
+                            {
+                                continue;
+                            }
                             match finish.get(d as usize).copied().flatten() {
                                 Some(t) => start = start.max(t),
                                 None => deps_done = false,
@@ -253,12 +329,21 @@ pub fn simulate_step(
                         }
                         let d = if runs(op) { costs.op_seconds[op] } else { 0.0 };
                         let end = start + d;
-                        finish[op] = Some(end);
+                        // Run by each side on its own, it ends when the later one is done.
+                        finish[op] = Some(match finish[op] {
+                            Some(f) if alone => f.max(end),
+                            _ => end,
+                        });
                         // A rank hands a verify op to the verifier's workers and runs on
                         // (`docs/verifiers.md#overlap`): what reads its results waits for its
                         // end; the lane, busy with other ops meanwhile, does not.
                         let handed_off = matches!(plan.ops[op].kind, OpKind::Verify { .. });
-                        for &lj in &lanes_of[op] {
+                        let these: Vec<usize> = if alone {
+                            vec![li]
+                        } else {
+                            lanes_of[op].clone()
+                        };
+                        for &lj in &these {
                             if d > 0.0 && !handed_off {
                                 lanes[lj].bars.push(Bar {
                                     start,
