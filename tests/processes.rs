@@ -18,12 +18,17 @@ const RLC: &str = env!("CARGO_BIN_EXE_rlc");
 
 /// The main example with its placements (`dp(2)`) replaced by `layout`, checkpointing every step.
 fn program(dir: &Path, layout: &str) -> PathBuf {
-    let source = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/grpo_digits.rl"),
+    // The main job with its loop written out, where its checkpoints' interval is written.
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/grpo_digits_by_hand.rl"),
     )
-    .unwrap()
-    .replace("with dp(2)", &format!("with {layout}"))
-    .replace("every 100 steps", "every 1 steps");
+    .unwrap();
+    let mut source = text.replace("with dp(2)", &format!("with {layout}"));
+    for (from, to) in [("every 100 steps", "every 1 steps")] {
+        let edited = source.replace(from, to);
+        assert_ne!(edited, source, "the example no longer says `{from}`");
+        source = edited;
+    }
     let path = dir.join("job.rl");
     std::fs::write(&path, source).unwrap();
     path
@@ -102,6 +107,37 @@ fn every_layout_logs_the_same_metrics_as_processes_as_with_threads() {
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// A job whose `log` op runs on another rank than 0 (examples/grpo_async.rl: generation on rank
+/// 0, training, the kernels and the `log` op on rank 1) is refused as processes, whose metrics
+/// lines only rank 0's process writes, rather than run with its fields dropped; with threads it
+/// runs and logs them.
+#[test]
+fn a_job_that_logs_off_rank_zero_is_refused_as_processes() {
+    let dir = scratch("log-elsewhere");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/grpo_async.rl");
+    let out = run(
+        Some(2),
+        &source,
+        &dir.join("processes"),
+        &["--stop-after", "1"],
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("the `log` op runs on rank 1"),
+        "{}",
+        text(&out)
+    );
+    let by_threads = dir.join("threads");
+    let out = run(None, &source, &by_threads, &["--stop-after", "2"]);
+    assert!(out.status.success(), "threads: {}", text(&out));
+    assert!(
+        metrics(&by_threads)
+            .iter()
+            .all(|m| m.contains_key("reward"))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

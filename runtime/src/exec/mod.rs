@@ -100,6 +100,9 @@ pub fn run(plan: &Plan, options: &RunOptions) -> Result<RunOutcome> {
     let job = Job::new(plan, &options.source_dir)?;
     let world = plan.world_size;
     let processes = launched_processes(world)?;
+    if processes.is_some() {
+        logs_on_rank_zero(plan)?;
+    }
     // The ranks this process runs, each on a thread of its own.
     let local_ranks: Vec<u32> = match processes {
         Some(p) => vec![p.rank as u32],
@@ -410,6 +413,25 @@ fn rank_devices(
 }
 
 /// Refuses what this runtime does not execute, before any work.
+/// Ranks as processes: rank 0's process writes the metrics lines from its own rank's step, so a
+/// `log` op another rank runs (a driver placed off rank 0) would lose its fields; refused
+/// rather than run with them dropped (ranks as threads gather every rank's part).
+fn logs_on_rank_zero(plan: &Plan) -> Result<()> {
+    for op in &plan.ops {
+        if let OpKind::Log { .. } = &op.kind
+            && let Some(rank) = op.ranks.iter().next().filter(|&r| r != 0)
+        {
+            return Err(RunError::Unsupported(format!(
+                "the `log` op runs on rank {rank}, and with ranks as processes only rank 0's \
+                 process writes the metrics lines: run the ranks as threads (without `mpirun`), \
+                 or place the phase whose instance runs the pipeline's kernels (its first \
+                 `update`'s) on devices that include device 0"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn supported(plan: &Plan) -> Result<()> {
     // A lagging weight sync's messages wait in their channel for `lag` steps: the source and the
     // destination must be different ranks (the checker's E0511), and nothing else may travel
