@@ -165,8 +165,8 @@ enum Param {
     Const(String),
     /// A role, a dataset, a verifier or an environment.
     Node(NodeKind),
-    /// A `fn`: its name in its module (`None`: the root module).
-    Fn { module: Option<usize>, name: String },
+    /// A `fn`: its module and name.
+    Fn { module: usize, name: String },
 }
 
 struct Resolver<'a> {
@@ -196,7 +196,11 @@ impl<'a> Resolver<'a> {
                 kind: ExprKind::Call { callee, args, .. },
                 ..
             }) = &s.kind
-                && let Some((module, p)) = self.pipeline_item(callee)
+                && let Some((module, index)) =
+                    recipes::pipeline_named(self.modules, self.module, callee, |n| {
+                        self.bound.contains(n)
+                    })
+                && let ItemKind::Pipeline(p) = &self.modules.get(module).item(index).kind
             {
                 out.extend(self.instance(module, p, args));
             } else {
@@ -206,33 +210,10 @@ impl<'a> Resolver<'a> {
         out
     }
 
-    /// The pipeline item `callee` names (`grpo`, `recipes.grpo`), with its module.
-    fn pipeline_item(&self, callee: &ast::Expr) -> Option<(usize, &'a ast::Pipeline)> {
-        let m = self.modules.get(self.module);
-        let binding = match &callee.kind {
-            ExprKind::Name(n) if !self.bound.contains(&n.name) => m.lookup(self.module, &n.name)?,
-            ExprKind::Member { base, name } => match &base.kind {
-                ExprKind::Name(n) => match m.lookup(self.module, &n.name)? {
-                    Binding::Module(other) => self.modules.get(other).lookup(other, &name.name)?,
-                    Binding::Item { .. } => return None,
-                },
-                _ => return None,
-            },
-            _ => return None,
-        };
-        let Binding::Item { module, index } = binding else {
-            return None;
-        };
-        match &self.modules.get(module).item(index).kind {
-            ItemKind::Pipeline(p) => Some((module, p)),
-            _ => None,
-        }
-    }
-
     /// The statements of recipe `p` of `module` as the call with `args` instantiates it (the
     /// checker checked the call; a body that got no further is left out).
     fn instance(&mut self, module: usize, p: &'a ast::Pipeline, args: &[ast::Arg]) -> Vec<Stmt> {
-        if self.depth >= 16 {
+        if self.depth >= recipes::MAX_RECIPE_DEPTH {
             return Vec::new();
         }
         let mut params = BTreeMap::new();
@@ -299,10 +280,7 @@ impl<'a> Resolver<'a> {
         let item = self.modules.get(module).item(index);
         let name = item.name()?.name.clone();
         Some(match &item.kind {
-            ItemKind::Fn(_) => Param::Fn {
-                module: (module != 0).then_some(module),
-                name,
-            },
+            ItemKind::Fn(_) => Param::Fn { module, name },
             ItemKind::Model(_) => Param::Node(NodeKind::Model(self.program.model_index(&name)?)),
             _ => Param::Node(NodeKind::Name(name)),
         })
@@ -518,7 +496,7 @@ impl<'a> Resolver<'a> {
             ExprKind::Name(f) => {
                 // A recipe's function parameter calls the function its caller passed.
                 let (scope, callee) = match self.params.get(&f.name) {
-                    Some(Param::Fn { module, name }) => (module.unwrap_or(0), name.clone()),
+                    Some(Param::Fn { module, name }) => (*module, name.clone()),
                     _ => (self.module, f.name.clone()),
                 };
                 let (module, params, facts) = match self.modules.get(scope).lookup(scope, &callee) {

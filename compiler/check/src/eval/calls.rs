@@ -109,16 +109,12 @@ impl Evaluator<'_> {
             Val::Environment(env) => self.environment_call(frame, e, env, args),
             Val::Pipeline(_) => {
                 self.eval_args(frame, args);
-                self.err(
-                    Diagnostic::new(
-                        Code::RecipeCall,
-                        "a pipeline is called only as the whole body of another pipeline (the plan runs one loop)",
-                        frame.file,
-                        e.span,
-                    )
-                    .primary_label("a pipeline's call as a value")
-                    .help("write the job as `pipeline train { recipe(…) }`, with nothing else in its body"),
-                )
+                self.err(super::recipes::misplaced_call(
+                    super::recipes::ONLY_AS_A_BODY,
+                    frame.file,
+                    e.span,
+                    "a pipeline's call as a value",
+                ))
             }
             Val::Error => {
                 self.eval_args(frame, args);

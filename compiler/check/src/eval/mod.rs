@@ -287,22 +287,6 @@ impl<'m> Evaluator<'m> {
         self.modules
     }
 
-    /// The item `name` names in `module`'s scope.
-    pub(crate) fn item_ref(&self, module: usize, name: &str) -> Option<ItemRef> {
-        match self.modules.get(module).lookup(module, name)? {
-            Binding::Item { module, index } => Some(ItemRef { module, index }),
-            Binding::Module(_) => None,
-        }
-    }
-
-    /// The module `name` names in `module`'s scope (`import "./recipes.rl" as recipes`).
-    pub(crate) fn module_ref(&self, module: usize, name: &str) -> Option<usize> {
-        match self.modules.get(module).lookup(module, name)? {
-            Binding::Module(m) => Some(m),
-            Binding::Item { .. } => None,
-        }
-    }
-
     pub(crate) fn frame(&self, module: usize, lint: bool) -> Frame {
         Frame::new(module, self.modules.get(module).file, lint)
     }

@@ -5,13 +5,57 @@
 //! what goes wrong inside is reported at the call too (`Instance`).
 
 use super::{Evaluator, Frame};
+use crate::modules::{Binding, Modules};
 use crate::program::{Instance, Op, Origin, RoleKind};
 use crate::value::{ItemRef, Val};
 use rlc_diagnostics::{Code, Diagnostic, FileId, Span};
 use rlc_syntax::ast::{self, ExprKind, ItemKind, StmtKind};
 
 /// Calls of pipelines nested deeper than this (a recipe delegating to a recipe…) are refused.
-const MAX_RECIPE_DEPTH: usize = 16;
+pub const MAX_RECIPE_DEPTH: usize = 16;
+
+/// The message of E1101 for a pipeline called where only a pipeline's whole body may call one.
+pub(crate) const ONLY_AS_A_BODY: &str =
+    "a pipeline is called only as the whole body of another pipeline (the plan runs one loop)";
+
+/// E1101 at `span` of `file`, `message` saying how the call is misplaced.
+pub(crate) fn misplaced_call(
+    message: impl Into<String>,
+    file: FileId,
+    span: Span,
+    label: impl Into<String>,
+) -> Diagnostic {
+    Diagnostic::new(Code::RecipeCall, message, file, span)
+        .primary_label(label)
+        .help("write the job as `pipeline train { recipe(…) }`, with nothing else in its body")
+}
+
+/// The pipeline item `callee` names in `module`'s scope (`grpo`, or `recipes.grpo` through an
+/// imported module), as (module, item index); `is_local` says which names a local binding
+/// hides. Read by the checker and by the dataflow, which must agree on what a call calls.
+pub fn pipeline_named(
+    modules: &Modules,
+    module: usize,
+    callee: &ast::Expr,
+    is_local: impl Fn(&str) -> bool,
+) -> Option<(usize, usize)> {
+    let scope = modules.get(module);
+    let binding = match &callee.kind {
+        ExprKind::Name(id) if !is_local(&id.name) => scope.lookup(module, &id.name)?,
+        ExprKind::Member { base, name } => match &base.kind {
+            ExprKind::Name(m) if !is_local(&m.name) => match scope.lookup(module, &m.name)? {
+                Binding::Module(other) => modules.get(other).lookup(other, &name.name)?,
+                Binding::Item { .. } => return None,
+            },
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let Binding::Item { module, index } = binding else {
+        return None;
+    };
+    matches!(modules.get(module).item(index).kind, ItemKind::Pipeline(_)).then_some((module, index))
+}
 
 /// The kind of value a generic parameter takes, named by its type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,21 +133,20 @@ pub fn sole_call(body: &ast::Block) -> Option<&ast::Stmt> {
     }
 }
 
-/// The role operations a recipe's body calls on parameter `name` (`policy.update` …), with
-/// where, in order of appearance.
-fn ops_on(body: &ast::Block, name: &str) -> Vec<(Op, Span)> {
-    let mut out = Vec::new();
+/// Where a recipe's body first trains its parameter `name` (`policy.update`).
+fn first_update(body: &ast::Block, name: &str) -> Option<Span> {
+    let mut first = None;
     body.visit_exprs(&mut |e| {
         if let ExprKind::Call { callee, .. } = &e.kind
             && let ExprKind::Member { base, name: method } = &callee.kind
             && let ExprKind::Name(b) = &base.kind
             && b.name == name
-            && let Some(op) = Op::from_name(&method.name)
+            && Op::from_name(&method.name) == Some(Op::Update)
         {
-            out.push((op, method.span));
+            first = first.or(Some(method.span));
         }
     });
-    out
+    first
 }
 
 /// What instantiating recipes keeps while their bodies are checked.
@@ -174,25 +217,10 @@ impl Evaluator<'_> {
         else {
             return None;
         };
-        let r = match &callee.kind {
-            ExprKind::Name(id) if !frame.has_local(&id.name) => {
-                self.item_ref(frame.module(), &id.name)?
-            }
-            // `recipes.grpo(…)`, through an imported module.
-            ExprKind::Member { base, name } => match &base.kind {
-                ExprKind::Name(m) if !frame.has_local(&m.name) => {
-                    let module = self.module_ref(frame.module(), &m.name)?;
-                    self.item_ref(module, &name.name)?
-                }
-                _ => return None,
-            },
-            _ => return None,
-        };
-        matches!(
-            self.modules().get(r.module).item(r.index).kind,
-            ItemKind::Pipeline(_)
-        )
-        .then_some(r)
+        let (module, index) = pipeline_named(self.modules(), frame.module(), callee, |n| {
+            frame.has_local(n)
+        })?;
+        Some(ItemRef { module, index })
     }
 
     /// `grpo(policy: policy, …)` as statement `s` of a pipeline body: checks the arguments
@@ -224,7 +252,7 @@ impl Evaluator<'_> {
         };
         let what = format!("`{}`", p.name.name);
         let misplaced = if self.recipes.allowed != Some((file, s.span)) {
-            Some("a pipeline is called only as the whole body of another pipeline (the plan runs one loop)".to_string())
+            Some(ONLY_AS_A_BODY.to_string())
         } else if self.recipes.active.contains(&r) {
             Some(format!("{what} calls itself"))
         } else if self.recipes.active.len() >= MAX_RECIPE_DEPTH {
@@ -241,10 +269,11 @@ impl Evaluator<'_> {
         if let Some(message) = misplaced {
             self.eval_args(frame, args);
             self.diags.push(
-                Diagnostic::new(Code::RecipeCall, message, file, e.span)
-                    .primary_label(format!("call of {what}"))
-                    .label(m.file, p.name.span, "the pipeline")
-                    .help("write the job as `pipeline train { recipe(…) }`, with nothing else in its body"),
+                misplaced_call(message, file, e.span, format!("call of {what}")).label(
+                    m.file,
+                    p.name.span,
+                    "the pipeline",
+                ),
             );
             return;
         }
@@ -358,9 +387,7 @@ impl Evaluator<'_> {
         if let Val::Model(m) = v {
             let model = &self.program.models[m];
             if model.frozen
-                && let Some((_, at)) = ops_on(&p.body, param)
-                    .into_iter()
-                    .find(|(op, _)| *op == Op::Update)
+                && let Some(at) = first_update(&p.body, param)
             {
                 let name = model.name.clone();
                 self.diags.push(
