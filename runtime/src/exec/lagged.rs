@@ -72,16 +72,25 @@ impl Rank<'_> {
         Ok(())
     }
 
-    /// After the update that made `version` of `role`'s weights, whose generator runs `lag`
-    /// steps behind.
-    pub(super) fn remember_version(&mut self, role: &str, lag: u64, version: u64) -> Result<()> {
-        let Some(from) = lagging(self.job.plan)
-            .into_iter()
-            .find(|l| l.0 == role)
-            .map(|l| l.1)
-        else {
+    /// After the update that made `version` of `role`'s weights (in instance `from`), whose
+    /// generator runs `lag` steps behind: kept when a checkpoint of the role comes within `lag`
+    /// steps (it saves the `lag` versions before its own), not copied otherwise.
+    pub(super) fn remember_version(
+        &mut self,
+        role: &str,
+        from: &str,
+        lag: u64,
+        version: u64,
+    ) -> Result<()> {
+        // Made at step `version − 1`; a checkpoint at step `s` fires when `every` divides `s + 1`.
+        let checkpoint_soon = self.job.plan.ops.iter().any(|op| {
+            matches!(&op.kind, OpKind::Checkpoint { role: r, .. } if r == role)
+                && (version..version + lag)
+                    .any(|s| op.every.is_none_or(|every| (s + 1).is_multiple_of(every)))
+        });
+        if !checkpoint_soon {
             return Ok(());
-        };
+        }
         let weights = copied(&self.role_in_mut(role, from)?.weights()?);
         let history = self.history.entry(role.to_string()).or_default();
         history.push_back((version, weights));

@@ -568,7 +568,7 @@ impl<'j> Rank<'j> {
                 }
                 // Sent or not (the run's last steps send none), a resumed run may need it.
                 if resharding && *lag > 0 && self.in_instance(from) {
-                    self.remember_version(role, *lag, step + 1)?;
+                    self.remember_version(role, from, *lag, step + 1)?;
                 }
             }
             OpKind::Transfer { .. } => self.transfer(op)?,
