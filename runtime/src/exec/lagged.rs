@@ -1,8 +1,8 @@
 //! A generator `s` steps behind training across a checkpoint. When step `k` starts, the
 //! generator holds the weights of version `k − s` (the updates they had seen) and versions
 //! `k − s + 1 ..= k` wait in the channel from training; the checkpoint holds only version `k`.
-//! So the rank that trains keeps the last `s + 1` versions it sent (`Rank::history`), a
-//! checkpoint writes the older ones (`lagged.safetensors`), and a resumed run puts both back:
+//! So the rank that trains keeps a copy of each version it makes in the `s` steps before a
+//! checkpoint (`Rank::history`, at most `s + 1`), the checkpoint writes those older than its own (`lagged.safetensors`), and a resumed run puts both back:
 //! the generator loads version `k − s`, training sends the waiting versions again, in order.
 //! Under `dp` only: a sharded trainer's local shards are not the saved weights.
 

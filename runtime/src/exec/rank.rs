@@ -123,8 +123,8 @@ pub struct Rank<'j> {
     /// rank: the version of the weights a rollout was sampled with.
     pub(super) synced: HashMap<String, u64>,
     updated: HashMap<String, u64>,
-    /// On a rank that trains a role whose generator runs behind: the last versions of its
-    /// weights sent (with their version), which a checkpoint keeps (`lagged.rs`).
+    /// On a rank that trains a role whose generator runs behind: the versions of its weights a
+    /// coming checkpoint saves, with their version (`lagged.rs`).
     pub(super) history: BTreeMap<String, super::lagged::History>,
 }
 
