@@ -14,14 +14,19 @@
 # skipped test):
 #   1. kernels: every std.algo fn (and the scalar ones' derivatives) as CUDA C through NVRTC on
 #      the driver, against the CPU JIT (runtime/kernel-exec/tests/cuda_gpu.rs: largest difference,
-#      NVRTC time, both back ends' times at B=1024, T=512), then on libtorch's CUDA tensors
-#      inside the runtime (runtime/tests/kernels_fused.rs, cuda_tensors_match_the_cpu_jit);
+#      NVRTC time, both back ends' times at B=1024, T=512); the wide kernels (a block per row,
+#      barriers finished on the device) on device memory against a device-to-device copy of
+#      their bytes at B=512 and 4096, T=1024 (wide_kernels_against_copy_bandwidth: ms, GB/s,
+#      % of copy bandwidth); then on libtorch's CUDA tensors inside the runtime
+#      (runtime/tests/kernels_fused.rs, cuda_tensors_match_the_cpu_jit);
 #   2. training on the GPU: `rlc run examples/grpo_digits.rl --device cuda` for a few steps
 #      (the CPU example: models, rollouts, kernels and updates on the GPU), the same steps on
 #      the CPU, and runtime/tests/exec.rs's CUDA-vs-CPU run;
 #   3. benchmarks: the training step and generation (runtime/benches/train_step.rs, rollout.rs)
-#      and the fused kernels against libtorch's CUDA kernels (runtime/benches/kernels.rs)
-#      on CUDA for the example's model and a GPT-2-small-sized one (`cargo bench` gives the CPU's);
+#      on CUDA for the example's model and a GPT-2-small-sized one (`cargo bench` gives the CPU's),
+#      and the fused kernels against libtorch eager's CUDA kernels and a device copy
+#      (runtime/benches/kernels.rs: × eager, % of copy bandwidth) at B=512 and, out of cache,
+#      B=4096 rows of T=1024 (issue #28's goals: ≥ 5× eager, ≥ 30 % of copy bandwidth);
 #   4. ranks as processes on the GPU (needs `mpirun`, which PyTorch's wheels do not bring: without
 #      it these are skipped, saying so, and the other steps still count): collectives of CUDA
 #      tensors through NCCL against the host path under `mpirun -np 1` (and -np 2 on one GPU:
@@ -218,8 +223,10 @@ run() {
     RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model "$dir/train_step" --bench || status=1
     RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model "$dir/rollout" --bench || status=1
   done
-  section "3. benchmarks: fused kernels on CUDA (CUDA C) vs libtorch's CUDA kernels vs a device copy"
-  RLC_BENCH_DEVICE=cuda "$dir/kernels" --bench || status=1
+  for rows in 512 4096; do
+    section "3. benchmarks: fused kernels on CUDA (wide CUDA C) vs libtorch eager vs a device copy, B=$rows"
+    RLC_BENCH_DEVICE=cuda RLC_BENCH_ROWS=$rows "$dir/kernels" --bench || status=1
+  done
   processes "$dir" || status=1
   section "done: $([[ $status == 0 ]] && echo 'all passed' || echo 'SOME FAILED')"
   return $status

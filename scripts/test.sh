@@ -18,6 +18,16 @@ cargo clippy --all-targets --locked -- -D warnings
 step "compiler and CLI tests (unit, UI, property, snapshot)"
 INSTA_UPDATE=no cargo test --locked
 
+step "CUDA C through NVRTC, no GPU (NVIDIA's NVRTC wheel into .deps/nvrtc, when missing)"
+# A 25 MB download; where PyPI is unreachable or slow the check is skipped, saying so, and the
+# rest of the suite still counts (the CPU emulation of the same kernels ran above: cuda_host).
+if NVRTC_LIB="$(bash scripts/setup-nvrtc.sh)"; then
+  RLC_REQUIRE_NVRTC=1 LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    cargo test --locked -p rlc-kernel-exec --test cuda_nvrtc
+else
+  echo "skipped: NVRTC could not be installed from PyPI (see above); the kernels were not compiled to PTX"
+fi
+
 if [[ -x scripts/test-editors.sh ]]; then
   step "editor grammars"
   bash scripts/test-editors.sh

@@ -62,16 +62,20 @@ fn emits_the_ir_with_its_passes_and_the_derivative() {
 }
 
 #[test]
-fn emits_cuda_c_one_global_function_per_pass() {
+fn emits_cuda_c_one_global_function_per_pass_and_per_barrier_step() {
     let dir = program_dir("cuda");
     let (code, out, err) = rlc(
         &dir,
         &["kernel", "k.rl", "--fn", "advantages", "--emit", "cuda"],
     );
     assert_eq!(code, 0, "{err}");
-    let passes = out.matches("__global__").count();
+    let passes = out.matches("__global__ void advantages_pass").count();
     assert_eq!(passes, 3, "GAE, the variance, the whitened values: {out}");
     assert!(out.contains("advantages_pass2"), "{out}");
+    // The mean and the variance finished on the device after the first two passes.
+    let finishing = out.matches("__global__ void advantages_finish").count();
+    assert_eq!(finishing, 2, "{out}");
+    assert_eq!(out.matches("__global__").count(), passes + finishing);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,21 +1,37 @@
 //! A [`Schedule`] as CUDA C, the same semantics as the Cranelift passes (`rlc-kernel-exec`'s
-//! `jit/codegen.rs`):
+//! `jit/codegen.rs`). Two shapes of pass, and a finishing kernel per barrier step:
 //!
 //! ```text
 //! extern "C" __global__ void <kernel>_pass<p>(void** bufs, const long long* sizes,
 //!                                              long long rows, float* scratch)
-//!   level-0 values; scalar stores by thread 0 (also when there are no rows)
-//!   for row in tid, tid + nthreads, … < rows:            one thread per row
-//!     for each loop over t (forward, or a scan in its direction): reductions, stores
-//!     level-1 stores
+//!   level-0 values; scalar stores by one thread (also when there are no rows)
+//!   wide (the pass loops over T): a block per row
+//!     for row in blockIdx.x, + gridDim.x, … < rows:
+//!       a map loop: for p in threadIdx.x, + blockDim.x, … < cols (strided over the block);
+//!         its row reductions: each thread's partial, then rlc_block_reduce (a fixed tree in
+//!         shared memory; every thread gets the result)
+//!       a scan loop: thread 0 runs the carry position after position (a scan's body is any
+//!         recurrence, so it stays sequential); __syncthreads, then the block reads its values
+//!       level-1 stores by thread 0; __syncthreads before the next row reuses scratch
+//!   narrow (no loop over T, only [B] values): a thread per row, grid-stride
+//! extern "C" __global__ void <kernel>_finish<p>(same parameters)
+//!   the barriers after pass p, from the level-1 values it stored: a reduction to a scalar by
+//!   block 0 (f64 partials in a fixed tree), a group statistic by a thread per row
+//!   (`rlc_group`: the host's f64 sums in row order, so bit-identical to `host::group`)
 //! ```
+//!
+//! The runner launches the kernels one after the other on one stream, with no host step
+//! between them: the stream orders a finishing kernel after its pass and the next pass after
+//! it. Reduction orders are fixed by the block size alone (no atomics), so a run is
+//! reproducible; they differ from the JIT's sequential order only in rounding.
 //!
 //! Values are `const` locals named after their nodes (`v12` is `%12` of the IR listing at
 //! the top of the source), memoised per region like the JIT's: before the rows, in a row, at
-//! a position; C scopes give the same visibility as the JIT's dominance. Each thread's scan
-//! scratch is `scans.len() · T` floats at `scratch + tid · scans.len() · T`.
+//! a position; C scopes give the same visibility as the JIT's dominance. Each block's scan
+//! scratch is `scans.len() · T` floats at `scratch + blockIdx.x · scans.len() · T` (each
+//! thread's, `tid`, in a narrow pass, which never has scans).
 
-use crate::ir::{Bin, Elem, Kernel, NodeId, Op, Red, Un};
+use crate::ir::{Bin, Elem, GroupOp, Kernel, NodeId, Op, Red, Un};
 use crate::schedule::{Loop, LoopKind, Pass, Role, Schedule, Store, identity};
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
@@ -53,24 +69,126 @@ static __device__ __forceinline__ int rlc_irem(int x, int y) {
   int r = x % y;
   return (r != 0 && ((r ^ y) < 0)) ? r + y : r;
 }
+static __device__ __forceinline__ double rlc_dmin(double a, double b) {
+  return (a != a || b != b) ? (double)RLC_NAN : fmin(a, b);
+}
+static __device__ __forceinline__ double rlc_dmax(double a, double b) {
+  return (a != a || b != b) ? (double)RLC_NAN : fmax(a, b);
+}
+
+/* The block's partial reductions combined in a fixed tree: thread t takes t + s for
+   s = blockDim.x / 2, ..., 1 (blockDim.x a power of two, at most RLC_BLOCK_MAX), so the order
+   depends on the block size alone. op: 0 sum, 1 max, 2 min; no thread's `any` gives 0. Every
+   thread of the block calls it (in uniform control flow) and gets the result. */
+#define RLC_BLOCK_MAX 256
+static __device__ float rlc_block_reduce(int op, float v, unsigned char any, float* sh, unsigned char* sany) {
+  const unsigned t = threadIdx.x;
+  sh[t] = v;
+  sany[t] = any;
+  __syncthreads();
+  for (unsigned s = blockDim.x >> 1; s > 0; s >>= 1) {
+    if (t < s) {
+      const float a = sh[t], b = sh[t + s];
+      sh[t] = op == 0 ? a + b : op == 1 ? rlc_max(a, b) : rlc_min(a, b);
+      sany[t] = (unsigned char)(sany[t] | sany[t + s]);
+    }
+    __syncthreads();
+  }
+  const float r = sany[0] ? sh[0] : 0.0f;
+  __syncthreads();  /* before the arrays are reused */
+  return r;
+}
+/* The same in double, for a reduction over rows (the host's sums are f64 too). */
+static __device__ double rlc_block_reduce_f64(int op, double v, unsigned char any, double* sh, unsigned char* sany) {
+  const unsigned t = threadIdx.x;
+  sh[t] = v;
+  sany[t] = any;
+  __syncthreads();
+  for (unsigned s = blockDim.x >> 1; s > 0; s >>= 1) {
+    if (t < s) {
+      const double a = sh[t], b = sh[t + s];
+      sh[t] = op == 0 ? a + b : op == 1 ? rlc_dmax(a, b) : rlc_dmin(a, b);
+      sany[t] = (unsigned char)(sany[t] | sany[t + s]);
+    }
+    __syncthreads();
+  }
+  const double r = sany[0] ? sh[0] : 0.0;
+  __syncthreads();
+  return r;
+}
+/* Row i's group statistic, as the host's `group_in`: the rows whose id is by[i], in row order,
+   summed in double, deviations taken from the group's first member. op: 0 count, 1 sum,
+   2 mean, 3 std (unbiased, 0 for a group of one). x may be null (a count). O(rows) per row. */
+static __device__ float rlc_group(int op, const float* x, const int* by, long long rows, long long i) {
+  const int g = by[i];
+  double shift = 0.0, n = 0.0, s = 0.0;
+  for (long long j = 0; j < rows; ++j) {
+    if (by[j] != g) continue;
+    const double v = x ? (double)x[j] : 0.0;
+    if (n == 0.0) shift = v;
+    n = n + 1.0;
+    s = s + (v - shift);
+  }
+  const double mean = s / n;
+  if (op == 0) return (float)n;
+  if (op == 1) return (float)(s + shift * n);
+  if (op == 2) return (float)(mean + shift);
+  if (!(n > 1.0)) return 0.0f;
+  double sq = 0.0;
+  for (long long j = 0; j < rows; ++j) {
+    if (by[j] != g) continue;
+    const double d = (x ? (double)x[j] : 0.0) - shift - mean;
+    sq = sq + d * d;
+  }
+  return (float)sqrt(sq / (n - 1.0));
+}
 "#;
 
-/// The C name of pass `p` of `kernel` (`.` and other characters C does not allow become `_`).
-pub fn pass_name(kernel: &Kernel, p: usize) -> String {
-    let base: String = kernel
+/// The most threads a block may have (the size of the shared arrays the reductions use).
+pub const BLOCK_MAX: usize = 256;
+
+/// Whether pass `p` runs a block per row (it loops over the last axis) or a thread per row.
+pub fn is_wide(pass: &Pass) -> bool {
+    !pass.loops.is_empty()
+}
+
+/// The threads of a wide pass's block for rows of `cols` positions: a power of two from a
+/// warp to [`BLOCK_MAX`], about one position per thread.
+pub fn row_threads(cols: usize) -> usize {
+    cols.next_power_of_two().clamp(32, BLOCK_MAX)
+}
+
+/// The C name of the kernel that finishes the barriers after pass `p`.
+pub fn finish_name(kernel: &Kernel, p: usize) -> String {
+    format!("{}_finish{p}", c_base(kernel))
+}
+
+fn c_base(kernel: &Kernel) -> String {
+    kernel
         .name
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    format!("{base}_pass{p}")
+        .collect()
 }
 
-/// The CUDA C source of every pass of `schedule`, one `extern "C" __global__` function each.
+/// The C name of pass `p` of `kernel` (`.` and other characters C does not allow become `_`).
+pub fn pass_name(kernel: &Kernel, p: usize) -> String {
+    format!("{}_pass{p}", c_base(kernel))
+}
+
+/// The CUDA C source of every pass of `schedule`, one `extern "C" __global__` function each,
+/// and after each pass with barriers the function that finishes them.
 pub fn emit(kernel: &Kernel, schedule: &Schedule) -> String {
     let mut out = String::new();
+    let wide = schedule.passes.iter().filter(|p| is_wide(p)).count();
+    let finishing = schedule
+        .passes
+        .iter()
+        .filter(|p| !p.host.is_empty())
+        .count();
     let _ = writeln!(
         out,
-        "// rlc-kernel: `{}` as {} CUDA pass(es), one thread per row.",
+        "// rlc-kernel: `{}` as {} CUDA pass(es) ({wide} a block per row, the others a thread per row) and {finishing} finishing kernel(s).",
         kernel.name,
         schedule.passes.len()
     );
@@ -83,7 +201,115 @@ pub fn emit(kernel: &Kernel, schedule: &Schedule) -> String {
     for (p, pass) in schedule.passes.iter().enumerate() {
         out.push('\n');
         out.push_str(&PassEmitter::new(kernel, schedule).pass(p, pass));
+        if !pass.host.is_empty() {
+            out.push('\n');
+            out.push_str(&finish(kernel, schedule, p, pass));
+        }
     }
+    out
+}
+
+/// The kernel that finishes the barriers of `pass` from the level-1 values it stored. Block 0
+/// reduces to scalars (f64 partials strided over its threads, then the fixed tree); every
+/// thread of the grid takes rows for the group statistics. The barriers of one pass read only
+/// that pass's stores, never each other, so one kernel finishes them all.
+fn finish(k: &Kernel, s: &Schedule, p: usize, pass: &Pass) -> String {
+    let mut used = BTreeSet::new();
+    let mut body = String::new();
+    let mut buffer = |n: NodeId, role: fn(NodeId) -> Role| -> String {
+        let b = s.buffer_of(role(n)).unwrap_or(0);
+        used.insert(b);
+        format!("b{b}")
+    };
+    let mut reduces = false;
+    let mut groups = false;
+    for &b in &pass.host {
+        let out = buffer(b, Role::Barrier);
+        match &k.node(b).op {
+            Op::Reduce { op, x, mask } => {
+                reduces = true;
+                let xs = buffer(*x, Role::Stored);
+                let (name, code) = match op {
+                    Red::Sum => ("sum", 0),
+                    Red::Max => ("max", 1),
+                    Red::Min => ("min", 2),
+                };
+                let init = match op {
+                    Red::Sum => "0.0",
+                    Red::Max => "-(double)RLC_INF",
+                    Red::Min => "(double)RLC_INF",
+                };
+                let combine = match op {
+                    Red::Sum => "acc + (double)xi".to_string(),
+                    Red::Max => "rlc_dmax(acc, (double)xi)".to_string(),
+                    Red::Min => "rlc_dmin(acc, (double)xi)".to_string(),
+                };
+                let update = match mask {
+                    Some(m) => format!(
+                        "if ({}[i]) {{ acc = {combine}; any = 1; }}",
+                        buffer(*m, Role::Stored)
+                    ),
+                    None => format!("acc = {combine}; any = 1;"),
+                };
+                let _ = writeln!(
+                    body,
+                    "  if (blockIdx.x == 0) {{  // %{b}: {name} over rows\n    double acc = {init};\n    unsigned char any = 0;\n    for (long long i = threadIdx.x; i < rows; i += blockDim.x) {{\n      const float xi = {xs}[i];\n      {update}\n    }}\n    const double r = rlc_block_reduce_f64({code}, acc, any, rlc_dred, rlc_any);\n    if (threadIdx.x == 0) {out}[0] = (float)r;\n  }}"
+                );
+            }
+            Op::Group { op, x, by } => {
+                groups = true;
+                let (name, code) = match op {
+                    GroupOp::Count => ("count", 0),
+                    GroupOp::Sum => ("sum", 1),
+                    GroupOp::Mean => ("mean", 2),
+                    GroupOp::Std => ("std", 3),
+                };
+                let xs = match x {
+                    Some(x) => buffer(*x, Role::Stored),
+                    None => "(const float*)0".to_string(),
+                };
+                let ids = buffer(*by, Role::Stored);
+                let _ = writeln!(
+                    body,
+                    "  for (long long i = tid; i < rows; i += nthreads) {{  // %{b}: group {name}\n    {out}[i] = rlc_group({code}, {xs}, {ids}, rows, i);\n  }}"
+                );
+            }
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    let names: Vec<String> = pass.host.iter().map(|b| format!("%{b}")).collect();
+    let _ = writeln!(
+        out,
+        "// After pass {p}, on the device: {}.",
+        names.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "extern \"C\" __global__ void {}(void** bufs, const long long* sizes, long long rows, float* scratch) {{",
+        finish_name(k, p)
+    );
+    if groups {
+        out.push_str("  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
+        out.push_str("  const long long nthreads = (long long)gridDim.x * blockDim.x;\n");
+    }
+    if reduces {
+        out.push_str("  __shared__ double rlc_dred[RLC_BLOCK_MAX];\n");
+        out.push_str("  __shared__ unsigned char rlc_any[RLC_BLOCK_MAX];\n");
+    }
+    for &b in &used {
+        let buf = &s.buffers[b];
+        let ty = c_type(buf.elem);
+        let what = match buf.role {
+            Role::Stored(n) => format!("stored %{n}"),
+            Role::Barrier(n) => format!("barrier %{n}"),
+            Role::Input(i) => format!("input {}", k.inputs[i].name),
+            Role::Output(i) => format!("output {}", k.outputs[i].name),
+        };
+        let _ = writeln!(out, "  {ty}* b{b} = ({ty}*)bufs[{b}];  // {what}");
+    }
+    out.push_str(&body);
+    out.push_str("}\n");
     out
 }
 
@@ -164,6 +390,10 @@ struct PassEmitter<'a> {
     scratch: bool,
     /// The pass's scans that later loops read from scratch.
     scratch_scans: BTreeSet<NodeId>,
+    /// A block per row (the pass loops over the last axis), else a thread per row.
+    wide: bool,
+    /// Whether the pass reduces over a row's positions (shared arrays for the block's tree).
+    reduces: bool,
 }
 
 impl<'a> PassEmitter<'a> {
@@ -178,6 +408,8 @@ impl<'a> PassEmitter<'a> {
             used: BTreeSet::new(),
             scratch: false,
             scratch_scans: BTreeSet::new(),
+            wide: false,
+            reduces: false,
         }
     }
 
@@ -191,18 +423,23 @@ impl<'a> PassEmitter<'a> {
 
     fn pass(mut self, p: usize, pass: &Pass) -> String {
         self.scratch_scans = crate::schedule::scans_read_later(self.k, self.s, pass);
+        self.wide = is_wide(pass);
         // Level-0 values first: every thread computes them, before any branch.
         let level0 = crate::schedule::pass_scalars(self.k, self.s, pass);
         for n in level0 {
             self.value(n, TOP);
         }
         if !pass.scalar_stores.is_empty() {
-            self.line("if (tid == 0) {  // scalar stores, once");
+            if self.wide {
+                self.line("if (blockIdx.x == 0 && threadIdx.x == 0) {  // scalar stores, once");
+            } else {
+                self.line("if (tid == 0) {  // scalar stores, once");
+            }
             self.indent += 1;
             self.phys = 3;
             for &st in &pass.scalar_stores {
                 let v = self.value(st.node, TOP);
-                self.store(st, &v);
+                self.store(st, &v, false);
             }
             self.memo[3].clear();
             self.phys = 0;
@@ -210,7 +447,13 @@ impl<'a> PassEmitter<'a> {
             self.line("}");
         }
         if !pass.loops.is_empty() || !pass.row_stores.is_empty() {
-            self.line("for (long long row = tid; row < rows; row += nthreads) {");
+            if self.wide {
+                self.line("for (long long row = blockIdx.x; row < rows; row += gridDim.x) {  // a block per row");
+            } else {
+                self.line(
+                    "for (long long row = tid; row < rows; row += nthreads) {  // a thread per row",
+                );
+            }
             self.indent += 1;
             self.phys = 1;
             for (i, l) in pass.loops.iter().enumerate() {
@@ -218,7 +461,11 @@ impl<'a> PassEmitter<'a> {
             }
             for &st in &pass.row_stores {
                 let v = self.value(st.node, ROW);
-                self.store(st, &v);
+                // Every thread of a block has the row's values; one writes them.
+                self.store(st, &v, self.wide);
+            }
+            if self.wide && self.scratch {
+                self.line("__syncthreads();  // the row done before the next reuses scratch");
             }
             self.memo[1].clear();
             self.phys = 0;
@@ -230,14 +477,19 @@ impl<'a> PassEmitter<'a> {
         let host: Vec<String> = pass.host.iter().map(|b| format!("%{b}")).collect();
         let _ = writeln!(
             out,
-            "// Pass {p}: {} loop(s) per row, {} row store(s), {} scalar store(s){}.",
+            "// Pass {p}: {}, {} loop(s) per row, {} row store(s), {} scalar store(s){}.",
+            if self.wide {
+                "a block per row"
+            } else {
+                "a thread per row"
+            },
             pass.loops.len(),
             pass.row_stores.len(),
             pass.scalar_stores.len(),
             if host.is_empty() {
                 String::new()
             } else {
-                format!("; the host then finishes {}", host.join(", "))
+                format!("; {} then finishes {}", finish_name(k, p), host.join(", "))
             }
         );
         let _ = writeln!(
@@ -245,17 +497,32 @@ impl<'a> PassEmitter<'a> {
             "extern \"C\" __global__ void {}(void** bufs, const long long* sizes, long long rows, float* scratch) {{",
             pass_name(k, p)
         );
-        out.push_str("  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
-        out.push_str("  const long long nthreads = (long long)gridDim.x * blockDim.x;\n");
+        if !self.wide {
+            out.push_str(
+                "  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
+            );
+            out.push_str("  const long long nthreads = (long long)gridDim.x * blockDim.x;\n");
+        }
         if k.axes.len() >= 2 {
             let _ = writeln!(out, "  const long long cols = sizes[1];  // {}", k.axes[1]);
         } else {
             out.push_str("  const long long cols = 1;\n");
         }
+        if self.reduces {
+            out.push_str(
+                "  __shared__ float rlc_red[RLC_BLOCK_MAX];  // the block's reduction tree\n",
+            );
+            out.push_str("  __shared__ unsigned char rlc_any[RLC_BLOCK_MAX];\n");
+        }
         if self.scratch {
+            let (owner, what) = if self.wide {
+                ("(long long)blockIdx.x", "this block's")
+            } else {
+                ("tid", "this thread's")
+            };
             let _ = writeln!(
                 out,
-                "  float* scr = scratch + tid * ({} * cols);  // this thread's scan rows",
+                "  float* scr = scratch + {owner} * ({} * cols);  // {what} scan rows",
                 self.s.scans.len()
             );
         }
@@ -360,10 +627,19 @@ impl<'a> PassEmitter<'a> {
                 carries.push((name, elem));
             }
         }
+        // In a block, thread 0 runs a scan (any recurrence: sequential); a map loop's positions
+        // are strided over the threads.
+        let lead_scan = self.wide && scan.is_some();
+        if lead_scan {
+            self.line("if (threadIdx.x == 0) {");
+            self.indent += 1;
+        }
         if scan.is_some_and(|(_, s)| s.reverse) {
             self.line("for (long long p = cols - 1; p >= 0; --p) {");
-        } else {
+        } else if scan.is_some() || !self.wide {
             self.line("for (long long p = 0; p < cols; ++p) {");
+        } else {
+            self.line("for (long long p = threadIdx.x; p < cols; p += blockDim.x) {");
         }
         self.indent += 1;
         self.memo[2].clear();
@@ -420,17 +696,38 @@ impl<'a> PassEmitter<'a> {
         }
         for &st in &l.stores {
             let v = self.value(st.node, POS);
-            self.store(st, &v);
+            self.store(st, &v, false);
         }
         self.memo[2].clear();
         self.phys = 1;
         self.indent -= 1;
         self.line("}");
+        if lead_scan {
+            self.indent -= 1;
+            self.line("}");
+            // The scan's scratch and stores, and thread 0's partials, seen by the block.
+            self.line("__syncthreads();");
+        }
         for &r in &l.reductions {
             let name = format!("v{r}");
-            self.line(&format!(
-                "const float {name} = any{r} ? acc{r} : 0.0f;  // reduce %{r}"
-            ));
+            if self.wide {
+                let Op::Reduce { op, .. } = k.node(r).op else {
+                    continue;
+                };
+                let code = match op {
+                    Red::Sum => 0,
+                    Red::Max => 1,
+                    Red::Min => 2,
+                };
+                self.reduces = true;
+                self.line(&format!(
+                    "const float {name} = rlc_block_reduce({code}, acc{r}, any{r}, rlc_red, rlc_any);  // reduce %{r}"
+                ));
+            } else {
+                self.line(&format!(
+                    "const float {name} = any{r} ? acc{r} : 0.0f;  // reduce %{r}"
+                ));
+            }
             self.memo[1].insert(r, name);
         }
     }
@@ -457,7 +754,8 @@ impl<'a> PassEmitter<'a> {
         }
     }
 
-    fn store(&mut self, st: Store, v: &str) {
+    /// Writes `v` to the store's element; by thread 0 of the block alone when `lead`.
+    fn store(&mut self, st: Store, v: &str, lead: bool) {
         let buf = &self.s.buffers[st.buffer];
         let (level, elem) = (buf.level, buf.elem);
         let v = convert(v, self.k.node(st.node).elem, elem);
@@ -466,7 +764,8 @@ impl<'a> PassEmitter<'a> {
             pos: level >= 2,
         };
         let target = self.element(st.buffer, at);
-        self.line(&format!("{target} = {v};  // store %{}", st.node));
+        let guard = if lead { "if (threadIdx.x == 0) " } else { "" };
+        self.line(&format!("{guard}{target} = {v};  // store %{}", st.node));
     }
 
     /// The C variable holding the value of outer node `n` at `at`, declaring it if needed.

@@ -8,27 +8,63 @@
 //! k.run(&[b, t], &[Slice::F32(&loss), Slice::Bool(&mask)], &mut [SliceMut::F32(&mut out)])?;
 //! ```
 //!
-//! One thread per row, as the CPU's row loop; between passes the host finishes the barriers
-//! (`crate::host`) from the small level-1 buffers the pass stored, copied back and forth.
+//! A pass that loops over the last axis runs a block per row (its positions strided over the
+//! block's threads, row reductions as a fixed tree in shared memory); one without loops, a
+//! thread per row. After a pass with barriers, a finishing kernel computes them on the device
+//! from the level-1 values the pass stored. Every kernel is queued on one stream with no host
+//! step between them (the stream orders them); the run synchronises once, at the end.
 
-use crate::host;
 use crate::jit::{Slice, SliceMut};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
-use rlc_kernel::cuda::{emit, pass_name};
+use rlc_kernel::cuda::{BLOCK_MAX, emit, finish_name, is_wide, pass_name, row_threads};
 use rlc_kernel::error::{KernelError, Result};
-use rlc_kernel::ir::{Elem, Kernel, Op};
+use rlc_kernel::ir::{Elem, Kernel};
 use rlc_kernel::schedule::{Role, Schedule, schedule};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-/// Threads per block; the row loop is grid-stride, so fewer blocks than rows/BLOCK is fine.
+/// Threads per block of a pass with a thread per row and of a finishing kernel; the row loops
+/// are grid-stride, so fewer blocks than rows is fine.
 const BLOCK: u32 = 128;
 const MAX_BLOCKS: u32 = 4096;
-/// Scan scratch is `scans · T` floats per thread: at most this many bytes in all (unless one
-/// block needs more).
+/// Scan scratch is `scans · T` floats per block of a wide pass: at most this many bytes in
+/// all (unless one block needs more).
 const SCRATCH_BYTES: usize = 256 << 20;
+
+/// The launch of each kernel of a schedule for `rows` rows of `cols` positions: a wide pass's
+/// grid has a block per row (up to [`MAX_BLOCKS`] and the scratch budget; blocks then take
+/// several rows), its block [`row_threads`]; the others a thread per row, and the finishing
+/// kernels as many threads as rows (block 0 also reduces to scalars). The number of blocks of
+/// the wide passes sizes the scratch.
+pub struct Launches {
+    pub passes: Vec<(u32, u32)>,
+    pub finish: (u32, u32),
+    pub wide_blocks: usize,
+}
+
+pub fn launches(s: &Schedule, rows: usize, cols: usize) -> Launches {
+    let per_block = (s.scans.len() * cols * 4).max(1);
+    let wide_blocks = rows
+        .min(SCRATCH_BYTES / per_block)
+        .clamp(1, MAX_BLOCKS as usize);
+    let narrow = (
+        rows.div_ceil(BLOCK as usize).clamp(1, MAX_BLOCKS as usize) as u32,
+        BLOCK,
+    );
+    let wide = (wide_blocks as u32, row_threads(cols) as u32);
+    debug_assert!(row_threads(cols) <= BLOCK_MAX);
+    Launches {
+        passes: s
+            .passes
+            .iter()
+            .map(|p| if is_wide(p) { wide } else { narrow })
+            .collect(),
+        finish: narrow,
+        wide_blocks,
+    }
+}
 
 fn unavailable(why: impl std::fmt::Display) -> KernelError {
     KernelError::Cuda(format!("CUDA is not available: {why}"))
@@ -94,6 +130,12 @@ impl Gpu {
         })
     }
 
+    /// The stream every kernel of this device runs on (for device memory of one's own: the
+    /// GPU tests time kernels on it against a device-to-device copy).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     /// The device's name and compute capability, for logs.
     pub fn describe(&self) -> String {
         let name = self.ctx.name().unwrap_or_else(|_| "?".into());
@@ -112,9 +154,19 @@ impl Gpu {
                 .map_err(cuda_err("loading the compiled passes"))?;
             let passes = (0..schedule.passes.len())
                 .map(|p| {
-                    module
+                    let pass = module
                         .load_function(&pass_name(kernel, p))
-                        .map_err(cuda_err("a pass function"))
+                        .map_err(cuda_err("a pass function"))?;
+                    let finish = if schedule.passes[p].host.is_empty() {
+                        None
+                    } else {
+                        Some(
+                            module
+                                .load_function(&finish_name(kernel, p))
+                                .map_err(cuda_err("a finishing function"))?,
+                        )
+                    };
+                    Ok((pass, finish))
                 })
                 .collect::<Result<Vec<_>>>()?;
             Ok(GpuKernel {
@@ -167,7 +219,8 @@ pub struct GpuKernel {
     kernel: Kernel,
     schedule: Schedule,
     source: String,
-    passes: Vec<CudaFunction>,
+    /// Each pass and the kernel finishing its barriers, if it has any.
+    passes: Vec<(CudaFunction, Option<CudaFunction>)>,
     stream: Arc<CudaStream>,
 }
 
@@ -185,21 +238,12 @@ impl Buf {
         }
     }
 
-    /// Stored values and barriers are always the kernel's own.
+    /// The buffers of [`GpuKernel::run`] are all the kernel's own.
     fn owned(&mut self) -> Result<&mut CudaSlice<u8>> {
         match self {
             Buf::Owned(b) => Ok(b),
             Buf::Caller(_) => Err(KernelError::Codegen(
-                "a barrier buffer is the caller's memory".into(),
-            )),
-        }
-    }
-
-    fn owned_ref(&self) -> Result<&CudaSlice<u8>> {
-        match self {
-            Buf::Owned(b) => Ok(b),
-            Buf::Caller(_) => Err(KernelError::Codegen(
-                "a stored buffer is the caller's memory".into(),
+                "an output buffer is the caller's memory".into(),
             )),
         }
     }
@@ -244,7 +288,7 @@ impl GpuKernel {
 
     /// Runs the kernel as [`crate::jit::Jit::run`] does: `sizes` are the axes' sizes, inputs
     /// and outputs in the kernel's order, row-major. Copies the inputs to the device, runs
-    /// the passes with the host's barrier steps between them, copies the outputs back.
+    /// the passes and their finishing kernels on the device, copies the outputs back.
     pub fn run(&self, sizes: &[usize], inputs: &[Slice], outputs: &mut [SliceMut]) -> Result<()> {
         let k = &self.kernel;
         if sizes.len() != k.axes.len() {
@@ -395,8 +439,8 @@ impl GpuKernel {
         Ok(())
     }
 
-    /// Runs every pass on the kernel's stream, the host's barrier steps between them; returns
-    /// when they are done.
+    /// Queues every pass, and after each pass with barriers its finishing kernel, on the
+    /// kernel's stream, with no host step between them; returns when they are done.
     fn launch(&self, sizes: &[usize], bufs: &mut [Buf]) -> Result<()> {
         let s = &self.schedule;
         let st = &self.stream;
@@ -412,85 +456,34 @@ impl GpuKernel {
             .map_err(cuda_err("sizes"))?;
         let rows = sizes.first().copied().unwrap_or(1);
         let cols = sizes.get(1).copied().unwrap_or(1);
-        // Fewer threads (each then takes more rows) where scan scratch would pass its budget.
-        let per_thread = (s.scans.len() * cols * 4).max(1);
-        let max_threads = (SCRATCH_BYTES / per_thread).max(BLOCK as usize);
-        let blocks = rows
-            .min(max_threads)
-            .div_ceil(BLOCK as usize)
-            .clamp(1, MAX_BLOCKS as usize) as u32;
-        let threads = blocks as usize * BLOCK as usize;
+        let plan = launches(s, rows, cols);
         let mut scratch = st
-            .alloc_zeros::<f32>((threads * s.scans.len() * cols).max(1))
+            .alloc_zeros::<f32>((plan.wide_blocks * s.scans.len() * cols).max(1))
             .map_err(cuda_err("scratch"))?;
-        let cfg = LaunchConfig {
+        let config = |(blocks, threads): (u32, u32)| LaunchConfig {
             grid_dim: (blocks, 1, 1),
-            block_dim: (BLOCK, 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
         let rows_arg = rows as i64;
-        for (p, f) in self.passes.iter().enumerate() {
-            let mut launch = st.launch_builder(f);
-            launch.arg(&ptrs_dev);
-            launch.arg(&sizes_dev);
-            launch.arg(&rows_arg);
-            launch.arg(&mut scratch);
-            // SAFETY: the pass's parameters are (void**, const long long*, long long, float*)
-            // as written by `emit`; every buffer holds `count(level)` elements of its type and
-            // scratch `scans · cols` floats per thread of the grid.
-            unsafe { launch.launch(cfg) }.map_err(cuda_err("launching a pass"))?;
-            self.finish_barriers(p, bufs, rows)?;
+        for (p, (pass, finish)) in self.passes.iter().enumerate() {
+            for (f, cfg) in std::iter::once((pass, plan.passes[p]))
+                .chain(finish.as_ref().map(|f| (f, plan.finish)))
+            {
+                let mut launch = st.launch_builder(f);
+                launch.arg(&ptrs_dev);
+                launch.arg(&sizes_dev);
+                launch.arg(&rows_arg);
+                launch.arg(&mut scratch);
+                // SAFETY: every kernel's parameters are (void**, const long long*, long long,
+                // float*) as written by `emit`; every buffer holds `count(level)` elements of
+                // its type and scratch `scans · cols` floats per block of a wide pass (a
+                // narrow pass has no scans); block sizes are powers of two ≤ BLOCK_MAX.
+                unsafe { launch.launch(config(cfg)) }.map_err(cuda_err("launching a pass"))?;
+            }
         }
         // Before the buffer table, sizes and scratch are dropped.
         st.synchronize().map_err(cuda_err("running the passes"))
-    }
-
-    /// The host's part after pass `p`: each barrier from its stored operands (B values).
-    fn finish_barriers(&self, p: usize, bufs: &mut [Buf], rows: usize) -> Result<()> {
-        let s = &self.schedule;
-        let st = &self.stream;
-        if s.passes[p].host.is_empty() {
-            return Ok(());
-        }
-        // The pass must be done before its operands are read (and errors show up here).
-        st.synchronize().map_err(cuda_err("running a pass"))?;
-        let read = |node: usize, bufs: &[Buf]| -> Result<Vec<u8>> {
-            let b = s.buffer_of(Role::Stored(node)).ok_or_else(|| {
-                KernelError::Codegen(format!("barrier operand %{node} is not stored"))
-            })?;
-            st.clone_dtoh(bufs[b].owned_ref()?)
-                .map_err(cuda_err("copying a barrier's operands"))
-        };
-        for &b in &s.passes[p].host {
-            let Some(out) = s.buffer_of(Role::Barrier(b)) else {
-                continue;
-            };
-            let result: Vec<f32> = match &self.kernel.node(b).op {
-                Op::Reduce { op, x, mask } => {
-                    let xs = f32s(&read(*x, bufs)?);
-                    let ms = mask.map(|m| read(m, bufs)).transpose()?;
-                    vec![host::reduce_rows(
-                        *op,
-                        &xs[..rows],
-                        ms.as_ref().map(|m| &m[..rows]),
-                    )]
-                }
-                Op::Group { op, x, by } => {
-                    let xs = x.map(|x| read(x, bufs).map(|v| f32s(&v))).transpose()?;
-                    let ids = i32s(&read(*by, bufs)?);
-                    let mut o = vec![0f32; rows];
-                    host::group(*op, xs.as_ref().map(|x| &x[..rows]), &ids[..rows], &mut o);
-                    o
-                }
-                _ => continue,
-            };
-            let dst = bufs[out].owned()?;
-            let mut bytes: Vec<u8> = result.iter().flat_map(|x| x.to_ne_bytes()).collect();
-            bytes.resize(dst.len(), 0);
-            st.memcpy_htod(&bytes, dst)
-                .map_err(cuda_err("copying a barrier's result"))?;
-        }
-        Ok(())
     }
 }
 

@@ -4,7 +4,8 @@
 //! - [`jit`] compiles the passes with Cranelift and runs them over row ranges on threads.
 //! - [`cuda`] compiles the passes' CUDA C (`rlc_kernel::cuda::emit`) with NVRTC and runs them
 //!   through the CUDA driver, both loaded at run time.
-//! - [`host`] finishes, on the host, the barriers between passes that both back ends share.
+//! - [`host`] finishes, on the host, the barriers between the JIT's passes (the CUDA C does the
+//!   same on the device, with the same f64 sums).
 
 pub mod cuda;
 pub mod host;

@@ -1,12 +1,14 @@
 //! The CUDA C of a few std functions (snapshots, to read), and the shape of the source for
-//! every `fn` of `std.algo`: one function per pass, as many loops over T as the schedule has.
+//! every `fn` of `std.algo`: one function per pass and one finishing each pass's barriers on
+//! the device, as many loops over T as the schedule has, a block per row where a pass loops
+//! over T (strided map loops, scans on thread 0, a block reduction per row reduction).
 //! Whether the code computes the right values is `cuda_host.rs` (the source compiled for the
 //! CPU) and `cuda_gpu.rs` (on a GPU).
 
 mod cuda_common;
 
 use cuda_common::{kernel, program, std_kernels};
-use rlc_kernel::cuda::{emit, pass_name};
+use rlc_kernel::cuda::{emit, finish_name, is_wide, pass_name};
 use rlc_kernel::grad::differentiate;
 use rlc_kernel::ir::Kernel;
 use rlc_kernel::schedule::schedule;
@@ -48,10 +50,10 @@ fn grpo_advantage() {
     insta::assert_snapshot!(source(&kernel(&p, "std.algo.grpo_advantage")));
 }
 
-/// The text of pass `p`'s function, from its signature to the next pass.
-fn pass_text<'a>(src: &'a str, k: &Kernel, p: usize) -> &'a str {
-    let sig = format!("extern \"C\" __global__ void {}(", pass_name(k, p));
-    assert_eq!(src.matches(&sig).count(), 1, "{}: pass {p}", k.name);
+/// The text of the function `name`, from its signature to the next function.
+fn function_text<'a>(src: &'a str, k: &Kernel, name: &str) -> &'a str {
+    let sig = format!("extern \"C\" __global__ void {name}(");
+    assert_eq!(src.matches(&sig).count(), 1, "{}: {name}", k.name);
     let start = src.find(&sig).unwrap_or(0);
     let rest = &src[start + sig.len()..];
     let end = rest.find("extern \"C\"").unwrap_or(rest.len());
@@ -67,9 +69,10 @@ fn every_pass_has_its_function_and_loops() {
         let s = schedule(k).expect("schedule");
         let src = emit(k, &s);
         assert_eq!(src, emit(k, &s), "{}: not deterministic", k.name);
+        let finishing = s.passes.iter().filter(|p| !p.host.is_empty()).count();
         assert_eq!(
             src.matches("__global__").count(),
-            s.passes.len(),
+            s.passes.len() + finishing,
             "{}",
             k.name
         );
@@ -81,11 +84,35 @@ fn every_pass_has_its_function_and_loops() {
         );
         assert!(!src.contains("outside its loop"), "{}", k.name);
         for (i, pass) in s.passes.iter().enumerate() {
-            let text = pass_text(&src, k, i);
+            let text = function_text(&src, k, &pass_name(k, i));
             let what = format!("{} pass {i}", k.name);
+            let wide = is_wide(pass);
             assert_eq!(
                 text.matches("for (long long p ").count(),
                 pass.loops.len(),
+                "{what}"
+            );
+            let scans = pass
+                .loops
+                .iter()
+                .filter(|l| matches!(l.kind, rlc_kernel::schedule::LoopKind::Scan(_)))
+                .count();
+            // Map loops strided over the block; scans on its thread 0, then a barrier.
+            assert_eq!(
+                text.matches("for (long long p = threadIdx.x; p < cols; p += blockDim.x)")
+                    .count(),
+                if wide { pass.loops.len() - scans } else { 0 },
+                "{what}"
+            );
+            assert_eq!(
+                text.matches("if (threadIdx.x == 0) {\n").count(),
+                if wide { scans } else { 0 },
+                "{what}"
+            );
+            let reductions: usize = pass.loops.iter().map(|l| l.reductions.len()).sum();
+            assert_eq!(
+                text.matches("rlc_block_reduce(").count(),
+                if wide { reductions } else { 0 },
                 "{what}"
             );
             let reverse = pass
@@ -101,13 +128,24 @@ fn every_pass_has_its_function_and_loops() {
                 .count();
             assert_eq!(text.matches("--p)").count(), reverse, "{what}");
             let has_rows = !pass.loops.is_empty() || !pass.row_stores.is_empty();
+            let (row_loop, lead) = if wide {
+                (
+                    "for (long long row = blockIdx.x; row < rows; row += gridDim.x)",
+                    "if (blockIdx.x == 0 && threadIdx.x == 0)",
+                )
+            } else {
+                (
+                    "for (long long row = tid; row < rows; row += nthreads)",
+                    "if (tid == 0)",
+                )
+            };
             assert_eq!(
-                text.matches("for (long long row = tid;").count(),
+                text.matches(row_loop).count(),
                 usize::from(has_rows),
                 "{what}"
             );
             assert_eq!(
-                text.contains("if (tid == 0)"),
+                text.contains(lead),
                 !pass.scalar_stores.is_empty(),
                 "{what}"
             );
@@ -115,6 +153,17 @@ fn every_pass_has_its_function_and_loops() {
                 + pass.row_stores.len()
                 + pass.loops.iter().map(|l| l.stores.len()).sum::<usize>();
             assert_eq!(text.matches("// store %").count(), stores, "{what}");
+            // The barriers: each finished once, on the device, by the kernel after the pass.
+            if !pass.host.is_empty() {
+                let fin = function_text(&src, k, &finish_name(k, i));
+                for &b in &pass.host {
+                    assert_eq!(
+                        fin.matches(&format!("// %{b}: ")).count(),
+                        1,
+                        "{what}: %{b}"
+                    );
+                }
+            }
         }
     }
 }

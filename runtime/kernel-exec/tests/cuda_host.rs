@@ -1,12 +1,19 @@
 //! The emitted CUDA C computes what the JIT computes, checked without a GPU: the source is
 //! compiled for this CPU by the host's C++ compiler, with a small header standing in for
-//! CUDA's built-ins (thread indices, `__int_as_float`, `rsqrtf`), and each pass is run for
-//! three emulated threads (threads of a pass write disjoint rows, so running them one after
-//! the other is one of the orders a GPU may take); the host finishes barriers between passes
-//! as the runner does. Every `fn` of `std.algo` the JIT compiles and the derivatives of its
-//! scalar ones, on random inputs of several sizes (one row, one position, no rows).
+//! CUDA's built-ins, and every kernel (the passes and the kernels finishing their barriers)
+//! is launched as the runner launches it, over emulated blocks. A block's threads are real OS
+//! threads running at once: `threadIdx`/`blockIdx` are thread-local, `__shared__` arrays are
+//! one per function (blocks run one after the other, which is one of the orders a GPU may
+//! take: blocks never wait for each other), `__syncthreads` is a `pthread_barrier_t` for the
+//! block's threads. So the block reductions, the strided map loops, thread 0's scans and the
+//! barriers between them run with the interleavings a GPU allows; a missing `__syncthreads`
+//! shows as a race, one in divergent code as a hang. Nothing runs on the host between
+//! kernels. Every `fn` of `std.algo` the JIT compiles and the derivatives of its scalar ones,
+//! on random inputs of several sizes (one row, one position, no rows), with blocks of 4
+//! threads (rows longer than the block: strided loops) and of 32 (shorter: idle threads),
+//! grids with fewer blocks than rows (a block takes several) and more.
 //!
-//! Skipped (with a message) where there is no `c++`; Linux only (`dlopen`).
+//! Skipped (with a message) where there is no `c++`; Linux only (`dlopen`, pthreads).
 
 #![cfg(target_os = "linux")]
 
@@ -15,10 +22,9 @@ mod cuda_common;
 use cuda_common::{
     AxesSizes, Data, Rng, compare, inputs, kernels_with_derivatives, poison, run_jit,
 };
-use rlc_kernel::cuda::{emit, pass_name};
-use rlc_kernel::ir::{Elem, Kernel, Op};
+use rlc_kernel::cuda::{emit, finish_name, pass_name};
+use rlc_kernel::ir::{Elem, Kernel};
 use rlc_kernel::schedule::{Role, Schedule, schedule};
-use rlc_kernel_exec::host;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,19 +32,32 @@ use std::process::Command;
 /// CUDA's built-ins for a CPU build.
 const SHIM: &str = r#"#include <math.h>
 #include <string.h>
+#include <pthread.h>
 struct rlc_dim { unsigned x, y, z; };
-static rlc_dim threadIdx, blockIdx, blockDim, gridDim;
-extern "C" void rlc_set_thread(unsigned t, unsigned n) {
-  threadIdx.x = t; blockIdx.x = 0; blockDim.x = n; gridDim.x = 1;
+/* Each emulated thread its own indices; the block's and the grid's sizes are shared. */
+static thread_local rlc_dim threadIdx, blockIdx;
+static rlc_dim blockDim, gridDim;
+static pthread_barrier_t rlc_barrier;
+/* Before a block's threads start, and after they end. */
+extern "C" void rlc_begin_block(unsigned threads, unsigned blocks) {
+  blockDim.x = threads; gridDim.x = blocks;
+  pthread_barrier_init(&rlc_barrier, 0, threads);
 }
+extern "C" void rlc_end_block(void) { pthread_barrier_destroy(&rlc_barrier); }
+extern "C" void rlc_set_thread(unsigned t, unsigned b) { threadIdx.x = t; blockIdx.x = b; }
+static inline void __syncthreads(void) { pthread_barrier_wait(&rlc_barrier); }
 #define __global__
 #define __device__
 #define __forceinline__ inline
+/* One array per function, shared by the threads of the one block running. */
+#define __shared__ static
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 "#;
 
-const THREADS: u32 = 3;
+/// Threads per block and blocks: small blocks (rows longer than a block) with fewer blocks
+/// than rows, and a warp (idle threads, more blocks than some batches have rows).
+const GEOMETRIES: [(u32, u32); 2] = [(4, 2), (32, 3)];
 
 #[link(name = "dl")]
 unsafe extern "C" {
@@ -47,7 +66,8 @@ unsafe extern "C" {
 }
 
 type PassFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, *mut f32);
-type SetThread = unsafe extern "C" fn(u32, u32);
+type TwoU32 = unsafe extern "C" fn(u32, u32);
+type NoArgs = unsafe extern "C" fn();
 
 struct Lib(*mut c_void);
 
@@ -99,6 +119,7 @@ fn build(cxx: &str, dir: &Path, kernels: &[(Kernel, Schedule)]) -> PathBuf {
             "-ffp-contract=off",
             "-shared",
             "-fPIC",
+            "-pthread",
             "-w",
             "-o",
         ])
@@ -130,13 +151,49 @@ fn bytes_of(d: &Data) -> Vec<u8> {
     }
 }
 
-/// The runner's steps (`cuda::GpuKernel::run`) over host memory.
+/// One kernel launched over `blocks` emulated blocks of `threads` OS threads each, the blocks
+/// one after the other.
+fn launch(lib: &Lib, f: PassFn, (threads, blocks): (u32, u32), args: (usize, usize, i64, usize)) {
+    // SAFETY: the shim's exported functions.
+    let begin: TwoU32 = unsafe { std::mem::transmute(lib.symbol("rlc_begin_block")) };
+    let end: NoArgs = unsafe { std::mem::transmute(lib.symbol("rlc_end_block")) };
+    let set_thread: TwoU32 = unsafe { std::mem::transmute(lib.symbol("rlc_set_thread")) };
+    let (ptrs, sizes, rows, scratch) = args;
+    for b in 0..blocks {
+        // SAFETY: no thread of another block is running.
+        unsafe { begin(threads, blocks) };
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                scope.spawn(move || {
+                    // SAFETY: the buffer table, sizes and scratch outlive the scope; buffers
+                    // hold `count(level)` elements of their types, scratch `scans · cols`
+                    // floats per block. Threads write disjoint elements, or the same one
+                    // after a barrier, as on a GPU.
+                    unsafe {
+                        set_thread(t, b);
+                        f(
+                            ptrs as *const *mut u8,
+                            sizes as *const i64,
+                            rows,
+                            scratch as *mut f32,
+                        );
+                    }
+                });
+            }
+        });
+        // SAFETY: the block's threads have ended.
+        unsafe { end() };
+    }
+}
+
+/// The runner's launches (`cuda::GpuKernel::run`) over host memory: each pass, then the kernel
+/// finishing its barriers, with nothing on the host between them.
 fn run_emulated(
     lib: &Lib,
     k: &Kernel,
     s: &Schedule,
-    b: usize,
-    t: usize,
+    (b, t): (usize, usize),
+    geometry: (u32, u32),
     ins: &[Data],
 ) -> Vec<Data> {
     let sizes = k.axes_sizes(b, t);
@@ -165,56 +222,26 @@ fn run_emulated(
     let sizes_i64: Vec<i64> = sizes.iter().map(|&x| x as i64).collect();
     let rows = sizes.first().copied().unwrap_or(1);
     let cols = sizes.get(1).copied().unwrap_or(1);
-    let mut scratch = vec![0f32; (THREADS as usize * s.scans.len() * cols).max(1)];
-    // SAFETY: the shim's exported function.
-    let set_thread: SetThread = unsafe { std::mem::transmute(lib.symbol("rlc_set_thread")) };
+    let mut scratch = vec![0f32; (geometry.1 as usize * s.scans.len() * cols).max(1)];
+    let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|v| v.as_mut_ptr() as *mut u8).collect();
+    let args = (
+        ptrs.as_ptr() as usize,
+        sizes_i64.as_ptr() as usize,
+        rows as i64,
+        scratch.as_mut_ptr() as usize,
+    );
     for (p, pass) in s.passes.iter().enumerate() {
-        // SAFETY: every pass has this signature.
-        let f: PassFn = unsafe { std::mem::transmute(lib.symbol(&pass_name(k, p))) };
-        let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|v| v.as_mut_ptr() as *mut u8).collect();
-        for tid in 0..THREADS {
-            // SAFETY: buffers hold `count(level)` elements of their types, scratch
-            // `scans · cols` floats per emulated thread.
-            unsafe {
-                set_thread(tid, THREADS);
-                f(
-                    ptrs.as_ptr(),
-                    sizes_i64.as_ptr(),
-                    rows as i64,
-                    scratch.as_mut_ptr(),
-                );
-            }
+        let mut names = vec![pass_name(k, p)];
+        if !pass.host.is_empty() {
+            names.push(finish_name(k, p));
         }
-        for &bar in &pass.host {
-            let f32s =
-                |buf: &Vec<u32>| -> Vec<f32> { buf.iter().map(|&x| f32::from_bits(x)).collect() };
-            let stored = |n: usize| s.buffer_of(Role::Stored(n)).expect("stored operand");
-            let out = s.buffer_of(Role::Barrier(bar)).expect("barrier buffer");
-            match &k.node(bar).op {
-                Op::Reduce { op, x, mask } => {
-                    let xs = f32s(&bufs[stored(*x)]);
-                    let ms: Option<Vec<u8>> = mask.map(|m| {
-                        bufs[stored(m)]
-                            .iter()
-                            .flat_map(|w| w.to_ne_bytes())
-                            .collect()
-                    });
-                    let v = host::reduce_rows(*op, &xs[..rows], ms.as_ref().map(|m| &m[..rows]));
-                    bufs[out][0] = v.to_bits();
-                }
-                Op::Group { op, x, by } => {
-                    let xs = x.map(|x| f32s(&bufs[stored(x)]));
-                    let ids: Vec<i32> = bufs[stored(*by)].iter().map(|&w| w as i32).collect();
-                    let mut o = vec![0f32; rows];
-                    host::group(*op, xs.as_ref().map(|x| &x[..rows]), &ids[..rows], &mut o);
-                    for (i, v) in o.into_iter().enumerate() {
-                        bufs[out][i] = v.to_bits();
-                    }
-                }
-                _ => {}
-            }
+        for name in names {
+            // SAFETY: every kernel has this signature.
+            let f: PassFn = unsafe { std::mem::transmute(lib.symbol(&name)) };
+            launch(lib, f, geometry, args);
         }
     }
+    drop(ptrs);
     k.outputs
         .iter()
         .enumerate()
@@ -275,16 +302,20 @@ fn emitted_source_agrees_with_the_jit_on_the_cpu() {
                 poison(k, &mut ins);
             }
             let want = run_jit(k, b, t, &ins);
-            let got = run_emulated(&lib, k, s, b, t, &ins);
-            let what = format!(
-                "{} at B={b}, T={t}{}",
-                k.name,
-                if nan { " with NaN padding" } else { "" }
-            );
-            match compare(&what, &got, &want, 1e-4) {
-                Ok(w) if w > worst.0 => worst = (w, what),
-                Ok(_) => {}
-                Err(e) => panic!("{e}"),
+            for geometry in GEOMETRIES {
+                let got = run_emulated(&lib, k, s, (b, t), geometry, &ins);
+                let what = format!(
+                    "{} at B={b}, T={t}{}, {} blocks of {} threads",
+                    k.name,
+                    if nan { " with NaN padding" } else { "" },
+                    geometry.1,
+                    geometry.0
+                );
+                match compare(&what, &got, &want, 1e-4) {
+                    Ok(w) if w > worst.0 => worst = (w, what),
+                    Ok(_) => {}
+                    Err(e) => panic!("{e}"),
+                }
             }
         }
     }

@@ -1,9 +1,11 @@
 //! Fused kernels on CUDA tensors: the kernel IR of [`super::fused`], written as CUDA C,
-//! compiled by NVRTC for the tensors' device and run on libtorch's memory. Only the
-//! barriers' per-row values cross to the host; inputs and outputs stay on the device.
+//! compiled by NVRTC for the tensors' device and run on libtorch's memory. Nothing crosses to
+//! the host: the passes run a block per row where they loop over tokens, and the barriers
+//! between them (sums over rows, group statistics) are finished by kernels on the device.
 //!
 //! Ordering with libtorch: both queue work on the device's legacy default stream, so a
-//! kernel runs after the tensor operations that produced its inputs; it returns when done.
+//! kernel runs after the tensor operations that produced its inputs; every pass and finishing
+//! kernel is queued at once, and `run` returns when they are done (one wait).
 
 use super::args::Arg;
 use super::fused::{FusedError, kernel_inputs, kind_of};
