@@ -16,8 +16,8 @@
 //!   narrow (no loop over T, only [B] values): a thread per row, grid-stride
 //! extern "C" __global__ void <kernel>_finish<p>(same parameters)
 //!   the barriers after pass p, from the level-1 values it stored: a reduction to a scalar by
-//!   block 0 (f64 partials in a fixed tree), a group statistic by a thread per row
-//!   (`rlc_group`: the host's f64 sums in row order, so bit-identical to `host::group`)
+//!   block 0, a group statistic by a block per row (`rlc_group`: the block strides over every
+//!   row's id); sums in f64 like the host's, combined in the fixed tree
 //! ```
 //!
 //! The runner launches the kernels one after the other on one stream, with no host step
@@ -116,31 +116,42 @@ static __device__ double rlc_block_reduce_f64(int op, double v, unsigned char an
   __syncthreads();
   return r;
 }
-/* Row i's group statistic, as the host's `group_in`: the rows whose id is by[i], in row order,
-   summed in double, deviations taken from the group's first member. op: 0 count, 1 sum,
-   2 mean, 3 std (unbiased, 0 for a group of one). x may be null (a count). O(rows) per row. */
-static __device__ float rlc_group(int op, const float* x, const int* by, long long rows, long long i) {
+/* Row i's group statistic, as the host's `group_in` computes it: over the rows whose id is
+   by[i], in double, deviations taken from the group's first member (so a group of equal values
+   has a std of exactly 0). The block's threads stride over all rows and combine their partials
+   with the fixed tree (the host sums in row order: the two differ only in f64 rounding). op: 0
+   count, 1 sum, 2 mean, 3 std (unbiased, 0 for a group of one). x may be null (a count). Every
+   thread of the block calls it and gets the result. */
+static __device__ float rlc_group(int op, const float* x, const int* by, long long rows, long long i,
+                                  double* sh, unsigned char* sany) {
   const int g = by[i];
-  double shift = 0.0, n = 0.0, s = 0.0;
-  for (long long j = 0; j < rows; ++j) {
-    if (by[j] != g) continue;
-    const double v = x ? (double)x[j] : 0.0;
-    if (n == 0.0) shift = v;
-    n = n + 1.0;
-    s = s + (v - shift);
+  /* The first member: each thread's first match is its smallest; the block's least. */
+  double first = (double)rows;
+  for (long long j = threadIdx.x; j < rows; j += blockDim.x) {
+    if (by[j] == g) { first = (double)j; break; }
   }
-  const double mean = s / n;
+  first = rlc_block_reduce_f64(2, first, 1, sh, sany);
+  const double shift = x ? (double)x[(long long)first] : 0.0;
+  double n = 0.0, s = 0.0;
+  for (long long j = threadIdx.x; j < rows; j += blockDim.x) {
+    if (by[j] != g) continue;
+    n = n + 1.0;
+    if (x) s = s + ((double)x[j] - shift);
+  }
+  n = rlc_block_reduce_f64(0, n, 1, sh, sany);
   if (op == 0) return (float)n;
+  s = rlc_block_reduce_f64(0, s, 1, sh, sany);
+  const double mean = s / n;
   if (op == 1) return (float)(s + shift * n);
   if (op == 2) return (float)(mean + shift);
-  if (!(n > 1.0)) return 0.0f;
   double sq = 0.0;
-  for (long long j = 0; j < rows; ++j) {
+  for (long long j = threadIdx.x; j < rows; j += blockDim.x) {
     if (by[j] != g) continue;
     const double d = (x ? (double)x[j] : 0.0) - shift - mean;
     sq = sq + d * d;
   }
-  return (float)sqrt(sq / (n - 1.0));
+  sq = rlc_block_reduce_f64(0, sq, 1, sh, sany);
+  return n > 1.0 ? (float)sqrt(sq / (n - 1.0)) : 0.0f;
 }
 "#;
 
@@ -210,9 +221,10 @@ pub fn emit(kernel: &Kernel, schedule: &Schedule) -> String {
 }
 
 /// The kernel that finishes the barriers of `pass` from the level-1 values it stored. Block 0
-/// reduces to scalars (f64 partials strided over its threads, then the fixed tree); every
-/// thread of the grid takes rows for the group statistics. The barriers of one pass read only
-/// that pass's stores, never each other, so one kernel finishes them all.
+/// reduces to scalars (f64 partials strided over its threads, then the fixed tree); for the
+/// group statistics each block takes rows, its threads striding over every row's id. The
+/// barriers of one pass read only that pass's stores, never each other, so one kernel finishes
+/// them all.
 fn finish(k: &Kernel, s: &Schedule, p: usize, pass: &Pass) -> String {
     let mut used = BTreeSet::new();
     let mut body = String::new();
@@ -221,13 +233,10 @@ fn finish(k: &Kernel, s: &Schedule, p: usize, pass: &Pass) -> String {
         used.insert(b);
         format!("b{b}")
     };
-    let mut reduces = false;
-    let mut groups = false;
     for &b in &pass.host {
         let out = buffer(b, Role::Barrier);
         match &k.node(b).op {
             Op::Reduce { op, x, mask } => {
-                reduces = true;
                 let xs = buffer(*x, Role::Stored);
                 let (name, code) = match op {
                     Red::Sum => ("sum", 0),
@@ -257,7 +266,6 @@ fn finish(k: &Kernel, s: &Schedule, p: usize, pass: &Pass) -> String {
                 );
             }
             Op::Group { op, x, by } => {
-                groups = true;
                 let (name, code) = match op {
                     GroupOp::Count => ("count", 0),
                     GroupOp::Sum => ("sum", 1),
@@ -271,7 +279,7 @@ fn finish(k: &Kernel, s: &Schedule, p: usize, pass: &Pass) -> String {
                 let ids = buffer(*by, Role::Stored);
                 let _ = writeln!(
                     body,
-                    "  for (long long i = tid; i < rows; i += nthreads) {{  // %{b}: group {name}\n    {out}[i] = rlc_group({code}, {xs}, {ids}, rows, i);\n  }}"
+                    "  for (long long i = blockIdx.x; i < rows; i += gridDim.x) {{  // %{b}: group {name}, a block per row\n    const float r = rlc_group({code}, {xs}, {ids}, rows, i, rlc_dred, rlc_any);\n    if (threadIdx.x == 0) {out}[i] = r;\n  }}"
                 );
             }
             _ => {}
@@ -289,14 +297,9 @@ fn finish(k: &Kernel, s: &Schedule, p: usize, pass: &Pass) -> String {
         "extern \"C\" __global__ void {}(void** bufs, const long long* sizes, long long rows, float* scratch) {{",
         finish_name(k, p)
     );
-    if groups {
-        out.push_str("  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
-        out.push_str("  const long long nthreads = (long long)gridDim.x * blockDim.x;\n");
-    }
-    if reduces {
-        out.push_str("  __shared__ double rlc_dred[RLC_BLOCK_MAX];\n");
-        out.push_str("  __shared__ unsigned char rlc_any[RLC_BLOCK_MAX];\n");
-    }
+    // Both kinds of barrier combine the block's partials in its tree.
+    out.push_str("  __shared__ double rlc_dred[RLC_BLOCK_MAX];\n");
+    out.push_str("  __shared__ unsigned char rlc_any[RLC_BLOCK_MAX];\n");
     for &b in &used {
         let buf = &s.buffers[b];
         let ty = c_type(buf.elem);

@@ -35,9 +35,10 @@ const SCRATCH_BYTES: usize = 256 << 20;
 
 /// The launch of each kernel of a schedule for `rows` rows of `cols` positions: a wide pass's
 /// grid has a block per row (up to [`MAX_BLOCKS`] and the scratch budget; blocks then take
-/// several rows), its block [`row_threads`]; the others a thread per row, and the finishing
-/// kernels as many threads as rows (block 0 also reduces to scalars). The number of blocks of
-/// the wide passes sizes the scratch.
+/// several rows), its block [`row_threads`]; the others a thread per row; the finishing
+/// kernels a block of [`BLOCK`] threads per row (up to [`MAX_BLOCKS`]: each block's threads
+/// stride over every row for a group statistic; block 0 also reduces to scalars). The number of
+/// blocks of the wide passes sizes the scratch.
 pub struct Launches {
     pub passes: Vec<(u32, u32)>,
     pub finish: (u32, u32),
@@ -61,7 +62,7 @@ pub fn launches(s: &Schedule, rows: usize, cols: usize) -> Launches {
             .iter()
             .map(|p| if is_wide(p) { wide } else { narrow })
             .collect(),
-        finish: narrow,
+        finish: (rows.clamp(1, MAX_BLOCKS as usize) as u32, BLOCK),
         wide_blocks,
     }
 }

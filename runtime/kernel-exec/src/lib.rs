@@ -5,7 +5,7 @@
 //! - [`cuda`] compiles the passes' CUDA C (`rlc_kernel::cuda::emit`) with NVRTC and runs them
 //!   through the CUDA driver, both loaded at run time.
 //! - [`host`] finishes, on the host, the barriers between the JIT's passes (the CUDA C does the
-//!   same on the device, with the same f64 sums).
+//!   same math on the device, in f64 too).
 
 pub mod cuda;
 pub mod host;
