@@ -471,6 +471,70 @@ fn a_generator_ahead_overlaps_training_in_the_simulated_step() {
     }
 }
 
+/// A partial rollout (`pause_at: 6` of 12 tokens) reaches the plan, and the simulated step shows
+/// its generation in two parts: the tokens before the pause, and after it the rest, which starts
+/// only once the training side has sent the update it takes.
+#[test]
+fn a_partial_rollout_pauses_for_the_training_sides_weights_in_the_simulated_step() {
+    use rlc_plan::cost::{CostParams, PlanCosts};
+    use rlc_plan::simulate::Timeline;
+    let step = |plan: &Plan| {
+        let costs = PlanCosts::new(plan, &CostParams::default()).unwrap();
+        rlc_plan::simulate::simulate_step(plan, &costs, &|_| false).unwrap()
+    };
+    let text = std::fs::read_to_string(root().join("examples/grpo_async.rl")).unwrap();
+    let edited = text.replace(", staleness: 1)", ", staleness: 1, pause_at: 6)");
+    assert_ne!(edited, text);
+    let plan = plan_of_text("examples/grpo_async.rl", &edited);
+    let pause = plan.ops.iter().find_map(|op| match &op.kind {
+        OpKind::Generate { pause_at, .. } => Some(*pause_at),
+        _ => None,
+    });
+    assert_eq!(pause, Some(Some(6)));
+    let paused = step(&plan);
+    let whole = step(&plan_of("examples/grpo_async.rl"));
+    let bar = |t: &Timeline, suffix: &str| {
+        t.lanes
+            .iter()
+            .flat_map(|l| &l.bars)
+            .find(|b| b.label.ends_with(suffix))
+            .cloned()
+            .unwrap_or_else(|| panic!("no bar `…{suffix}`"))
+    };
+    let (before, after) = (
+        bar(&paused, "(to the pause)"),
+        bar(&paused, "(after the pause)"),
+    );
+    // The training lane's weight sync: when the update leaves for the generator.
+    let sync_sent = paused
+        .lanes
+        .iter()
+        .filter(|l| l.bars.iter().any(|b| b.label == "policy.update"))
+        .flat_map(|l| &l.bars)
+        .filter(|b| b.label.starts_with("weight_sync"))
+        .map(|b| b.end)
+        .fold(f64::NAN, f64::max);
+    assert!(sync_sent > before.end, "{sync_sent} {before:?}");
+    assert!(
+        after.start >= sync_sent - 1e-12,
+        "{after:?} resumes before {sync_sent}"
+    );
+    // The same work, split: the two parts last as long as the whole generation.
+    let generation = |t: &Timeline| -> f64 {
+        t.lanes
+            .iter()
+            .flat_map(|l| &l.bars)
+            .filter(|b| {
+                b.label
+                    .starts_with(&before.label.replace(" (to the pause)", ""))
+            })
+            .map(|b| b.end - b.start)
+            .sum()
+    };
+    assert!((generation(&paused) - generation(&whole)).abs() < 1e-9);
+    assert!(paused.step_seconds >= whole.step_seconds - 1e-12);
+}
+
 /// Every argument of a recipe's call reaches the plan, wherever the recipe uses it: a sample's
 /// count, a number in a kernel outside the loss, an interval, and a parameter whose default
 /// reads another (the recipe, checked on its own with its defaults too, must not leave its

@@ -152,7 +152,14 @@ fn a_program_trains_and_leaves_its_run_folder() {
 /// PPO objective on the behaviour policy's log-probs, logging the rollouts' weight version.
 #[cfg(feature = "runtime")]
 fn asynchronous(staleness: u64) -> impl Fn(&str) -> String {
+    partial(staleness, None)
+}
+
+/// [`asynchronous`], each response paused after `pause_at` tokens (a partial rollout) when given.
+#[cfg(feature = "runtime")]
+fn partial(staleness: u64, pause_at: Option<u64>) -> impl Fn(&str) -> String {
     move |p: &str| {
+        let pause = pause_at.map_or(String::new(), |at| format!(", pause_at: {at}"));
         let edits = [
             (
                 "place policy    on local[0..2] with dp(2)",
@@ -168,7 +175,7 @@ fn asynchronous(staleness: u64) -> impl Fn(&str) -> String {
             ),
             (
                 "max_new: 3)",
-                &format!("max_new: 3, staleness: {staleness})"),
+                &format!("max_new: 3, staleness: {staleness}{pause})"),
             ),
             (
                 "ppo_clip(logp, old_logp, adv)",
@@ -231,6 +238,51 @@ fn generation_runs_a_fixed_number_of_steps_ahead_and_the_run_is_reproducible() {
     let run = dir.join("run");
     // Stopped after 4 steps, resumed to the end, and resumed again with nothing left to run.
     for extra in [&["--stop-after", "4"][..], &["--resume"], &["--resume"]] {
+        let out = run_into(&source, &run, &[&["--seed", "4"][..], extra].concat());
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    assert_eq!(metrics(&run), metrics(&runs[0]));
+}
+
+/// A partial rollout (`pause_at: 1` of 3 tokens, one step ahead): each response's first token
+/// comes from the weights of k − 1 updates, the other two from those of k, taken at the pause
+/// (`rollout.version` is per token: its mean is k − 1/3 from step 1 on; step 0 has nothing to
+/// take). The run repeats itself with a seed, samples other tokens than the same job without the
+/// pause, and a run stopped and resumed ends as the uninterrupted one did.
+#[cfg(feature = "runtime")]
+#[test]
+fn a_partial_rollout_takes_the_next_weights_at_its_pause() {
+    let mut runs = Vec::new();
+    for (name, pause) in [
+        ("partial-a", Some(1)),
+        ("partial-b", Some(1)),
+        ("whole", None),
+    ] {
+        let (dir, source) = job(name, partial(1, pause));
+        let run = dir.join("run");
+        let out = run_into(&source, &run, &["--seed", "4"]);
+        assert!(out.status.success(), "{name}: {}", text(&out));
+        runs.push(run);
+    }
+    let field = |run: &Path, name: &str| -> Vec<f64> {
+        numbers(run)
+            .iter()
+            .map(|row| row.iter().find(|(n, _)| n == name).expect("logged").1)
+            .collect()
+    };
+    let versions = field(&runs[0], "version");
+    let expected = [0.0, 2.0 / 3.0, 5.0 / 3.0, 8.0 / 3.0, 11.0 / 3.0, 14.0 / 3.0];
+    assert_eq!(versions.len(), expected.len());
+    for (got, want) in versions.iter().zip(expected) {
+        assert!((got - want).abs() < 1e-6, "{versions:?}");
+    }
+    assert_eq!(metrics(&runs[0]), metrics(&runs[1]));
+    let (paused, whole) = (field(&runs[0], "reward"), field(&runs[2], "reward"));
+    assert_eq!(paused[0], whole[0], "step 0 does not pause");
+    assert_ne!(paused, whole);
+    let (dir, source) = job("partial-resumed", partial(1, Some(1)));
+    let run = dir.join("run");
+    for extra in [&["--stop-after", "3"][..], &["--resume"]] {
         let out = run_into(&source, &run, &[&["--seed", "4"][..], extra].concat());
         assert!(out.status.success(), "{}", text(&out));
     }
@@ -354,8 +406,25 @@ fn one_device(p: &str) -> String {
         .replace("local[0..2] with dp(2)", "local[0..1] with dp(1)")
 }
 
+/// How close a two-rank layout's metrics of step `step` must be to one device's. Step 0 samples
+/// from the same weights: within 1e-4. Each update then differs by rounding (two half-batch
+/// gradients reduced against one batch's), which AdamW's normalised steps at lr 1e-2 turn into
+/// differences of the order of the step size wherever a gradient is near zero; they grow with the
+/// steps. Measured, `fsdp(2)` against one device, with equal rewards and token counts each step:
+/// KL within 1.1e-4 at step 1, 2.3e-3 at step 2, 1.4e-3 at step 3 (with the sampler's earlier
+/// SplitMix64 stream: 2e-6, 4e-5, 4.4e-4). A layout that computed something else — a missing
+/// weight sync: 0.02 in the reward and 5e-3 in the KL at step 1 — fails at step 1.
+#[cfg(feature = "runtime")]
+fn one_device_bound(step: usize) -> f64 {
+    match step {
+        0 => 1e-4,
+        1 => 1e-3,
+        _ => 5e-3,
+    }
+}
+
 /// PROGRAM with both roles placed `with LAYOUT` on the two devices runs, and its metrics are
-/// those of the same program on one device: the first step's within 1e-4, the later ones close.
+/// those of the same program on one device, within [`one_device_bound`].
 #[cfg(feature = "runtime")]
 fn layout_matches_one_device(name: &str, layout: &str) {
     let (dir, one) = job(&format!("{name}-one"), one_device);
@@ -372,7 +441,7 @@ fn layout_matches_one_device(name: &str, layout: &str) {
     for step in 0..4 {
         let diff = metric_diff(&a, &b, step);
         eprintln!("{layout} step {step}: metrics within {diff:e} of one device");
-        let bound = if step == 0 { 1e-4 } else { 1e-3 };
+        let bound = one_device_bound(step);
         assert!(
             diff < bound,
             "{layout} step {step}: {:?} vs one device {:?}",
@@ -400,8 +469,8 @@ fn a_sharded_job_matches_one_device() {
 
 /// PROGRAM with the policy training `with TRAIN` and generating `with GENERATE` on the same two
 /// devices: the weight sync after each update re-shards the trained weights into the generation
-/// layout. Its metrics are those of one device (step 0 within 1e-4, later within 1e-3) and of
-/// the policy in `TRAIN` alone (within 1e-6). Without the sync the generation layout would keep
+/// layout. Its metrics are those of one device (within [`one_device_bound`]) and of the policy
+/// in `TRAIN` alone (within 1e-6). Without the sync the generation layout would keep
 /// the initial weights: from step 1 on the rollouts, and so the rewards and KL, would differ (by
 /// 0.02 in the reward and 5e-3 in the KL of step 1, measured).
 #[cfg(feature = "runtime")]
@@ -436,7 +505,7 @@ fn two_layouts_match_one(name: &str, train: &str, generate: &str) {
             "{train} → {generate} step {step}: metrics within {diff:e} of one device, {same:e} of \
              {train} alone"
         );
-        let bound = if step == 0 { 1e-4 } else { 1e-3 };
+        let bound = one_device_bound(step);
         assert!(
             diff < bound,
             "{train} → {generate} step {step}: {:?} vs one device {:?}",

@@ -886,6 +886,15 @@ fn setting_cases() -> Vec<Case> {
                 "2 2",
             ),
         ),
+        with_base(
+            SPLIT,
+            generate(
+                "pause_at",
+                "max_new: 4, staleness: 1, pause_at: 2)",
+                |r| format!("{:?}", r.generate.pause_at),
+                "Some(2)",
+            ),
+        ),
         // Training: the update op's fields, which `exec::update` reads.
         case(
             "update",

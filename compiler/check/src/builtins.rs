@@ -145,6 +145,7 @@ pub const GENERATE: &[(&str, bool)] = &[
     ("max_turns", false),
     ("max_obs", false),
     ("staleness", false),
+    ("pause_at", false),
 ];
 
 /// `role.update(…) { … }`'s parameters.

@@ -464,6 +464,11 @@ pub struct Sampling {
     /// `staleness: s`: the rollout may come from weights up to `s` updates old, so that its
     /// generation overlaps the training of the `s` steps before (0, or `None`: synchronous).
     pub staleness: Option<Sourced<i64>>,
+    /// `pause_at: p`: a partial rollout. The generator pauses each response after its `p`-th
+    /// token, takes the next version of the weights (one update newer), recomputes the prompt's
+    /// and those tokens' cache with it and goes on: tokens from position `p` on are one update
+    /// fresher. Needs `staleness` ≥ 1.
+    pub pause_at: Option<Sourced<i64>>,
 }
 
 /// The multi-turn settings of a `generate` call.

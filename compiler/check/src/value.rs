@@ -385,21 +385,22 @@ pub fn env_rollout_record(rows: Dim, response: Dim) -> RecordVal {
 /// Fields of the record a `generate` call returns: a rollout's, `logp` (`f32[B, T]`), the
 /// log-probability of each response token under the weights that sampled it (the behaviour
 /// policy's, which an asynchronous rollout's off-policy correction needs), and `version`
-/// (`i32[B]`), how many updates those weights had seen.
+/// (`i32[B, T]`), how many updates those weights had seen, token by token (a partial rollout
+/// changes weights mid-response).
 pub fn sampled_rollout_record(rows: Dim, response: Dim) -> RecordVal {
     let mut record = rollout_record(rows.clone(), response.clone());
     record.fields.push((
         "logp".into(),
         Val::Tensor(TensorTy {
             dtype: DType::F32,
-            dims: vec![rows.clone(), response],
+            dims: vec![rows.clone(), response.clone()],
         }),
     ));
     record.fields.push((
         "version".into(),
         Val::Tensor(TensorTy {
             dtype: DType::I32,
-            dims: vec![rows],
+            dims: vec![rows, response],
         }),
     ));
     record

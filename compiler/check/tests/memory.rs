@@ -842,7 +842,7 @@ fn help_suggests_recompute_when_activations_dominate() {
 }
 
 /// Generating `staleness` steps ahead keeps that many rollouts waiting: 16 rows of 8 + 8
-/// positions, 23 bytes each (token 8, log-prob 4, three masks 3, target 8), per step ahead.
+/// positions, 31 bytes each (token 8, log-prob 4, version 8, three masks 3, target 8), per step ahead.
 #[test]
 fn rollouts_generated_ahead_count_in_the_generators_memory() {
     let with = |staleness: Option<i64>| {
@@ -855,14 +855,15 @@ fn rollouts_generated_ahead_count_in_the_generators_memory() {
             top_k: None,
             env: None,
             staleness: staleness.map(n),
+            pause_at: None,
         });
         let p = one_policy(small(), Phase::Generate, 0..1, L::default(), c);
         phase_of(&p, 0, Phase::Generate).activations
     };
     let synchronous = with(None);
     assert_eq!(with(Some(0)), synchronous);
-    assert_eq!(with(Some(1)) - synchronous, 16.0 * 16.0 * 23.0);
-    assert_eq!(with(Some(3)) - synchronous, 3.0 * 16.0 * 16.0 * 23.0);
+    assert_eq!(with(Some(1)) - synchronous, 16.0 * 16.0 * 31.0);
+    assert_eq!(with(Some(3)) - synchronous, 3.0 * 16.0 * 16.0 * 31.0);
 }
 
 #[test]

@@ -1031,6 +1031,13 @@ pub enum OpKind {
         /// that many steps ahead of training (see `WeightSync::lag`). 0: synchronous.
         #[serde(default, skip_serializing_if = "is_zero")]
         staleness: u64,
+        /// A partial rollout: each response pauses after this many tokens while the generator
+        /// takes the next version of the weights (the sync of `WeightSync::lag` into this
+        /// instance, received here instead of after the step), recomputes the prompt's and those
+        /// tokens' cache with it and continues. Tokens from this position on are one update
+        /// fresher (`rollout.version`). Needs `staleness` ≥ 1; absent: no pause.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pause_at: Option<u64>,
     },
     Logprobs {
         role: String,

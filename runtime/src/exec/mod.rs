@@ -27,6 +27,7 @@ mod job;
 mod kernel;
 mod lagged;
 mod lines;
+mod partial;
 mod rank;
 mod roles;
 mod rollout;
@@ -456,7 +457,8 @@ fn supported(plan: &Plan) -> Result<()> {
         });
         if src.intersects(&dst) || other_traffic {
             return Err(RunError::Unsupported(format!(
-                "`{}` runs {lag} step(s) behind on ranks that {}: `rlc run` overlaps generation                  with training only between ranks that exchange nothing else",
+                "`{}` runs {lag} step(s) behind on ranks that {}: `rlc run` overlaps generation \
+                 with training only between ranks that exchange nothing else",
                 op.label,
                 if src.intersects(&dst) {
                     "also train"

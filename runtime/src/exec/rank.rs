@@ -126,6 +126,9 @@ pub struct Rank<'j> {
     /// On a rank that trains a role whose generator runs behind: the versions of its weights a
     /// coming checkpoint saves, with their version (`lagged.rs`).
     pub(super) history: BTreeMap<String, super::lagged::History>,
+    /// The weight sync (op id) a partial rollout of this step received at its pause, which the
+    /// op itself then skips (`partial.rs`).
+    pub(super) received_early: Option<u32>,
 }
 
 impl<'j> Rank<'j> {
@@ -231,6 +234,7 @@ impl<'j> Rank<'j> {
             synced: HashMap::new(),
             updated: HashMap::new(),
             history: BTreeMap::new(),
+            received_early: None,
         })
     }
 
@@ -447,53 +451,86 @@ impl<'j> Rank<'j> {
                     specials,
                 };
                 let total = samples.len() as i64 * parts as i64;
-                let rollout = match env {
-                    Some(env) => {
-                        // Cloned out of the borrowed input: the session borrows the rank.
-                        let (samples, dataset) = (samples.clone(), dataset.to_string());
-                        self.env_rollout(op, step, env, &samples, first, total, &how, &dataset)?
-                    }
-                    None => {
-                        let state = self.role_in(role, op)?;
-                        let model = state.decode();
-                        match (&state.model, group) {
-                            (Model::Fsdp(_), Some((group, group_first))) => {
-                                // The group's rows, then this rank's: rows `first..` of the
-                                // batch.
-                                let all = rollout::rollout(
-                                    model,
-                                    group,
-                                    *group_first,
-                                    total,
-                                    &how,
-                                    self.device,
-                                )?;
-                                let start = (first - group_first) * how.n;
-                                let count = samples.len() as i64 * how.n;
-                                all.select(&Tensor::arange_start(
-                                    start,
-                                    start + count,
-                                    (Kind::Int64, self.device),
-                                ))
-                            }
-                            (Model::Fsdp(_), None) => {
-                                return Err(RunError::Unsupported(format!(
-                                    "`{}`: generating under FSDP from prompts sampled in another \
-                                     layout",
-                                    op.label
-                                )));
-                            }
-                            _ => rollout::rollout(model, samples, first, total, &how, self.device)?,
+                let version = self.weights_version(role, op);
+                let pause = self.pause_of(op, settings.pause_at, step);
+                let (rollout, versions) = match pause {
+                    Some(pause) => {
+                        if env.is_some() || group.is_some() {
+                            return Err(RunError::Unsupported(format!(
+                                "`{}`: a partial rollout (`pause_at`) of a multi-turn or FSDP \
+                                 generation",
+                                op.label
+                            )));
                         }
+                        let samples = samples.clone();
+                        let (rollout, versions) =
+                            self.paused_rollout(op, &pause, &samples, first, total, &how, version)?;
+                        (rollout, Some(versions))
                     }
+                    None => (
+                        match env {
+                            Some(env) => {
+                                // Cloned out of the borrowed input: the session borrows the rank.
+                                let (samples, dataset) = (samples.clone(), dataset.to_string());
+                                self.env_rollout(
+                                    op, step, env, &samples, first, total, &how, &dataset,
+                                )?
+                            }
+                            None => {
+                                let state = self.role_in(role, op)?;
+                                let model = state.decode();
+                                match (&state.model, group) {
+                                    (Model::Fsdp(_), Some((group, group_first))) => {
+                                        // The group's rows, then this rank's: rows `first..` of the
+                                        // batch.
+                                        let all = rollout::rollout(
+                                            model,
+                                            group,
+                                            *group_first,
+                                            total,
+                                            &how,
+                                            self.device,
+                                        )?;
+                                        let start = (first - group_first) * how.n;
+                                        let count = samples.len() as i64 * how.n;
+                                        all.select(&Tensor::arange_start(
+                                            start,
+                                            start + count,
+                                            (Kind::Int64, self.device),
+                                        ))
+                                    }
+                                    (Model::Fsdp(_), None) => {
+                                        return Err(RunError::Unsupported(format!(
+                                            "`{}`: generating under FSDP from prompts sampled in another \
+                                     layout",
+                                            op.label
+                                        )));
+                                    }
+                                    _ => rollout::rollout(
+                                        model,
+                                        samples,
+                                        first,
+                                        total,
+                                        &how,
+                                        self.device,
+                                    )?,
+                                }
+                            }
+                        },
+                        None,
+                    ),
                 };
                 let mut rollout = rollout;
-                let version = self.weights_version(role, op);
-                let rows = rollout.rows();
-                rollout.fields.push((
-                    rollout::VERSION.into(),
-                    Tensor::full([rows], version as i64, (Kind::Int64, self.device)),
-                ));
+                let versions = versions.unwrap_or_else(|| {
+                    rollout::versions(
+                        rollout.rows(),
+                        rollout.response_len,
+                        version,
+                        None,
+                        self.device,
+                    )
+                });
+                rollout.fields.push((rollout::VERSION.into(), versions));
                 let local = rollout
                     .field("mask")
                     .map_or(0.0, |m| m.sum(Kind::Double).double_value(&[]));
@@ -560,7 +597,12 @@ impl<'j> Rank<'j> {
                 ..
             } => {
                 let resharding = super::resharding(self.job.plan, op);
-                if resharding && self.syncs_now(from, *lag, step) {
+                // A partial rollout received these weights at its pause.
+                let received = self.received_early == Some(op.id);
+                if received {
+                    self.received_early = None;
+                }
+                if resharding && !received && self.syncs_now(from, *lag, step) {
                     self.weight_sync(role, from, to, moves, None)?;
                     if !self.in_instance(from) {
                         *self.synced.entry(to.clone()).or_default() += 1;

@@ -34,9 +34,133 @@ pub fn rollout(
     how: &Sampling,
     device: Device,
 ) -> Result<Rollout> {
-    let pad = how.specials.pad;
     let (prompt_ids, prompt_mask, config) = decoder_input(samples, first, total, how, device);
     let out = generate(model, &prompt_ids, &prompt_mask, &config)?;
+    Ok(assemble(out, samples, first, how, device))
+}
+
+/// The first tokens of a partial rollout (`generate(…, pause_at: p)`), sampled by the weights
+/// before the pause.
+pub struct Paused {
+    out: crate::generate::Rollout,
+    config: GenerateConfig,
+}
+
+/// [`rollout`] up to the pause: the first `pause_at` tokens of each response (fewer where every
+/// row stopped before).
+pub fn start(
+    model: &dyn Decode,
+    samples: &[Sample],
+    first: i64,
+    total: i64,
+    how: &Sampling,
+    pause_at: i64,
+    device: Device,
+) -> Result<Paused> {
+    let (prompt_ids, prompt_mask, mut config) = decoder_input(samples, first, total, how, device);
+    config.max_new = pause_at.min(how.max_new);
+    let out = generate(model, &prompt_ids, &prompt_mask, &config)?;
+    Ok(Paused { out, config })
+}
+
+/// The rest of a paused rollout, sampled by `model` (the next weights). The cache of each row's
+/// prompt and first tokens is computed again with them, so every later token is sampled from,
+/// and its `logp` is, the new policy's distribution given the whole prefix; a cache kept from the
+/// old weights would mix the two policies, and no log-prob would be the behaviour policy's.
+/// Rows that stopped before the pause get padding. The numbers drawn are those of the whole
+/// batch, like the first part's, from a stream of their own.
+pub fn finish(
+    model: &dyn Decode,
+    paused: Paused,
+    samples: &[Sample],
+    first: i64,
+    how: &Sampling,
+    device: Device,
+) -> Result<Rollout> {
+    let Paused { out, mut config } = paused;
+    let pause_at = config.max_new;
+    let width = out.response_ids.size()[1];
+    let goes_on = if width < pause_at || how.max_new <= pause_at {
+        None
+    } else {
+        let last = out.response_ids.select(1, pause_at - 1);
+        let alive = out
+            .response_mask
+            .select(1, pause_at - 1)
+            .to_kind(Kind::Bool);
+        let stopped = how
+            .specials
+            .eos
+            .map_or_else(|| alive.zeros_like(), |eos| last.eq(eos));
+        Some(alive.logical_and(&stopped.logical_not()))
+    };
+    let Some(goes_on) = goes_on.filter(|g| g.any().int64_value(&[]) != 0) else {
+        return Ok(assemble(out, samples, first, how, device));
+    };
+    let ids = Tensor::cat(&[&out.prompt_ids, &out.response_ids], 1);
+    let mask = Tensor::cat(&[&out.prompt_mask, &out.response_mask.ones_like()], 1);
+    config.max_new = how.max_new - pause_at;
+    config.samples_per_prompt = 1;
+    config.seed = continued_seed(config.seed);
+    let more = generate(model, &ids, &mask, &config)?;
+    let keep = goes_on.unsqueeze(1);
+    let response_ids = Tensor::cat(
+        &[
+            &out.response_ids,
+            &more.response_ids.where_scalarother(&keep, how.specials.pad),
+        ],
+        1,
+    );
+    let response_mask = Tensor::cat(&[&out.response_mask, &(&more.response_mask * &keep)], 1);
+    let token_logprobs = Tensor::cat(&[&out.token_logprobs, &(&more.token_logprobs * &keep)], 1);
+    let whole = crate::generate::Rollout {
+        response_ids,
+        response_mask,
+        token_logprobs,
+        logits: None,
+        ..out
+    };
+    Ok(assemble(whole, samples, first, how, device))
+}
+
+/// The random stream of a paused rollout's second part, from its first part's seed.
+fn continued_seed(seed: u64) -> u64 {
+    let mut rng = crate::rng::Rng::new(seed ^ 0xA076_1D64_78BD_642F);
+    rng.next_u64()
+}
+
+/// The versions of the weights that sampled each token, `[rows, width]` int64: `before` for all,
+/// or, for a rollout paused at `p` that then took the next weights, `after` from position `p`.
+pub fn versions(
+    rows: i64,
+    width: i64,
+    before: u64,
+    pause: Option<(i64, u64)>,
+    device: Device,
+) -> Tensor {
+    let all = Tensor::full([rows, width], before as i64, (Kind::Int64, device));
+    match pause {
+        Some((p, after)) if p < width => {
+            let later = Tensor::arange(width, (Kind::Int64, device))
+                .ge(p)
+                .unsqueeze(0)
+                .expand([rows, width], false);
+            all.masked_fill(&later, after as i64)
+        }
+        _ => all,
+    }
+}
+
+/// A single-turn rollout's fields from what the decoder produced: responses padded to
+/// `max_new` (so every rank's rows line up), the mask and last-token marks, targets, groups.
+fn assemble(
+    out: crate::generate::Rollout,
+    samples: &[Sample],
+    first: i64,
+    how: &Sampling,
+    device: Device,
+) -> Rollout {
+    let pad = how.specials.pad;
     let rows = out.response_ids.size()[0];
     // Responses that all stopped early are padded to `max_new`, so every rank's rows line up.
     let width = out.response_ids.size()[1];
@@ -74,7 +198,7 @@ pub fn rollout(
     let attention = Tensor::cat(&[&out.prompt_mask, &response.ones_like()], 1);
     // 0 in the columns added after the generated width (masked, as the padding there is).
     let sampled = out.token_logprobs.constant_pad_nd([0, extra]);
-    Ok(Rollout {
+    Rollout {
         fields: vec![
             ("prompt".into(), out.prompt_ids),
             ("response".into(), response),
@@ -89,7 +213,7 @@ pub fn rollout(
         attention,
         prompt_len,
         response_len: how.max_new,
-    })
+    }
 }
 
 /// The left-padded prompts of `samples` (with their mask) on `device`, and the decoder's
@@ -196,9 +320,9 @@ pub fn env_rollout(
 /// the behaviour policy's, which a program reads as `rollout.logp`.
 pub const SAMPLED_LOGPROBS: &str = "logp";
 
-/// The rollout field that holds how many updates the weights that sampled each row had seen,
-/// `[R]` int32 (`rollout.version`): the step for a synchronous rollout, `staleness` fewer for
-/// an asynchronous one.
+/// The rollout field that holds how many updates the weights that sampled each token had seen,
+/// `[R, N]` (`rollout.version`): the step for a synchronous rollout, `staleness` fewer for an
+/// asynchronous one, and one more from the pause on for a partial one.
 pub const VERSION: &str = "version";
 
 /// The rollout field that holds each row's row in its dataset (`Sample::row`, -1 for none),
@@ -368,3 +492,7 @@ mod tests {
         assert_eq!(mask, vec![vec![1, 0, 0, 0, 0, 0]; 2]);
     }
 }
+
+#[cfg(test)]
+#[path = "partial_tests.rs"]
+mod partial_tests;

@@ -39,6 +39,8 @@ pub struct GenerateSettings {
     pub sampling: SamplingConfig,
     /// How many updates old the rollout's weights may be (the generator runs that far ahead).
     pub staleness: u64,
+    /// A partial rollout: the position where each response pauses to take the next weights.
+    pub pause_at: Option<i64>,
 }
 
 /// Role `name`'s settings, its schedule spanning `optimizer_steps` optimizer steps.
@@ -133,6 +135,7 @@ pub fn generate(kind: &OpKind, label: &str) -> Result<GenerateSettings> {
         top_p,
         top_k,
         staleness,
+        pause_at,
         ..
     } = kind
     else {
@@ -149,6 +152,7 @@ pub fn generate(kind: &OpKind, label: &str) -> Result<GenerateSettings> {
             top_p: top_p.filter(|&p| p < 1.0),
         },
         staleness: *staleness,
+        pause_at: pause_at.map(|p| p as i64),
     })
 }
 

@@ -1,6 +1,7 @@
 //! Asynchronous rollouts (`generate(…, staleness: s)`): generation may run up to `s` policy
 //! versions ahead of training, which needs devices of its own, and a loss that corrects for the
-//! stale behaviour policy.
+//! stale behaviour policy. A partial rollout (`pause_at: p`) takes the next weights mid-response,
+//! which only an asynchronous, single-turn generation has to take.
 
 use crate::program::*;
 use rlc_diagnostics::{Code, Diagnostic};
@@ -10,6 +11,9 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
         return;
     };
     for call in &pipeline.calls {
+        if let Some(sampling) = &call.sampling {
+            partial(sampling, diags);
+        }
         let Some(s) = call.sampling.as_ref().and_then(|s| s.staleness) else {
             continue;
         };
@@ -53,6 +57,42 @@ pub fn check(program: &Program, diags: &mut Vec<Diagnostic>) {
                 .help("weigh the loss by the behaviour policy's log-probs, `rollout.logp`: `decoupled_ppo_clip(logp, old_logp, rollout.logp, adv)` or `ppo_clip_tis(…)` from std.algo"),
             );
         }
+    }
+}
+
+/// `pause_at: p` lies inside the response, on a generation that has newer weights to take (one
+/// `staleness` ≥ 1 ahead) and one turn to pause (an environment's turns have no single position).
+fn partial(sampling: &Sampling, diags: &mut Vec<Diagnostic>) {
+    let Some(p) = sampling.pause_at else {
+        return;
+    };
+    let invalid = |message: String, label: &str, help: &str| {
+        Diagnostic::new(Code::InvalidSampling, message, p.origin.file, p.origin.span)
+            .primary_label(label)
+            .help(help)
+    };
+    let max_new = sampling.max_new.value;
+    if !(1..max_new).contains(&p.value) {
+        diags.push(invalid(
+            format!("`pause_at: {}` is not inside a response of `max_new: {max_new}` tokens", p.value),
+            &format!("must be 1 to {}", max_new.saturating_sub(1).max(1)),
+            "the number of tokens a response gets from the older weights before it takes the next version",
+        ));
+    } else if sampling.staleness.is_none_or(|s| s.value < 1) {
+        diags.push(invalid(
+            format!("`pause_at: {}` on a synchronous generation: there are no newer weights to take mid-response", p.value),
+            "needs `staleness: 1` or more",
+            "a partial rollout pauses a generation that runs ahead of training to take the update that training finishes meanwhile; add `staleness: 1`, or leave `pause_at` out",
+        ));
+    } else if let Some(env) = &sampling.env {
+        diags.push(
+            invalid(
+                "a multi-turn rollout cannot pause at a token position yet".into(),
+                "a partial rollout",
+                "leave `pause_at` out of a generation with `env:`; its turns and observations have no one position to pause at",
+            )
+            .label(env.origin.file, env.origin.span, "turns with an environment"),
+        );
     }
 }
 

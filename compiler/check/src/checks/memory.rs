@@ -276,7 +276,7 @@ fn layer_activations(arch: &Arch, layout: &Layout, bytes: f64, s: f64, m: f64) -
 }
 
 /// Bytes of a finished rollout per row and position (see the generate phase of [`breakdown`]).
-pub const ROLLOUT_BYTES_PER_POSITION: f64 = 23.0;
+pub const ROLLOUT_BYTES_PER_POSITION: f64 = 31.0;
 
 /// The per-device estimate of `model` running `phase` with `layout` for `call`.
 pub fn breakdown(
@@ -378,8 +378,9 @@ pub fn breakdown(
                 out.activations = 4.0 * n * v / tp as f64;
             }
             // Generating `staleness` steps ahead keeps that many finished rollouts waiting for
-            // training: per position a token (8 bytes), the sampler's log-prob (4) and its
-            // masks (`mask`, `last`, attention: 3), and the target (8).
+            // training: per position a token (8 bytes), the sampler's log-prob (4), the version
+            // of the weights that sampled it (8), its masks (`mask`, `last`, attention: 3), and
+            // the target (8).
             let ahead = call
                 .sampling
                 .as_ref()

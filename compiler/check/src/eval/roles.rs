@@ -292,6 +292,7 @@ impl Evaluator<'_> {
                     "max_turns",
                     "max_obs",
                     "staleness",
+                    "pause_at",
                 ];
                 let diag = match v.as_float() {
                     Some(f) if !f.is_finite() => {
@@ -350,6 +351,8 @@ impl Evaluator<'_> {
         let top_k = bound[5].and_then(|a| self.const_arg(frame, Some(a), "top_k", Val::Int(None)));
         let staleness =
             bound[9].and_then(|a| self.const_arg(frame, Some(a), "staleness", Val::Int(None)));
+        let pause_at =
+            bound[10].and_then(|a| self.const_arg(frame, Some(a), "pause_at", Val::Int(None)));
         let env = self.generate_env(
             frame,
             e.span,
@@ -447,6 +450,7 @@ impl Evaluator<'_> {
             top_k: top_k.as_ref().map(sourced_i),
             env: env.clone(),
             staleness: staleness.as_ref().map(sourced_i),
+            pause_at: pause_at.as_ref().map(sourced_i),
         });
         let rows_dim = rows.map_or(Dim::Sym("B".into()), |r| Dim::Size(r.max(0) as u64));
         let resp_dim = response_len.map_or(Dim::Sym("T".into()), |t| Dim::Size(t.max(0) as u64));

@@ -547,6 +547,7 @@ impl<'a> Lowerer<'a> {
                     staleness: s
                         .and_then(|s| s.staleness)
                         .map_or(0, |v| v.value.max(0) as u64),
+                    pause_at: s.and_then(|s| s.pause_at).map(|p| p.value.max(0) as u64),
                 }
             }
             prog::Op::Logprobs => OpKind::Logprobs {

@@ -171,6 +171,9 @@ struct Ahead {
     crosses: Vec<bool>,
     /// By op: it runs only on generating lanes.
     only_ahead: Vec<bool>,
+    /// By op: a partial rollout (`pause_at`) waits, after this fraction of its work, for the
+    /// source side of this weight sync (the update training finishes meanwhile).
+    pauses: Vec<Option<(usize, f64)>>,
 }
 
 impl Ahead {
@@ -209,10 +212,30 @@ impl Ahead {
         let only_ahead = (0..plan.ops.len())
             .map(|op| side(op) == (true, false))
             .collect();
+        let pauses = plan
+            .ops
+            .iter()
+            .map(|op| {
+                let OpKind::Generate {
+                    pause_at: Some(at),
+                    max_new: Some(max_new),
+                    ..
+                } = &op.kind
+                else {
+                    return None;
+                };
+                let instance = op.instance.as_deref()?;
+                let sync = plan.ops.iter().position(|o| {
+                    matches!(&o.kind, OpKind::WeightSync { to, lag, .. } if to == instance && *lag > 0)
+                })?;
+                Some((sync, *at as f64 / (*max_new).max(1) as f64))
+            })
+            .collect();
         Ahead {
             lanes,
             crosses,
             only_ahead,
+            pauses,
         }
     }
 
@@ -259,6 +282,8 @@ pub fn simulate_step(
     let mut arrived = vec![0usize; plan.ops.len()];
     let mut ready = vec![0.0f64; plan.ops.len()];
     let mut finish: Vec<Option<f64>> = vec![None; plan.ops.len()];
+    // When the training side finished each op (what a paused generation waits for).
+    let mut training_finish: Vec<Option<f64>> = vec![None; plan.ops.len()];
     // Ops no program runs finish as soon as their dependencies have.
     for (i, op) in plan.ops.iter().enumerate() {
         if lanes_of[i].is_empty() {
@@ -328,7 +353,21 @@ pub fn simulate_step(
                             break;
                         }
                         let d = if runs(op) { costs.op_seconds[op] } else { 0.0 };
-                        let end = start + d;
+                        let mut end = start + d;
+                        // A partial rollout: the tokens before the pause, then a wait for the
+                        // weights training makes meanwhile, then the rest.
+                        let mut paused = None;
+                        if let (true, Some((sync, fraction))) = (ahead.lanes[li], ahead.pauses[op])
+                            && d > 0.0
+                        {
+                            let Some(weights) = training_finish[sync] else {
+                                break;
+                            };
+                            let pause = start + fraction * d;
+                            let resume = pause.max(weights);
+                            end = resume + (1.0 - fraction) * d;
+                            paused = Some((pause, resume));
+                        }
                         // Run by each side on its own, it ends when the later one is done.
                         finish[op] = Some(match finish[op] {
                             Some(f) if alone => f.max(end),
@@ -343,13 +382,31 @@ pub fn simulate_step(
                         } else {
                             lanes_of[op].clone()
                         };
+                        if !ahead.lanes[li] {
+                            training_finish[op] = Some(end);
+                        }
                         for &lj in &these {
-                            if d > 0.0 && !handed_off {
+                            let label = &plan.ops[op].label;
+                            let kind = BarKind::of(&plan.ops[op].kind);
+                            if let Some((pause, resume)) = paused {
+                                lanes[lj].bars.push(Bar {
+                                    start,
+                                    end: pause,
+                                    label: format!("{label} (to the pause)"),
+                                    kind,
+                                });
+                                lanes[lj].bars.push(Bar {
+                                    start: resume,
+                                    end,
+                                    label: format!("{label} (after the pause)"),
+                                    kind,
+                                });
+                            } else if d > 0.0 && !handed_off {
                                 lanes[lj].bars.push(Bar {
                                     start,
                                     end,
-                                    label: plan.ops[op].label.clone(),
-                                    kind: BarKind::of(&plan.ops[op].kind),
+                                    label: label.clone(),
+                                    kind,
                                 });
                             }
                             time[lj] = if handed_off { start } else { end };

@@ -734,8 +734,22 @@ fn operation(plan: &Plan, i: usize, op: &Op, sizes: &[Option<RoleSize>], out: &m
             top_p,
             top_k,
             env,
-            staleness: _,
+            staleness,
+            pause_at,
         } => {
+            if let Some(p) = pause_at {
+                let inside = max_new.is_some_and(|m| (1..m).contains(p));
+                if !inside || *staleness == 0 || env.is_some() {
+                    out.push(err(
+                        PlanCode::OutOfRange,
+                        format!("{kind}/pause_at"),
+                        format!(
+                            "`pause_at` {p} of `{label}` needs a single-turn generation with `staleness` ≥ 1 and a pause inside its `max_new` {}",
+                            max_new.map_or("(unknown)".into(), |m| m.to_string())
+                        ),
+                    ));
+                }
+            }
             let ok = counts(
                 out,
                 &[
