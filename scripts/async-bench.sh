@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Asynchronous against synchronous generation (not run in CI; issue #25): examples/grpo_async.rl
-# (generation and the reference on one CPU, training on the other, `staleness: 1`) and the same
-# job with `staleness: 0`, on the same placement, alternately, ROUNDS times each, STEPS steps a
-# run. Prints, per run and as medians: the median step, samples per second (responses of a step
+# (generation and the reference on one CPU, training on the other, `staleness: 1`), the same
+# job with `staleness: 0`, and with partial rollouts (`staleness: 1, pause_at: 3`: tokens from
+# the fourth on sampled by the next weights), on the same placement, alternately, ROUNDS times
+# each, STEPS steps a run. Prints, per run and as medians: the median step, samples per second (responses of a step
 # over the median step), the share of the synchronous step the rollout side takes (generation
 # and the reference's forward pass, on their own device), the steps and seconds until the
 # rolling mean reward of 10 steps first reaches 0.8, and the ratio of throughputs. Results in
@@ -22,7 +23,12 @@ from pathlib import Path
 out, steps, rounds = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 source = Path("examples/grpo_async.rl").read_text()
 assert ", staleness: 1)" in source, "examples/grpo_async.rl no longer says `staleness: 1`"
-jobs = {"staleness 1": source, "staleness 0": source.replace(", staleness: 1)", ")")}
+jobs = {
+    "staleness 1": source,
+    "staleness 0": source.replace(", staleness: 1)", ")"),
+    "pause_at 3": source.replace(", staleness: 1)", ", staleness: 1, pause_at: 3)"),
+}
+names = ["staleness 0", "staleness 1", "pause_at 3"]
 for name, text in jobs.items():
     (out / f"{name.replace(' ', '_')}.rl").write_text(text)
 
@@ -52,7 +58,7 @@ def run(name, k):
 
 results = []
 for k in range(rounds):
-    for name in ["staleness 0", "staleness 1"]:
+    for name in names:
         r = run(name, k)
         results.append(r)
         hit = f"step {r['hit']} ({r['secs']:.1f} s)" if r["hit"] else f"not within {steps}"
@@ -69,11 +75,12 @@ sync_step, async_step = med("staleness 0", "step"), med("staleness 1", "step")
 print()
 print("| | median step | samples/s | rollout side (share of the synchronous step) | rolling-10 ≥ 0.8 |")
 print("|---|---|---|---|---|")
-for name in ["staleness 0", "staleness 1"]:
+for name in names:
     hit, secs = med(name, "hit"), med(name, "secs")
     reach = f"step {hit:.0f} ({secs:.1f} s)" if hit else f"not within {steps}"
     share = med(name, "rollout") / sync_step * 100
     print(f"| {name} | {med(name, 'step') * 1e3:.1f} ms | {med(name, 'rate'):.0f} | "
           f"{med(name, 'rollout') * 1e3:.1f} ms ({share:.0f} %) | {reach} |")
 print(f"\nthroughput, staleness 1 / staleness 0: {sync_step / async_step:.2f}x")
+print(f"throughput, pause_at 3 / staleness 0: {sync_step / med('pause_at 3', 'step'):.2f}x")
 PY
