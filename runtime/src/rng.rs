@@ -1,4 +1,6 @@
-//! A small seeded random-number generator owned by the caller.
+//! A small seeded random-number generator owned by the caller (weight initialisation, data
+//! sampling, seeds of streams); the sampler of generation draws from the counter-based
+//! `generate::philox` instead, which runs on the device.
 //!
 //! libtorch's generator is process-global, so two tests (or two ranks) drawing from it at the same
 //! time would interleave. Drawing on the Rust side keeps a seed's stream independent of threads
@@ -6,7 +8,7 @@
 
 use tch::Tensor;
 
-/// SplitMix64: tiny state, full 64-bit period, good enough for weight init and sampling. Its
+/// SplitMix64: tiny state, full 64-bit period, good enough for weight init and data sampling. Its
 /// state after `n` draws is `seed + n·γ`, so any point of a stream is reached in one step
 /// ([`Rng::skip`]): a rank draws its slice of a weight without drawing the rest.
 #[derive(Debug, Clone)]
@@ -53,12 +55,6 @@ impl Rng {
         let count: i64 = shape.iter().product();
         let values: Vec<f32> = (0..count).map(|_| (self.normal() * std) as f32).collect();
         Tensor::from_slice(&values).reshape(shape)
-    }
-
-    /// A float64 CPU tensor of `count` uniforms in [0, 1).
-    pub fn uniform_tensor(&mut self, count: i64) -> Tensor {
-        let values: Vec<f64> = (0..count).map(|_| self.uniform()).collect();
-        Tensor::from_slice(&values)
     }
 }
 

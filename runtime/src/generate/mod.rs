@@ -1,6 +1,7 @@
 //! Batched autoregressive generation: the prompts (left-padded) are prefilled once, then each
 //! step decodes one token per row from the KV cache.
 
+pub mod philox;
 mod sampling;
 mod turns;
 
@@ -12,7 +13,6 @@ use tch::{Kind, Tensor};
 
 use crate::collectives::CollectiveError;
 use crate::model::{KvCache, ModelConfig, Transformer};
-use crate::rng::Rng;
 
 /// What the decoder needs of a model, however its weights are laid out over ranks. Every rank
 /// that runs the decoder for one batch must get the same full-vocabulary logits, so that the
@@ -75,9 +75,9 @@ pub struct GenerateConfig {
     /// Also return the logits each response token was chosen from.
     pub return_logits: bool,
     /// These rows are rows `first..first + R` of a batch of `total` rows (`(first, total)`):
-    /// each step draws the random numbers of all `total` rows and uses this slice, so a data
-    /// rank's share samples exactly the tokens the whole batch would. `None`: the rows are the
-    /// whole batch.
+    /// a row's random numbers depend on its index in the whole batch ([`philox`]), so a data
+    /// rank's share samples exactly the tokens the whole batch would (`total` is only checked).
+    /// `None`: the rows are the whole batch.
     pub rows_of: Option<(i64, i64)>,
 }
 
@@ -169,7 +169,16 @@ pub fn generate<M: Decode + ?Sized>(
     config: &GenerateConfig,
 ) -> Result<Rollout, GenerateError> {
     validate(model, prompt_ids, prompt_mask, config)?;
-    tch::no_grad(|| Decoder::new(model, prompt_ids, prompt_mask, config).run())
+    let every = stop_check_interval(prompt_ids.device());
+    tch::no_grad(|| Decoder::new(model, prompt_ids, prompt_mask, config, every).run())
+}
+
+/// Decoding steps between two reads of the all-rows-stopped flag: reading it back from a GPU
+/// waits for the queued work, so there the decoder reads it every 8 tokens (decoding rows that
+/// have stopped as padding meanwhile, and dropping the surplus columns at the end: the rollout is
+/// the same); on the CPU a read costs nothing, so every token.
+fn stop_check_interval(device: tch::Device) -> i64 {
+    if device == tch::Device::Cpu { 1 } else { 8 }
 }
 
 fn validate<M: Decode + ?Sized>(
@@ -261,7 +270,11 @@ fn validate<M: Decode + ?Sized>(
 struct Decoder<'a, M: Decode + ?Sized> {
     model: &'a M,
     config: &'a GenerateConfig,
-    rng: Rng,
+    /// `[R, max_new]` float64: the uniform number of each row at each response position (`None`
+    /// when greedy).
+    uniforms: Option<Tensor>,
+    /// Steps between two reads of the stop flag ([`stop_check_interval`]).
+    check_every: i64,
     prompt_ids: Tensor,
     prompt_mask: Tensor,
     group_ids: Tensor,
@@ -282,17 +295,28 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
         prompt_ids: &Tensor,
         prompt_mask: &Tensor,
         config: &'a GenerateConfig,
+        check_every: i64,
     ) -> Self {
         let device = prompt_ids.device();
         let prompts = prompt_ids.size()[0];
         let n = config.samples_per_prompt;
+        let first = config.rows_of.map_or(0, |(first, _)| first);
+        let uniforms = (!config.sampling.is_greedy()).then(|| {
+            philox::uniforms(
+                config.seed,
+                first..first + prompts * n,
+                0..config.max_new,
+                device,
+            )
+        });
         let group_ids =
             Tensor::arange(prompts, (Kind::Int64, device)).repeat_interleave_self_int(n, 0, None);
         let prompt_mask = prompt_mask.to_kind(Kind::Int64);
         Self {
             model,
             config,
-            rng: Rng::new(config.seed),
+            uniforms,
+            check_every,
             prompt_ids: prompt_ids.index_select(0, &group_ids),
             attention_mask: prompt_mask.index_select(0, &group_ids),
             prompt_mask: prompt_mask.index_select(0, &group_ids),
@@ -311,7 +335,7 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
         let mut next_logits = self.prefill()?;
         let mut finished = Tensor::zeros([rows], (Kind::Bool, device));
         for step in 0..self.config.max_new {
-            let chosen = self.sample(&next_logits);
+            let chosen = self.sample(&next_logits, step);
             let token = chosen.where_scalarother(&finished.logical_not(), self.config.pad_token_id);
             self.alive.push(finished.logical_not().to_kind(Kind::Int64));
             if self.config.return_logits {
@@ -327,8 +351,11 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
                 finished = finished.logical_or(&token.eq(eos));
             }
             self.tokens.push(token.shallow_clone());
-            let all_finished = finished.all().int64_value(&[]) != 0;
-            if all_finished || step + 1 == self.config.max_new {
+            if step + 1 == self.config.max_new {
+                break;
+            }
+            let check = self.config.eos_token_id.is_some() && (step + 1) % self.check_every == 0;
+            if check && finished.all().int64_value(&[]) != 0 {
                 break;
             }
             next_logits = self.decode(&token)?;
@@ -336,18 +363,11 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
         Ok(self.into_rollout())
     }
 
-    fn sample(&mut self, logits: &Tensor) -> Tensor {
-        let Some((first, total)) = self.config.rows_of else {
-            return next_tokens(logits, &self.config.sampling, &mut self.rng);
-        };
-        if self.config.sampling.is_greedy() {
-            return logits.argmax(-1, false);
+    fn sample(&self, logits: &Tensor, step: i64) -> Tensor {
+        match &self.uniforms {
+            Some(u) => next_tokens_from(logits, &self.config.sampling, &u.select(1, step)),
+            None => logits.argmax(-1, false),
         }
-        let uniforms = self
-            .rng
-            .uniform_tensor(total)
-            .narrow(0, first, logits.size()[0]);
-        next_tokens_from(logits, &self.config.sampling, &uniforms)
     }
 
     /// Logits for the first response token, `[R, V]`.
@@ -394,17 +414,28 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
     }
 
     fn into_rollout(self) -> Rollout {
+        let response_mask = Tensor::stack(&self.alive, 1);
+        // Steps decoded after every row had stopped (between two stop checks) hold padding
+        // only: keep the columns up to the last in which a row was still generating, as reading
+        // the flag every step would have (at least one).
+        let width = if self.check_every > 1 {
+            let live = response_mask.any_dim(0, false).sum(Kind::Int64);
+            live.int64_value(&[]).max(1)
+        } else {
+            response_mask.size()[1]
+        };
+        let keep = |t: Tensor| t.narrow(1, 0, width);
         Rollout {
             prompt_ids: self.prompt_ids,
             prompt_mask: self.prompt_mask,
-            response_ids: Tensor::stack(&self.tokens, 1),
-            response_mask: Tensor::stack(&self.alive, 1),
+            response_ids: keep(Tensor::stack(&self.tokens, 1)),
+            response_mask: keep(response_mask),
             group_ids: self.group_ids,
             logits: self
                 .config
                 .return_logits
-                .then(|| Tensor::stack(&self.logits, 1)),
-            token_logprobs: Tensor::stack(&self.logprobs, 1),
+                .then(|| keep(Tensor::stack(&self.logits, 1))),
+            token_logprobs: keep(Tensor::stack(&self.logprobs, 1)),
         }
     }
 }

@@ -1,10 +1,11 @@
-//! Choosing the next token from logits: greedy, or temperature / top-k / top-p sampling driven by
-//! a caller-owned generator.
+//! Choosing the next token from logits: greedy, or temperature / top-k / top-p sampling by the
+//! inverse CDF of one uniform number per row, drawn from the counter-based stream of
+//! [`super::philox`].
 
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
-use crate::rng::Rng;
+use super::philox;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SamplingConfig {
@@ -28,17 +29,26 @@ impl SamplingConfig {
     }
 }
 
-/// One token per row of `logits` (`[B, V]`), as int64 `[B]`.
-pub fn next_tokens(logits: &Tensor, sampling: &SamplingConfig, rng: &mut Rng) -> Tensor {
+/// One token per row of `logits` (`[B, V]`), as int64 `[B]`: the rows are rows
+/// `first_row..first_row + B` of stream `seed`'s batch, choosing their token at response position
+/// `position` ([`philox::uniforms`], computed where the logits are).
+pub fn next_tokens(
+    logits: &Tensor,
+    sampling: &SamplingConfig,
+    seed: u64,
+    first_row: i64,
+    position: i64,
+) -> Tensor {
     if sampling.is_greedy() {
         return logits.argmax(-1, false);
     }
-    let uniforms = rng.uniform_tensor(logits.size()[0]);
-    next_tokens_from(logits, sampling, &uniforms)
+    let rows = first_row..first_row + logits.size()[0];
+    let uniforms = philox::uniforms(seed, rows, position..position + 1, logits.device());
+    next_tokens_from(logits, sampling, &uniforms.squeeze_dim(1))
 }
 
-/// [`next_tokens`] with the row's uniform numbers in [0, 1) given (`[B]` float64): a data rank
-/// passes its slice of the whole batch's numbers, so that it samples as the whole batch would.
+/// [`next_tokens`] with the rows' uniform numbers in [0, 1) given (`[B]` float64, best on the
+/// logits' device): the token is the first whose cumulative probability exceeds `u`.
 pub fn next_tokens_from(logits: &Tensor, sampling: &SamplingConfig, uniforms: &Tensor) -> Tensor {
     if sampling.is_greedy() {
         return logits.argmax(-1, false);
@@ -80,7 +90,7 @@ mod tests {
             .to_kind(Kind::Float)
             .unsqueeze(0)
             .repeat([rows, 1]);
-        let tokens = next_tokens(&logits, sampling, &mut Rng::new(seed));
+        let tokens = next_tokens(&logits, sampling, seed, 0, 0);
         let counts = tokens.bincount(None::<Tensor>, probs.len() as i64);
         Vec::<f64>::try_from(counts.to_kind(Kind::Double) / rows as f64).unwrap()
     }
@@ -158,15 +168,50 @@ mod tests {
     }
 
     #[test]
+    fn the_token_is_the_first_whose_cumulative_probability_exceeds_u() {
+        let sampling = SamplingConfig {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+        };
+        // Cumulative probabilities 0.1, 0.5, 0.7, 1.0.
+        let logits = Tensor::from_slice(&[0.1f64, 0.4, 0.2, 0.3])
+            .log()
+            .unsqueeze(0)
+            .repeat([6, 1]);
+        let u = Tensor::from_slice(&[0.0, 0.09, 0.11, 0.49, 0.69, 0.999]);
+        let tokens = next_tokens_from(&logits, &sampling, &u);
+        assert_eq!(Vec::<i64>::try_from(&tokens).unwrap(), [0, 0, 1, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_slice_of_rows_samples_what_the_whole_batch_does() {
+        let sampling = SamplingConfig {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+        };
+        let logits = Tensor::from_slice(&[0.1f64, 0.4, 0.2, 0.3])
+            .log()
+            .unsqueeze(0)
+            .repeat([40, 1]);
+        let whole = next_tokens(&logits, &sampling, 9, 0, 3);
+        let part = next_tokens(&logits.narrow(0, 10, 20), &sampling, 9, 10, 3);
+        assert!(part.equal(&whole.narrow(0, 10, 20)));
+        // Another position of the same rows draws other numbers.
+        assert!(!next_tokens(&logits, &sampling, 9, 0, 4).equal(&whole));
+    }
+
+    #[test]
     fn greedy_and_top_1_pick_the_arg_max() {
         let logits = Tensor::from_slice(&[0.3f32, 2.0, -1.0, 1.9, 5.0, 0.0]).view([2, 3]);
-        let greedy = next_tokens(&logits, &SamplingConfig::GREEDY, &mut Rng::new(0));
+        let greedy = next_tokens(&logits, &SamplingConfig::GREEDY, 0, 0, 0);
         let top_1 = SamplingConfig {
             temperature: 0.7,
             top_k: Some(1),
             top_p: None,
         };
-        let sampled = next_tokens(&logits, &top_1, &mut Rng::new(0));
+        let sampled = next_tokens(&logits, &top_1, 0, 0, 0);
         assert_eq!(Vec::<i64>::try_from(&greedy).unwrap(), [1, 1]);
         assert!(sampled.equal(&greedy));
     }

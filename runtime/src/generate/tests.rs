@@ -299,3 +299,102 @@ fn invalid_settings_are_errors() {
         GenerateError::NoLmHead
     );
 }
+
+/// Sampled rows of a batch: `prompts()` twice each, top-2 sampling at temperature 1.
+fn sampled(max_new: i64, eos: Option<i64>) -> GenerateConfig {
+    GenerateConfig {
+        max_new,
+        samples_per_prompt: 2,
+        eos_token_id: eos,
+        pad_token_id: 47,
+        sampling: SamplingConfig {
+            temperature: 1.0,
+            top_k: Some(2),
+            top_p: None,
+        },
+        seed: 21,
+        return_logits: true,
+        ..GenerateConfig::default()
+    }
+}
+
+#[test]
+fn reading_the_stop_flag_every_few_tokens_gives_the_same_rollout() {
+    let (_, model) = policy(16);
+    let (ids, mask) = prompts();
+    let max_new = 16;
+    // The first stream (from seed 0) in which some token is emitted by every row, early: as EOS,
+    // it stops every row before `max_new`, at different steps.
+    let first_at = |row: &Vec<i64>, t: i64| row.iter().position(|&x| x == t);
+    let (seed, last_stop, eos) = (0..100)
+        .find_map(|seed| {
+            let config = GenerateConfig {
+                seed,
+                ..sampled(max_new, None)
+            };
+            let free = rows(&generate(&model, &ids, &mask, &config).unwrap().response_ids);
+            let (last, eos) = (0..48)
+                .filter_map(|t| {
+                    let stops: Option<Vec<usize>> = free.iter().map(|r| first_at(r, t)).collect();
+                    Some((stops?.into_iter().max()?, t))
+                })
+                .min()?;
+            (last < 10).then_some((seed, last, eos))
+        })
+        .expect("a stream in which every row stops early");
+    let config = GenerateConfig {
+        seed,
+        ..sampled(max_new, Some(eos))
+    };
+    let run = |every: i64| {
+        tch::no_grad(|| Decoder::new(&model, &ids, &mask, &config, every).run()).unwrap()
+    };
+    let each = run(1);
+    assert_eq!(each.response_ids.size()[1] as usize, last_stop + 1);
+    let stops: Vec<i64> = rows(&each.response_mask)
+        .iter()
+        .map(|r| r.iter().sum())
+        .collect();
+    assert!(stops.iter().any(|&s| s < stops[0]) || stops.iter().any(|&s| s > stops[0]));
+    for every in [2, 5, 8] {
+        let sparse = run(every);
+        assert_eq!(
+            rows(&sparse.response_ids),
+            rows(&each.response_ids),
+            "every {every}"
+        );
+        assert_eq!(rows(&sparse.response_mask), rows(&each.response_mask));
+        assert!(sparse.token_logprobs.equal(&each.token_logprobs));
+        assert!(sparse.logits.unwrap().equal(each.logits.as_ref().unwrap()));
+    }
+}
+
+#[test]
+fn a_slice_of_the_batch_samples_the_rows_the_whole_batch_does() {
+    let (_, model) = policy(17);
+    let (ids, mask) = prompts();
+    let whole = generate(&model, &ids, &mask, &sampled(6, None)).unwrap();
+    // Prompts 1 and 2 are rows 2..6 of the whole batch.
+    let part = generate(
+        &model,
+        &ids.narrow(0, 1, 2),
+        &mask.narrow(0, 1, 2),
+        &GenerateConfig {
+            rows_of: Some((2, 6)),
+            ..sampled(6, None)
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        rows(&part.response_ids),
+        rows(&whole.response_ids.narrow(0, 2, 4))
+    );
+    // Without its place in the batch, the slice draws rows 0..4's numbers instead.
+    let alone = generate(
+        &model,
+        &ids.narrow(0, 1, 2),
+        &mask.narrow(0, 1, 2),
+        &sampled(6, None),
+    );
+    assert_ne!(rows(&alone.unwrap().response_ids), rows(&part.response_ids));
+}

@@ -18,8 +18,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::{Decode, GenerateConfig, GenerateError, next_tokens_from};
-use crate::rng::Rng;
+use super::{Decode, GenerateConfig, GenerateError, next_tokens_from, philox};
 
 /// The turns of an episode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +154,9 @@ struct Episodes<'a, M: Decode + ?Sized> {
     model: &'a M,
     config: &'a GenerateConfig,
     turns: TurnsConfig,
-    rng: Rng,
+    /// `[R, N]` float64 over the layout's `N` positions: the uniform number of each row at each
+    /// position it may sample at (`None` when greedy).
+    uniforms: Option<Tensor>,
     prompt_ids: Tensor,
     prompt_mask: Tensor,
     group_ids: Tensor,
@@ -178,11 +179,16 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
         let group_ids = Tensor::arange(prompt_ids.size()[0], (Kind::Int64, device))
             .repeat_interleave_self_int(n, 0, None);
         let prompt_mask = prompt_mask.to_kind(Kind::Int64);
+        let rows = prompt_ids.size()[0] * n;
+        let first = config.rows_of.map_or(0, |(first, _)| first);
+        let positions = 0..turns.response_len(config.max_new);
+        let uniforms = (!config.sampling.is_greedy())
+            .then(|| philox::uniforms(config.seed, first..first + rows, positions, device));
         Self {
             model,
             config,
             turns,
-            rng: Rng::new(config.seed),
+            uniforms,
             prompt_ids: prompt_ids.index_select(0, &group_ids),
             mask: prompt_mask.index_select(0, &group_ids),
             prompt_mask: prompt_mask.index_select(0, &group_ids),
@@ -192,25 +198,12 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
         }
     }
 
-    /// The uniform numbers one decoding step draws: the whole batch's, this call's slice.
-    fn uniforms(&mut self, rows: i64) -> Option<Tensor> {
-        if self.config.sampling.is_greedy() {
-            return None;
+    /// The token each row chooses at layout position `position`.
+    fn sample(&self, logits: &Tensor, position: i64) -> Tensor {
+        match &self.uniforms {
+            Some(u) => next_tokens_from(logits, &self.config.sampling, &u.select(1, position)),
+            None => logits.argmax(-1, false),
         }
-        Some(match self.config.rows_of {
-            Some((first, total)) => self.rng.uniform_tensor(total).narrow(0, first, rows),
-            None => self.rng.uniform_tensor(rows),
-        })
-    }
-
-    /// Moves the stream past `steps` decoding steps that were not run (every row had stopped),
-    /// so the next turn draws the numbers it would have however the batch is split.
-    fn skip_steps(&mut self, rows: i64, steps: i64) {
-        if self.config.sampling.is_greedy() {
-            return;
-        }
-        let per_step = self.config.rows_of.map_or(rows, |(_, total)| total);
-        self.rng.skip((per_step * steps) as u64);
     }
 
     fn run(mut self, env: &mut dyn Environment) -> Result<TurnsRollout, GenerateError> {
@@ -234,10 +227,8 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
             // The turn's last token, fed with the block after it (not at all after the last turn).
             let mut pending = None;
             while steps < max_new {
-                let chosen = match self.uniforms(rows) {
-                    Some(u) => next_tokens_from(&logits, &self.config.sampling, &u),
-                    None => logits.argmax(-1, false),
-                };
+                // Turn t's slot starts at t · (max_new + max_obs).
+                let chosen = self.sample(&logits, turn * (max_new + max_obs) + steps);
                 let token = chosen.where_scalarother(&alive, pad);
                 let lp = logits
                     .log_softmax(-1, Kind::Float)
@@ -265,7 +256,6 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
                 }
                 logits = self.feed(&token.unsqueeze(1), &attention.unsqueeze(1))?;
             }
-            self.skip_steps(rows, max_new - steps);
             // What each playing row sampled in this turn.
             let block = Tensor::stack(&sampled, 1);
             let policy = Tensor::cat(
