@@ -21,7 +21,10 @@
 #      (runtime/tests/kernels_fused.rs, cuda_tensors_match_the_cpu_jit);
 #   2. training on the GPU: `rlc run examples/grpo_digits.rl --device cuda` for a few steps
 #      (the CPU example: models, rollouts, kernels and updates on the GPU), the same steps on
-#      the CPU, and runtime/tests/exec.rs's CUDA-vs-CPU run;
+#      the CPU, and runtime/tests/exec.rs's CUDA-vs-CPU run; sampling on the device
+#      (runtime/tests/sampling_device.rs): the Philox table computed on CUDA equals the CPU's
+#      bit for bit, and a sampled generation on CUDA (stop flag read every 8 tokens) gives the
+#      CPU's tokens;
 #   3. benchmarks: the training step and generation (runtime/benches/train_step.rs, rollout.rs)
 #      on CUDA for the example's model and a GPT-2-small-sized one (`cargo bench` gives the CPU's),
 #      and the fused kernels against libtorch eager's CUDA kernels and a device copy
@@ -62,9 +65,10 @@ build() {
   echo "== test and bench binaries (release)" >&2
   out="$(cargo test -p rlc-kernel-exec --release --locked --test cuda_gpu --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
   cp "$(echo "$out" | executable tests/cuda_gpu.rs)" "$dir/cuda_gpu"
-  out="$(cargo test -p rlc-runtime --release --locked --test kernels_fused --test exec --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
+  out="$(cargo test -p rlc-runtime --release --locked --test kernels_fused --test exec --test sampling_device --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
   cp "$(echo "$out" | executable tests/kernels_fused.rs)" "$dir/kernels_fused"
   cp "$(echo "$out" | executable tests/exec.rs)" "$dir/exec"
+  cp "$(echo "$out" | executable tests/sampling_device.rs)" "$dir/sampling_device"
   out="$(cargo bench -p rlc-runtime --locked --bench train_step --bench rollout --bench kernels --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
   for bench in train_step rollout kernels; do
     cp "$(echo "$out" | executable "benches/$bench.rs")" "$dir/$bench"
@@ -218,6 +222,8 @@ run() {
   "$dir/rlc" run examples/grpo_digits.rl --device cpu --threads 2 --stop-after 20 --out /tmp/rlc-cpu-run || status=1
   section "2c. runtime/tests/exec.rs"
   "$dir/exec" --test-threads=1 || status=1
+  section "2d. sampling on CUDA (Philox on the device) vs the CPU: the same numbers, the same tokens"
+  "$dir/sampling_device" --nocapture --test-threads=1 || status=1
   for model in example medium; do
     section "3. benchmarks: $model model on CUDA"
     RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model "$dir/train_step" --bench || status=1
