@@ -10,8 +10,12 @@
 //!       a map loop: for p in threadIdx.x, + blockDim.x, … < cols (strided over the block);
 //!         its row reductions: each thread's partial, then rlc_block_reduce (a fixed tree in
 //!         shared memory; every thread gets the result)
-//!       a scan loop: thread 0 runs the carry position after position (a scan's body is any
-//!         recurrence, so it stays sequential); __syncthreads, then the block reads its values
+//!       a scan loop, when the body is affine in its carries (`c' = A c + b`, A and b free of
+//!         carries: GAE, discounted returns): in chunks, thread t the t-th chunk of the row in
+//!         the scan's order. Each thread composes its chunk's maps (A, b), a fixed tree over
+//!         the threads (`rlc_chunk_carries`) gives each chunk its first carries, then each runs
+//!         the body over its chunk. Any other body: thread 0 runs it position after position.
+//!         __syncthreads, then the block reads the scan's values
 //!       level-1 stores by thread 0; __syncthreads before the next row reuses scratch
 //!   narrow (no loop over T, only [B] values): a thread per row, grid-stride
 //! extern "C" __global__ void <kernel>_finish<p>(same parameters)
@@ -31,7 +35,7 @@
 //! scratch is `scans.len() · T` floats at `scratch + blockIdx.x · scans.len() · T` (each
 //! thread's, `tid`, in a narrow pass, which never has scans).
 
-use crate::ir::{Bin, Elem, GroupOp, Kernel, NodeId, Op, Red, Un};
+use crate::ir::{Bin, Elem, GroupOp, Kernel, NodeId, Op, Red, Scan, Un, operands};
 use crate::schedule::{Loop, LoopKind, Pass, Role, Schedule, Store, identity};
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
@@ -97,6 +101,62 @@ static __device__ float rlc_block_reduce(int op, float v, unsigned char any, flo
   const float r = sany[0] ? sh[0] : 0.0f;
   __syncthreads();  /* before the arrays are reused */
   return r;
+}
+/* Affine maps c -> A c + b of a scan's k carries (A row-major, k <= RLC_CARRIES_MAX): a scan
+   whose body is affine in its carries runs as chunks of the row, one per thread, each chunk's
+   carry in from the maps of the chunks before it. A zero coefficient drops its term even
+   against an infinity or NaN, as the body's select (`where(m, ..., c)`) does. */
+#define RLC_CARRIES_MAX 3
+static __device__ __forceinline__ float rlc_zmul(float coef, float x) { return coef == 0.0f ? 0.0f : coef * x; }
+/* (A, b) <- (P, q) after (A, b): A <- P A, b <- P b + q. */
+static __device__ __forceinline__ void rlc_compose(int k, const float* P, const float* q, float* A, float* b) {
+  float tA[RLC_CARRIES_MAX * RLC_CARRIES_MAX], tb[RLC_CARRIES_MAX];
+  for (int c = 0; c < k; ++c) {
+    for (int d = 0; d < k; ++d) {
+      float s = 0.0f;
+      for (int e = 0; e < k; ++e) s = s + rlc_zmul(P[c * k + e], A[e * k + d]);
+      tA[c * k + d] = s;
+    }
+    float s = 0.0f;
+    for (int e = 0; e < k; ++e) s = s + rlc_zmul(P[c * k + e], b[e]);
+    tb[c] = s + q[c];
+  }
+  for (int i = 0; i < k * k; ++i) A[i] = tA[i];
+  for (int i = 0; i < k; ++i) b[i] = tb[i];
+}
+/* The block's chunk maps (thread t's at maps + t * (k*k + k), in scan order) become inclusive
+   prefixes in a fixed tree (Hillis-Steele over the threads), and each thread gets the carries
+   its chunk starts from: the init through the chunks before it. Every thread calls it. */
+static __device__ void rlc_chunk_carries(int k, float* A, float* b, float* maps, float* carry) {
+  const unsigned t = threadIdx.x;
+  const int w = k * k + k;
+  for (int i = 0; i < k * k; ++i) maps[t * w + i] = A[i];
+  for (int i = 0; i < k; ++i) maps[t * w + k * k + i] = b[i];
+  __syncthreads();
+  for (unsigned d = 1; d < blockDim.x; d <<= 1) {
+    float pA[RLC_CARRIES_MAX * RLC_CARRIES_MAX], pb[RLC_CARRIES_MAX];
+    if (t >= d) {
+      for (int i = 0; i < k * k; ++i) pA[i] = maps[(t - d) * w + i];
+      for (int i = 0; i < k; ++i) pb[i] = maps[(t - d) * w + k * k + i];
+      rlc_compose(k, A, b, pA, pb);
+    }
+    __syncthreads();
+    if (t >= d) {
+      for (int i = 0; i < k * k; ++i) { A[i] = pA[i]; maps[t * w + i] = pA[i]; }
+      for (int i = 0; i < k; ++i) { b[i] = pb[i]; maps[t * w + k * k + i] = pb[i]; }
+    }
+    __syncthreads();
+  }
+  if (t > 0) {
+    float c[RLC_CARRIES_MAX];
+    for (int i = 0; i < k; ++i) {
+      float s = 0.0f;
+      for (int d = 0; d < k; ++d) s = s + rlc_zmul(maps[(t - 1) * w + i * k + d], carry[d]);
+      c[i] = s + maps[(t - 1) * w + k * k + i];
+    }
+    for (int i = 0; i < k; ++i) carry[i] = c[i];
+  }
+  __syncthreads();  /* before the maps are reused */
 }
 /* The same in double, for a reduction over rows (the host's sums are f64 too). */
 static __device__ double rlc_block_reduce_f64(int op, double v, unsigned char any, double* sh, unsigned char* sany) {
@@ -167,6 +227,100 @@ pub fn is_wide(pass: &Pass) -> bool {
 /// warp to [`BLOCK_MAX`], about one position per thread.
 pub fn row_threads(cols: usize) -> usize {
     cols.next_power_of_two().clamp(32, BLOCK_MAX)
+}
+
+/// The most carries of a scan run in chunks (`RLC_CARRIES_MAX`: its maps are `k² + k` floats
+/// per thread in shared memory).
+pub const CARRIES_MAX: usize = 3;
+
+/// Whether a wide pass runs scan `s` in chunks, one per thread, each from the carries the
+/// chunks before it give (its body is affine in its carries: [`affine_nodes`]), rather than on
+/// thread 0 alone.
+pub fn chunked_scan(s: &Scan) -> bool {
+    affine_nodes(s).is_some()
+}
+
+/// For each node of the scan's body, whether it depends on a carry; `None` unless every carry
+/// is an `f32` whose next value is affine in the carries: `A c + b`, with `A` and `b` free of
+/// carries. Sums, differences, negations, products and quotients by a carry-free factor, and
+/// selects on a carry-free condition keep a value affine; anything else of a carry (`max`,
+/// `exp`, a product of two) does not.
+pub fn affine_nodes(s: &Scan) -> Option<Vec<bool>> {
+    if s.inits.is_empty() || s.inits.len() > CARRIES_MAX {
+        return None;
+    }
+    if s.next.iter().any(|&nx| s.body[nx].elem != Elem::F32) {
+        return None;
+    }
+    let mut dep: Vec<bool> = Vec::with_capacity(s.body.len());
+    for bn in &s.body {
+        let d = match &bn.op {
+            Op::Carry(_) => {
+                if bn.elem != Elem::F32 {
+                    return None;
+                }
+                true
+            }
+            Op::Column(_) | Op::Outer(_) | Op::Const(_) => false,
+            op => {
+                if !operands(op).iter().any(|&o| dep[o]) {
+                    false
+                } else {
+                    let affine = bn.elem == Elem::F32
+                        && match op {
+                            Op::Binary(Bin::Add | Bin::Sub, _, _) => true,
+                            Op::Binary(Bin::Mul, a, b) => !(dep[*a] && dep[*b]),
+                            Op::Binary(Bin::Div, _, b) => !dep[*b],
+                            Op::Select(c, _, _) => !dep[*c],
+                            Op::Unary(Un::Neg | Un::StopGrad, _) => true,
+                            Op::Unary(Un::Cast, a) => s.body[*a].elem == Elem::F32,
+                            _ => false,
+                        };
+                    if !affine {
+                        return None;
+                    }
+                    true
+                }
+            }
+        };
+        dep.push(d);
+    }
+    Some(dep)
+}
+
+/// A body node in a chunk's map: a carry-free value, or an affine form (a coefficient per
+/// carry and a constant; `None` is zero) as C expressions.
+#[derive(Clone)]
+enum Form {
+    Free(String),
+    Affine(Vec<Option<String>>, Option<String>),
+}
+
+impl Form {
+    fn affine(&self, k: usize) -> (Vec<Option<String>>, Option<String>) {
+        match self {
+            Form::Free(x) => (vec![None; k], Some(x.clone())),
+            Form::Affine(c, b) => (c.clone(), b.clone()),
+        }
+    }
+
+    fn free(&self) -> String {
+        match self {
+            Form::Free(x) => x.clone(),
+            Form::Affine(..) => unreachable!("a carry-free operand depends on a carry"),
+        }
+    }
+}
+
+/// `x ± y` of optional terms, `None` being zero.
+fn combine(x: &Option<String>, y: &Option<String>, sub: bool) -> Option<String> {
+    match (x, y) {
+        (None, None) => None,
+        (Some(x), None) => Some(x.clone()),
+        (None, Some(y)) if sub => Some(format!("-{y}")),
+        (None, Some(y)) => Some(y.clone()),
+        (Some(x), Some(y)) => Some(format!("{x} {} {y}", if sub { "-" } else { "+" })),
+    }
 }
 
 /// The C name of the kernel that finishes the barriers after pass `p`.
@@ -397,6 +551,8 @@ struct PassEmitter<'a> {
     wide: bool,
     /// Whether the pass reduces over a row's positions (shared arrays for the block's tree).
     reduces: bool,
+    /// The most carries of the pass's chunked scans (0: none; their maps in shared memory).
+    chunk_carries: usize,
 }
 
 impl<'a> PassEmitter<'a> {
@@ -413,6 +569,7 @@ impl<'a> PassEmitter<'a> {
             scratch_scans: BTreeSet::new(),
             wide: false,
             reduces: false,
+            chunk_carries: 0,
         }
     }
 
@@ -510,6 +667,14 @@ impl<'a> PassEmitter<'a> {
             let _ = writeln!(out, "  const long long cols = sizes[1];  // {}", k.axes[1]);
         } else {
             out.push_str("  const long long cols = 1;\n");
+        }
+        if self.chunk_carries > 0 {
+            let k = self.chunk_carries;
+            let _ = writeln!(
+                out,
+                "  __shared__ float rlc_maps[RLC_BLOCK_MAX * {}];  // the chunks' affine maps",
+                k * k + k
+            );
         }
         if self.reduces {
             out.push_str(
@@ -630,14 +795,32 @@ impl<'a> PassEmitter<'a> {
                 carries.push((name, elem));
             }
         }
-        // In a block, thread 0 runs a scan (any recurrence: sequential); a map loop's positions
-        // are strided over the threads.
-        let lead_scan = self.wide && scan.is_some();
+        // In a block, a scan affine in its carries runs in chunks, one per thread, from the
+        // carries the chunks before give; thread 0 runs any other (sequential); a map loop's
+        // positions are strided over the threads.
+        let chunked = match scan {
+            Some((n, s)) if self.wide => affine_nodes(s).map(|dep| (n, s, dep)),
+            _ => None,
+        };
+        if let Some((n, s, dep)) = &chunked {
+            self.chunk_maps(*n, s, dep, &carries);
+        }
+        let lead_scan = self.wide && scan.is_some() && chunked.is_none();
         if lead_scan {
             self.line("if (threadIdx.x == 0) {");
             self.indent += 1;
         }
-        if scan.is_some_and(|(_, s)| s.reverse) {
+        if let Some((n, s, _)) = &chunked {
+            if s.reverse {
+                self.line(&format!(
+                    "for (long long p = rlc_hi{n} - 1; p >= rlc_lo{n}; --p) {{  // this thread's chunk"
+                ));
+            } else {
+                self.line(&format!(
+                    "for (long long p = rlc_lo{n}; p < rlc_hi{n}; ++p) {{  // this thread's chunk"
+                ));
+            }
+        } else if scan.is_some_and(|(_, s)| s.reverse) {
             self.line("for (long long p = cols - 1; p >= 0; --p) {");
         } else if scan.is_some() || !self.wide {
             self.line("for (long long p = 0; p < cols; ++p) {");
@@ -710,6 +893,9 @@ impl<'a> PassEmitter<'a> {
             self.line("}");
             // The scan's scratch and stores, and thread 0's partials, seen by the block.
             self.line("__syncthreads();");
+        } else if chunked.is_some() {
+            // Every chunk's scratch and stores seen by the block.
+            self.line("__syncthreads();");
         }
         for &r in &l.reductions {
             let name = format!("v{r}");
@@ -732,6 +918,169 @@ impl<'a> PassEmitter<'a> {
                 ));
             }
             self.memo[1].insert(r, name);
+        }
+    }
+
+    /// A chunked scan's first two phases: each thread composes the affine maps of its chunk's
+    /// positions (in the scan's direction), then `rlc_chunk_carries` gives each thread the
+    /// carries its chunk starts from; the third phase is the scan's loop over the chunk.
+    fn chunk_maps(&mut self, n: NodeId, s: &Scan, dep: &[bool], carries: &[(String, Elem)]) {
+        let k = s.inits.len();
+        self.chunk_carries = self.chunk_carries.max(k);
+        self.line(&format!(
+            "// Affine in its {k} carrie(s): thread t runs the t-th chunk of the row in the scan's order."
+        ));
+        self.line(&format!(
+            "const long long rlc_chunk{n} = (cols + blockDim.x - 1) / blockDim.x;"
+        ));
+        self.line(&format!(
+            "long long rlc_lo{n} = (long long)threadIdx.x * rlc_chunk{n}, rlc_hi{n} = rlc_lo{n} + rlc_chunk{n};"
+        ));
+        self.line(&format!("if (rlc_hi{n} > cols) rlc_hi{n} = cols;"));
+        self.line(&format!("if (rlc_lo{n} > cols) rlc_lo{n} = cols;"));
+        if s.reverse {
+            self.line(&format!(
+                "{{ const long long lo = cols - rlc_hi{n}; rlc_hi{n} = cols - rlc_lo{n}; rlc_lo{n} = lo; }}"
+            ));
+        }
+        let identity: Vec<&str> = (0..k * k)
+            .map(|i| if i % (k + 1) == 0 { "1.0f" } else { "0.0f" })
+            .collect();
+        self.line(&format!(
+            "float rlc_A{n}[{}] = {{{}}};",
+            k * k,
+            identity.join(", ")
+        ));
+        self.line(&format!(
+            "float rlc_b{n}[{k}] = {{{}}};",
+            vec!["0.0f"; k].join(", ")
+        ));
+        if s.reverse {
+            self.line(&format!(
+                "for (long long p = rlc_hi{n} - 1; p >= rlc_lo{n}; --p) {{  // the chunk's map"
+            ));
+        } else {
+            self.line(&format!(
+                "for (long long p = rlc_lo{n}; p < rlc_hi{n}; ++p) {{  // the chunk's map"
+            ));
+        }
+        self.indent += 1;
+        self.memo[2].clear();
+        self.phys = 2;
+        let mut forms: Vec<Form> = Vec::with_capacity(s.body.len());
+        for (bi, bn) in s.body.iter().enumerate() {
+            if !dep[bi] {
+                let v = match &bn.op {
+                    Op::Column(o) => self.value(*o, POS),
+                    Op::Outer(o) => self.value(*o, ROW),
+                    op => {
+                        let expr =
+                            compute(op, bn.elem, &|id| forms[id].free(), &|id| s.body[id].elem);
+                        let name = format!("s{n}_{bi}");
+                        self.line(&format!("const {} {name} = {expr};", c_type(bn.elem)));
+                        name
+                    }
+                };
+                forms.push(Form::Free(v));
+                continue;
+            }
+            let (coef, constant) = match &bn.op {
+                Op::Carry(c) => {
+                    let mut coef = vec![None; k];
+                    coef[*c] = Some("1.0f".to_string());
+                    (coef, None)
+                }
+                Op::Binary(bin @ (Bin::Add | Bin::Sub), a, b) => {
+                    let ((ca, ba), (cb, bb)) = (forms[*a].affine(k), forms[*b].affine(k));
+                    let sub = *bin == Bin::Sub;
+                    (
+                        (0..k).map(|i| combine(&ca[i], &cb[i], sub)).collect(),
+                        combine(&ba, &bb, sub),
+                    )
+                }
+                Op::Binary(Bin::Mul, a, b) => {
+                    let (form, factor) = if dep[*a] { (*a, *b) } else { (*b, *a) };
+                    let f = forms[factor].free();
+                    let (c, b0) = forms[form].affine(k);
+                    let scale = |x: &Option<String>| x.as_ref().map(|x| format!("{x} * {f}"));
+                    (c.iter().map(scale).collect(), scale(&b0))
+                }
+                Op::Binary(Bin::Div, a, b) => {
+                    let f = forms[*b].free();
+                    let (c, b0) = forms[*a].affine(k);
+                    let scale = |x: &Option<String>| x.as_ref().map(|x| format!("{x} / {f}"));
+                    (c.iter().map(scale).collect(), scale(&b0))
+                }
+                Op::Select(cond, a, b) => {
+                    let cv = forms[*cond].free();
+                    let ((ca, ba), (cb, bb)) = (forms[*a].affine(k), forms[*b].affine(k));
+                    let pick = |x: &Option<String>, y: &Option<String>| match (x, y) {
+                        (None, None) => None,
+                        _ => Some(format!(
+                            "{cv} ? {} : {}",
+                            x.as_deref().unwrap_or("0.0f"),
+                            y.as_deref().unwrap_or("0.0f")
+                        )),
+                    };
+                    (
+                        (0..k).map(|i| pick(&ca[i], &cb[i])).collect(),
+                        pick(&ba, &bb),
+                    )
+                }
+                Op::Unary(Un::Neg, a) => {
+                    let (c, b0) = forms[*a].affine(k);
+                    let neg = |x: &Option<String>| x.as_ref().map(|x| format!("-({x})"));
+                    (c.iter().map(neg).collect(), neg(&b0))
+                }
+                // A cast of an f32 to f32, or a stop-gradient: the value itself.
+                Op::Unary(_, a) => forms[*a].affine(k),
+                other => unreachable!("not affine: {other:?}"),
+            };
+            // Each term a local, so that the expressions do not grow with the body.
+            let mut named = |what: String, e: Option<String>| -> Option<String> {
+                e.map(|e| {
+                    self.line(&format!("const float {what} = {e};"));
+                    what
+                })
+            };
+            let coef: Vec<Option<String>> = coef
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| named(format!("f{n}_{bi}_{i}"), e))
+                .collect();
+            let constant = named(format!("g{n}_{bi}"), constant);
+            forms.push(Form::Affine(coef, constant));
+        }
+        let mut p_terms = Vec::with_capacity(k * k);
+        let mut q_terms = Vec::with_capacity(k);
+        for &nx in &s.next {
+            let (c, b0) = forms[nx].affine(k);
+            p_terms.extend(c.into_iter().map(|x| x.unwrap_or_else(|| "0.0f".into())));
+            q_terms.push(b0.unwrap_or_else(|| "0.0f".into()));
+        }
+        self.line(&format!(
+            "const float rlc_P{n}[{}] = {{{}}};",
+            k * k,
+            p_terms.join(", ")
+        ));
+        self.line(&format!(
+            "const float rlc_q{n}[{k}] = {{{}}};",
+            q_terms.join(", ")
+        ));
+        self.line(&format!(
+            "rlc_compose({k}, rlc_P{n}, rlc_q{n}, rlc_A{n}, rlc_b{n});"
+        ));
+        self.memo[2].clear();
+        self.phys = 1;
+        self.indent -= 1;
+        self.line("}");
+        let names: Vec<&str> = carries.iter().map(|c| c.0.as_str()).collect();
+        self.line(&format!("float rlc_c{n}[{k}] = {{{}}};", names.join(", ")));
+        self.line(&format!(
+            "rlc_chunk_carries({k}, rlc_A{n}, rlc_b{n}, rlc_maps, rlc_c{n});"
+        ));
+        for (c, name) in names.iter().enumerate() {
+            self.line(&format!("{name} = rlc_c{n}[{c}];"));
         }
     }
 

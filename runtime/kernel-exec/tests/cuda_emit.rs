@@ -1,14 +1,15 @@
 //! The CUDA C of a few std functions (snapshots, to read), and the shape of the source for
 //! every `fn` of `std.algo`: one function per pass and one finishing each pass's barriers on
 //! the device, as many loops over T as the schedule has, a block per row where a pass loops
-//! over T (strided map loops, scans on thread 0, a block reduction per row reduction).
+//! over T (strided map loops, scans affine in their carries in chunks over the threads, other
+//! scans on thread 0, a block reduction per row reduction); every scan of std is chunked.
 //! Whether the code computes the right values is `cuda_host.rs` (the source compiled for the
 //! CPU) and `cuda_gpu.rs` (on a GPU).
 
 mod cuda_common;
 
 use cuda_common::{kernel, program, std_kernels};
-use rlc_kernel::cuda::{emit, finish_name, is_wide, pass_name};
+use rlc_kernel::cuda::{chunked_scan, emit, finish_name, is_wide, pass_name};
 use rlc_kernel::grad::differentiate;
 use rlc_kernel::ir::Kernel;
 use rlc_kernel::schedule::schedule;
@@ -65,6 +66,7 @@ fn every_pass_has_its_function_and_loops() {
     let p = program();
     let kernels = std_kernels(&p);
     assert!(kernels.len() >= 45, "{} kernels", kernels.len());
+    let mut chunked_all = 0;
     for k in &kernels {
         let s = schedule(k).expect("schedule");
         let src = emit(k, &s);
@@ -87,17 +89,36 @@ fn every_pass_has_its_function_and_loops() {
             let text = function_text(&src, k, &pass_name(k, i));
             let what = format!("{} pass {i}", k.name);
             let wide = is_wide(pass);
-            assert_eq!(
-                text.matches("for (long long p ").count(),
-                pass.loops.len(),
-                "{what}"
-            );
-            let scans = pass
+            let scans: Vec<&rlc_kernel::ir::Scan> = pass
                 .loops
                 .iter()
-                .filter(|l| matches!(l.kind, rlc_kernel::schedule::LoopKind::Scan(_)))
-                .count();
-            // Map loops strided over the block; scans on its thread 0, then a barrier.
+                .filter_map(|l| match l.kind {
+                    rlc_kernel::schedule::LoopKind::Scan(n) => match &k.node(n).op {
+                        rlc_kernel::ir::Op::Scan(sc) => Some(sc.as_ref()),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .collect();
+            let chunked = if wide {
+                scans.iter().filter(|sc| chunked_scan(sc)).count()
+            } else {
+                0
+            };
+            chunked_all += chunked;
+            // A chunked scan has two loops over its chunk: its map's, then its values'.
+            assert_eq!(
+                text.matches("for (long long p ").count(),
+                pass.loops.len() + chunked,
+                "{what}"
+            );
+            assert_eq!(
+                text.matches("rlc_chunk_carries(").count(),
+                chunked,
+                "{what}"
+            );
+            let scans = scans.len();
+            // Map loops strided over the block; other scans on its thread 0, then a barrier.
             assert_eq!(
                 text.matches("for (long long p = threadIdx.x; p < cols; p += blockDim.x)")
                     .count(),
@@ -106,7 +127,7 @@ fn every_pass_has_its_function_and_loops() {
             );
             assert_eq!(
                 text.matches("if (threadIdx.x == 0) {\n").count(),
-                if wide { scans } else { 0 },
+                if wide { scans - chunked } else { 0 },
                 "{what}"
             );
             let reductions: usize = pass.loops.iter().map(|l| l.reductions.len()).sum();
@@ -118,14 +139,16 @@ fn every_pass_has_its_function_and_loops() {
             let reverse = pass
                 .loops
                 .iter()
-                .filter(|l| match l.kind {
-                    rlc_kernel::schedule::LoopKind::Scan(n) => matches!(
-                        &k.node(n).op,
-                        rlc_kernel::ir::Op::Scan(sc) if sc.reverse
-                    ),
-                    _ => false,
+                .map(|l| match l.kind {
+                    rlc_kernel::schedule::LoopKind::Scan(n) => match &k.node(n).op {
+                        rlc_kernel::ir::Op::Scan(sc) if sc.reverse => {
+                            1 + usize::from(wide && chunked_scan(sc))
+                        }
+                        _ => 0,
+                    },
+                    _ => 0,
                 })
-                .count();
+                .sum::<usize>();
             assert_eq!(text.matches("--p)").count(), reverse, "{what}");
             let has_rows = !pass.loops.is_empty() || !pass.row_stores.is_empty();
             let (row_loop, lead) = if wide {
@@ -166,4 +189,18 @@ fn every_pass_has_its_function_and_loops() {
             }
         }
     }
+    // std's scans (GAE, discounted returns…) are affine in their carries: chunked.
+    let mut sequential = Vec::new();
+    for k in &kernels {
+        for n in &k.nodes {
+            if let rlc_kernel::ir::Op::Scan(sc) = &n.op
+                && !chunked_scan(sc)
+            {
+                sequential.push(k.name.clone());
+            }
+        }
+    }
+    eprintln!("{chunked_all} chunked scans; on one thread: {sequential:?}");
+    assert!(sequential.is_empty(), "scans on one thread: {sequential:?}");
+    assert!(chunked_all >= 3, "{chunked_all} chunked scans");
 }

@@ -5,7 +5,8 @@
 //! threads running at once: `threadIdx`/`blockIdx` are thread-local, `__shared__` arrays are
 //! one per function (blocks run one after the other, which is one of the orders a GPU may
 //! take: blocks never wait for each other), `__syncthreads` is a `pthread_barrier_t` for the
-//! block's threads. So the block reductions, the strided map loops, thread 0's scans and the
+//! block's threads. So the block reductions, the strided map loops, the chunked scans (and
+//! thread 0's, for a body not affine in its carries) and the
 //! barriers between them run with the interleavings a GPU allows; a missing `__syncthreads`
 //! shows as a race, one in divergent code as a hang. Nothing runs on the host between
 //! kernels. Every `fn` of `std.algo` the JIT compiles and the derivatives of its scalar ones,

@@ -48,7 +48,7 @@ fn nvrtc_compiles_every_kernel() {
                 assert!(ptx.contains(&entry), "{}: no {entry} in the PTX", k.name);
                 entries += 1;
             }
-            // A block reduction (in a wide pass) or a scan on thread 0 (then a barrier)
+            // A block reduction (in a wide pass) or a scan, chunked or on thread 0 (then a barrier)
             // synchronises the block.
             let syncs = is_wide(pass)
                 && pass.loops.iter().any(|l| {

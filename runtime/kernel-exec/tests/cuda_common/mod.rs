@@ -71,6 +71,21 @@ fn scans_in_lanes(x: f32[B, T], m: Mask[B, T], g: i32[B]) -> f32[B, T] {
   }
   run / (1.0 + abs(sum(run, over: T, mask: m))) + back + max(run, over: T, mask: m)
 }
+
+/// Scans that are not affine in their carries (a running max; a product of two carries): the
+/// CUDA C runs them on one thread of the row's block, the affine ones in chunks.
+fn not_affine_scans(x: f32[B, T], m: Mask[B, T]) -> f32[B, T] {
+  let peak = scan forward over T with (acc = -100.0) { t ->
+    acc = where(m[t], max(acc, x[t]), acc)
+    emit acc
+  }
+  let decay = scan reverse over T with (a = 1.0, b = 0.5) { t ->
+    a = a * 0.5 + x[t] * 0.25
+    b = where(m[t], b * a * 0.5 + 0.1, b)
+    emit a + b
+  }
+  peak + decay + sum(decay, over: T, mask: m)
+}
 "#;
 
 pub fn program() -> Checked {
@@ -161,6 +176,7 @@ pub fn kernels_with_derivatives() -> Vec<Kernel> {
         "clip_max",
         "clip_min",
         "scans_in_lanes",
+        "not_affine_scans",
     ] {
         out.push(kernel(&p, f));
     }
