@@ -67,8 +67,9 @@ pub fn start(
 /// prompt and first tokens is computed again with them, so every later token is sampled from,
 /// and its `logp` is, the new policy's distribution given the whole prefix; a cache kept from the
 /// old weights would mix the two policies, and no log-prob would be the behaviour policy's.
-/// Rows that stopped before the pause get padding. The numbers drawn are those of the whole
-/// batch, like the first part's, from a stream of their own.
+/// Rows that stopped before the pause get padding. Each token draws the random number of its row
+/// and position, as without the pause: with the same weights the rollout is the uninterrupted
+/// one.
 pub fn finish(
     model: &dyn Decode,
     paused: Paused,
@@ -101,7 +102,7 @@ pub fn finish(
     let mask = Tensor::cat(&[&out.prompt_mask, &out.response_mask.ones_like()], 1);
     config.max_new = how.max_new - pause_at;
     config.samples_per_prompt = 1;
-    config.seed = continued_seed(config.seed);
+    config.first_position = pause_at;
     let more = generate(model, &ids, &mask, &config)?;
     let keep = goes_on.unsqueeze(1);
     let response_ids = Tensor::cat(
@@ -121,12 +122,6 @@ pub fn finish(
         ..out
     };
     Ok(assemble(whole, samples, first, how, device))
-}
-
-/// The random stream of a paused rollout's second part, from its first part's seed.
-fn continued_seed(seed: u64) -> u64 {
-    let mut rng = crate::rng::Rng::new(seed ^ 0xA076_1D64_78BD_642F);
-    rng.next_u64()
 }
 
 /// The versions of the weights that sampled each token, `[rows, width]` int64: `before` for all,
@@ -237,6 +232,7 @@ fn decoder_input(
         use_kv_cache: true,
         return_logits: false,
         rows_of: Some((first * how.n, total * how.n)),
+        first_position: 0,
     };
     (
         prompt_ids.to_device(device),

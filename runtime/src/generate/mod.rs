@@ -79,6 +79,9 @@ pub struct GenerateConfig {
     /// rank's share samples exactly the tokens the whole batch would (`total` is only checked).
     /// `None`: the rows are the whole batch.
     pub rows_of: Option<(i64, i64)>,
+    /// The response position of the first new token: a paused generation continued from its
+    /// first tokens (a partial rollout) draws the random numbers of the positions it is at.
+    pub first_position: i64,
 }
 
 impl Default for GenerateConfig {
@@ -93,6 +96,7 @@ impl Default for GenerateConfig {
             use_kv_cache: true,
             return_logits: false,
             rows_of: None,
+            first_position: 0,
         }
     }
 }
@@ -305,7 +309,7 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
             philox::uniforms(
                 config.seed,
                 first..first + prompts * n,
-                0..config.max_new,
+                config.first_position..config.first_position + config.max_new,
                 device,
             )
         });
