@@ -217,16 +217,14 @@ impl<'a> Resolver<'a> {
             return Vec::new();
         }
         let mut params = BTreeMap::new();
-        let mut positional = args.iter().filter(|a| a.name.is_none());
-        for q in &p.params {
-            let arg = match args
-                .iter()
-                .find(|a| a.name.as_ref().is_some_and(|n| n.name == q.name.name))
-            {
-                Some(a) => Some(a),
-                None => positional.next(),
-            };
-            let param = match arg {
+        let names: Vec<&str> = p.params.iter().map(|q| q.name.name.as_str()).collect();
+        let given: Vec<Option<&str>> = args
+            .iter()
+            .map(|a| a.name.as_ref().map(|n| n.name.as_str()))
+            .collect();
+        let slots = crate::args::match_args(&names, &given).slots;
+        for (q, slot) in p.params.iter().zip(slots) {
+            let param = match slot.map(|i| &args[i]) {
                 Some(a) => self.argument(&a.value),
                 None => {
                     let file = self.modules.get(module).file;

@@ -4,6 +4,7 @@
 //! The crate does no IO: user modules come in through a [`SourceLoader`], `std` is embedded.
 //! [`check`] never panics; it returns every diagnostic it found and the [`Program`] model.
 
+pub mod args;
 pub mod body;
 pub mod builtins;
 pub mod checks;

@@ -7,7 +7,7 @@
 //! numbers take the type of the tensor next to them, reductions of integers or masks give
 //! `f32`, an empty masked selection reduces to 0, `/` on integers is true division.
 
-use crate::builtins::{self, ArgError, Builtin, Cast, Unary, match_arg_names};
+use crate::builtins::{self, ArgError, Builtin, Cast, Unary};
 use crate::error::{KernelError, Result};
 use crate::ir::{Bin, Elem, GroupOp, Kernel, Node, NodeId, Op, Output, Param, Red, Scan, Un};
 use rlc_check::body::{
@@ -205,6 +205,34 @@ fn call_expr(bodies: &Bodies, function: &str, params: &[&str]) -> Expr {
             .collect(),
         closure: false,
     })
+}
+
+/// Matches a call's arguments, given by their names (`None` for a positional one), to
+/// parameter names as the checker does (`rlc_check::args`): the index of each parameter's
+/// argument, `None` where it is left out; the call's first mistake as an error.
+pub fn match_arg_names(
+    function: &str,
+    params: &[&str],
+    args: &[Option<&str>],
+) -> std::result::Result<Vec<Option<usize>>, ArgError> {
+    use rlc_check::args::Issue;
+    let matched = rlc_check::args::match_args(params, args);
+    let function = function.to_string();
+    match matched.issues.first() {
+        None => Ok(matched.slots),
+        Some(Issue::Surplus { .. }) => Err(ArgError::TooMany {
+            function,
+            max: params.len(),
+        }),
+        Some(Issue::Unknown { arg }) => Err(ArgError::Unknown {
+            function,
+            name: args[*arg].unwrap_or_default().to_string(),
+        }),
+        Some(Issue::Repeated { param, .. }) => Err(ArgError::Repeated {
+            function,
+            name: params[*param].to_string(),
+        }),
+    }
 }
 
 /// Each parameter's argument expression, `None` where the call leaves it out.

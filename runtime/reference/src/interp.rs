@@ -578,7 +578,7 @@ impl<'m> Interp<'m> {
 }
 
 /// Matches a call's arguments to parameter names, as kernel lowering does
-/// ([`rlc_kernel::builtins::match_arg_names`]): each parameter's argument expression.
+/// ([`rlc_kernel::lower::match_arg_names`]): each parameter's argument expression.
 pub fn match_args<'a>(
     function: &str,
     params: &[&str],
@@ -588,7 +588,7 @@ pub fn match_args<'a>(
         .iter()
         .map(|a| a.name.as_ref().map(|n| n.name.as_str()))
         .collect();
-    let slots = rlc_kernel::builtins::match_arg_names(function, params, &names)?;
+    let slots = rlc_kernel::lower::match_arg_names(function, params, &names)?;
     Ok(slots
         .into_iter()
         .map(|s| s.map(|i| &args[i].value))

@@ -145,73 +145,68 @@ impl Evaluator<'_> {
         params: &[(&str, bool)],
         args: &'a [ast::Arg],
     ) -> Option<Vec<Option<&'a ast::Arg>>> {
-        let mut bound: Vec<Option<&ast::Arg>> = vec![None; params.len()];
-        let mut ok = true;
-        let mut positional = 0;
-        for a in args {
-            match &a.name {
-                None => {
-                    if positional >= params.len() {
-                        ok = false;
-                        self.diags.push(
-                            Diagnostic::new(
-                                Code::WrongArity,
-                                format!(
-                                    "{what} takes {} argument{}, found more",
-                                    params.len(),
-                                    if params.len() == 1 { "" } else { "s" }
-                                ),
-                                frame.file,
-                                a.span,
-                            )
-                            .primary_label("surplus argument"),
-                        );
+        let names: Vec<&str> = params.iter().map(|(p, _)| *p).collect();
+        let given: Vec<Option<&str>> = args
+            .iter()
+            .map(|a| a.name.as_ref().map(|n| n.name.as_str()))
+            .collect();
+        let matched = crate::args::match_args(&names, &given);
+        // Where an argument is: its name, or the whole argument when it has none.
+        let at = |a: &ast::Arg| a.name.as_ref().map_or(a.span, |n| n.span);
+        for issue in &matched.issues {
+            let d = match *issue {
+                crate::args::Issue::Surplus { arg } => Diagnostic::new(
+                    Code::WrongArity,
+                    format!(
+                        "{what} takes {} argument{}, found more",
+                        params.len(),
+                        if params.len() == 1 { "" } else { "s" }
+                    ),
+                    frame.file,
+                    args[arg].span,
+                )
+                .primary_label("surplus argument"),
+                crate::args::Issue::Repeated { arg, first, param } => {
+                    let d = Diagnostic::new(
+                        Code::UnknownArgument,
+                        format!("`{}` is given twice", names[param]),
+                        frame.file,
+                        at(&args[arg]),
+                    )
+                    .primary_label("repeated argument")
+                    .label(frame.file, args[first].span, "first given here");
+                    if args[arg].name.is_none() {
+                        d.help(format!(
+                            "positional arguments fill the parameters in order, so this one is `{}`'s: give it by name",
+                            names[param]
+                        ))
                     } else {
-                        bound[positional] = Some(a);
+                        d
                     }
-                    positional += 1;
                 }
-                Some(n) => match params.iter().position(|(p, _)| *p == n.name) {
-                    Some(i) if bound[i].is_some() => {
-                        ok = false;
-                        self.diags.push(
-                            Diagnostic::new(
-                                Code::UnknownArgument,
-                                format!("`{}` is given twice", n.name),
-                                frame.file,
-                                n.span,
-                            )
-                            .primary_label("repeated argument")
-                            .label(
-                                frame.file,
-                                bound[i].unwrap().span,
-                                "first given here",
-                            ),
-                        );
-                    }
-                    Some(i) => bound[i] = Some(a),
-                    None => {
-                        ok = false;
-                        let names: Vec<&str> = params.iter().map(|(p, _)| *p).collect();
-                        let mut d = Diagnostic::new(
-                            Code::UnknownArgument,
-                            format!("{what} has no parameter `{}`", n.name),
-                            frame.file,
-                            n.span,
-                        )
-                        .primary_label("unknown argument");
-                        d = crate::hints::suggest(
-                            d,
-                            &n.name,
-                            names.iter().copied(),
-                            2,
-                            format!("the parameters are {}", names.join(", ")),
-                        );
-                        self.diags.push(d);
-                    }
-                },
-            }
+                crate::args::Issue::Unknown { arg } => {
+                    let n = args[arg].name.as_ref().expect("a named argument");
+                    let d = Diagnostic::new(
+                        Code::UnknownArgument,
+                        format!("{what} has no parameter `{}`", n.name),
+                        frame.file,
+                        n.span,
+                    )
+                    .primary_label("unknown argument");
+                    crate::hints::suggest(
+                        d,
+                        &n.name,
+                        names.iter().copied(),
+                        2,
+                        format!("the parameters are {}", names.join(", ")),
+                    )
+                }
+            };
+            self.diags.push(d);
         }
+        let mut ok = matched.issues.is_empty();
+        let bound: Vec<Option<&ast::Arg>> =
+            matched.slots.iter().map(|s| s.map(|i| &args[i])).collect();
         for (i, (p, required)) in params.iter().enumerate() {
             if *required && bound[i].is_none() && ok {
                 ok = false;
