@@ -13,7 +13,9 @@
 
 mod cuda_common;
 
-use cuda_common::{Data, Rng, compare, inputs, kernels_with_derivatives, outputs, poison, run_jit};
+use cuda_common::{
+    Data, Rng, compare, inputs, kernels_with_derivatives, outputs, poison, poison_live, run_jit,
+};
 use rlc_kernel::KernelError;
 use rlc_kernel::cuda::emit;
 use rlc_kernel::schedule::schedule;
@@ -70,16 +72,19 @@ fn gpu_agrees_with_the_jit() {
     let kernels = kernels_with_derivatives();
     let mut rng = Rng::new(5);
     let mut worst_all = 0f32;
-    // Odd sizes, one row, one position, no rows, more rows than one block, a large batch, and
-    // NaN in the padding.
+    // Odd sizes, one row, one position, no rows, more rows than one block, a large batch, long
+    // rows (several positions per thread of a block, a partial last chunk), and NaN in the
+    // padding (1) or also at a selected position (2).
     let sizes = [
-        (7, 5, false),
-        (1, 4, false),
-        (4, 1, false),
-        (0, 3, false),
-        (300, 33, false),
-        (1024, 512, false),
-        (9, 13, true),
+        (7, 5, 0),
+        (1, 4, 0),
+        (4, 1, 0),
+        (0, 3, 0),
+        (300, 33, 0),
+        (1024, 512, 0),
+        (4, 3000, 0),
+        (9, 13, 1),
+        (12, 29, 2),
     ];
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     for k in &kernels {
@@ -93,12 +98,15 @@ fn gpu_agrees_with_the_jit() {
         let mut worst = 0f32;
         for &(b, t, nan) in &sizes {
             let mut ins = inputs(k, b, t, &mut rng);
-            if nan {
+            if nan > 0 {
                 poison(k, &mut ins);
+            }
+            if nan > 1 {
+                poison_live(k, &mut ins, t);
             }
             let want = run_jit(k, b, t, &ins);
             let got = run_gpu(&compiled, b, t, &ins);
-            let what = format!("{} at B={b}, T={t}, NaN padding {nan}", k.name);
+            let what = format!("{} at B={b}, T={t}, NaN case {nan}", k.name);
             let w = compare(&what, &got, &want, 1e-4).unwrap_or_else(|e| panic!("{e}"));
             worst = worst.max(w);
         }

@@ -10,7 +10,9 @@
 //! barriers between them run with the interleavings a GPU allows; a missing `__syncthreads`
 //! shows as a race, one in divergent code as a hang. Nothing runs on the host between
 //! kernels. Every `fn` of `std.algo` the JIT compiles and the derivatives of its scalar ones,
-//! on random inputs of several sizes (one row, one position, no rows), with blocks of 4
+//! on random inputs of several sizes (one row, one position, no rows, rows of 300: chunks of
+//! 75 and 10 positions), NaN in the padding and at a selected position (a chunked scan's maps
+//! must drop it where the body's select does), with blocks of 4
 //! threads (rows longer than the block: strided loops) and of 32 (shorter: idle threads),
 //! grids with fewer blocks than rows (a block takes several) and more.
 //!
@@ -21,7 +23,7 @@
 mod cuda_common;
 
 use cuda_common::{
-    AxesSizes, Data, Rng, compare, inputs, kernels_with_derivatives, poison, run_jit,
+    AxesSizes, Data, Rng, compare, inputs, kernels_with_derivatives, poison, poison_live, run_jit,
 };
 use rlc_kernel::cuda::{emit, finish_name, pass_name};
 use rlc_kernel::ir::{Elem, Kernel};
@@ -289,18 +291,24 @@ fn emitted_source_agrees_with_the_jit_on_the_cpu() {
         .collect();
     let lib = open(&build(cxx, &dir.0, &renamed));
     for (k, s) in &renamed {
+        // (B, T, NaN): in the padding (1) or also at a selected position (2).
         let cases = [
-            (7, 5, false),
-            (33, 17, false),
-            (1, 4, false),
-            (4, 1, false),
-            (0, 3, false),
-            (9, 13, true),
+            (7, 5, 0),
+            (33, 17, 0),
+            (1, 4, 0),
+            (4, 1, 0),
+            (0, 3, 0),
+            (9, 13, 1),
+            (12, 29, 2),
+            (3, 300, 0),
         ];
         for (b, t, nan) in cases {
             let mut ins = inputs(k, b, t, &mut rng);
-            if nan {
+            if nan > 0 {
                 poison(k, &mut ins);
+            }
+            if nan > 1 {
+                poison_live(k, &mut ins, t);
             }
             let want = run_jit(k, b, t, &ins);
             for geometry in GEOMETRIES {
@@ -308,7 +316,11 @@ fn emitted_source_agrees_with_the_jit_on_the_cpu() {
                 let what = format!(
                     "{} at B={b}, T={t}{}, {} blocks of {} threads",
                     k.name,
-                    if nan { " with NaN padding" } else { "" },
+                    [
+                        "",
+                        " with NaN padding",
+                        " with NaN padding and NaN at a selected position"
+                    ][nan],
                     geometry.1,
                     geometry.0
                 );

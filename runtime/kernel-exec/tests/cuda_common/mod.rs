@@ -310,6 +310,39 @@ pub fn poison(k: &Kernel, ins: &mut [Data]) {
     }
 }
 
+/// NaN in every `[B, T]` float input at one position the first `[B, T]` mask selects, in each
+/// row from the third on: the last selected one when the row has a position not selected before
+/// it (a scan that resets there, `where(m[t], g, 0.0)` in reverse, drops the NaN from then on;
+/// a chunked scan's maps must drop it too), else the first.
+pub fn poison_live(k: &Kernel, ins: &mut [Data], t: usize) {
+    let mask = k
+        .inputs
+        .iter()
+        .position(|p| p.elem == Elem::Bool && p.level == 2)
+        .and_then(|i| match &ins[i] {
+            Data::Bool(m) => Some(m.clone()),
+            _ => None,
+        });
+    let Some(mask) = mask else { return };
+    let rows = mask.len().checked_div(t).unwrap_or(0);
+    let mut at = Vec::new();
+    for r in 2..rows {
+        let row = &mask[r * t..(r + 1) * t];
+        let selected: Vec<usize> = (0..t).filter(|&i| row[i] != 0).collect();
+        if let (Some(&first), Some(&last)) = (selected.first(), selected.last()) {
+            let gap_before_last = (0..last).any(|i| row[i] == 0);
+            at.push(r * t + if gap_before_last { last } else { first });
+        }
+    }
+    for (p, d) in k.inputs.iter().zip(ins.iter_mut()) {
+        if let (2, Data::F32(v)) = (p.level, d) {
+            for &i in &at {
+                v[i] = f32::NAN;
+            }
+        }
+    }
+}
+
 /// Zeroed outputs of the right types and sizes.
 pub fn outputs(k: &Kernel, b: usize, t: usize) -> Vec<Data> {
     let sizes = [b, t];
