@@ -1,7 +1,8 @@
 //! The GPU runner. Without CUDA (this is most machines, and CI) `Gpu::new` must be a clear
 //! error, not a panic. With a GPU, every `fn` of `std.algo` the JIT compiles and the
 //! derivatives of its scalar ones run on the device and agree with the JIT within 1e-4
-//! (relative, with an absolute floor of 1e-4 near zero); the comparison prints its figures.
+//! (relative, with an absolute floor of 1e-4 near zero), and at the large sizes a second run
+//! gives the same bits (no order depends on timing); the comparison prints its figures.
 //! It skips, saying so, where `Gpu::new` fails — unless `RLC_REQUIRE_GPU` is set (as
 //! `scripts/gpu-check.sh` does), where that is a failure.
 //!
@@ -49,6 +50,11 @@ fn no_cuda_is_a_clear_error() {
             Err(e) => panic!("not a CUDA error: {e:?}"),
         }
     }
+}
+
+/// An output's values as bits (NaN equal to itself).
+fn bits(d: &Data) -> Vec<u32> {
+    d.as_f32().iter().map(|x| x.to_bits()).collect()
 }
 
 fn run_gpu(k: &GpuKernel, b: usize, t: usize, ins: &[Data]) -> Vec<Data> {
@@ -109,6 +115,14 @@ fn gpu_agrees_with_the_jit() {
             let what = format!("{} at B={b}, T={t}, NaN case {nan}", k.name);
             let w = compare(&what, &got, &want, 1e-4).unwrap_or_else(|e| panic!("{e}"));
             worst = worst.max(w);
+            // No reduction order depends on timing: a second run gives the same bits.
+            if b >= 300 {
+                let again = run_gpu(&compiled, b, t, &ins);
+                assert!(
+                    got.iter().zip(&again).all(|(x, y)| bits(x) == bits(y)),
+                    "{what}: two runs differ"
+                );
+            }
         }
         // Times of one run at the largest size (the GPU's includes the copies both ways).
         let (b, t) = (1024, 512);
