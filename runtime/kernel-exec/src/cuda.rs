@@ -40,7 +40,9 @@ const SCRATCH_BYTES: usize = 256 << 20;
 /// stride over every row for a group statistic; block 0 also reduces to scalars). The number of
 /// blocks of the wide passes sizes the scratch.
 pub struct Launches {
+    /// Each pass's (blocks, threads per block).
     pub passes: Vec<(u32, u32)>,
+    /// The finishing kernels' (blocks, threads per block).
     pub finish: (u32, u32),
     pub wide_blocks: usize,
 }

@@ -14,7 +14,8 @@
 //! 75 and 10 positions), NaN in the padding and at a selected position (a chunked scan's maps
 //! must drop it where the body's select does), with blocks of 4
 //! threads (rows longer than the block: strided loops) and of 32 (shorter: idle threads),
-//! grids with fewer blocks than rows (a block takes several) and more; at the larger sizes
+//! grids with fewer blocks than rows (a block takes several) and more, and at the small sizes
+//! the runner's own launches (`cuda::launches`); at the larger sizes
 //! each launch twice, with the same bits (the threads' timing differs, the results may not).
 //!
 //! Skipped (with a message) where there is no `c++`; Linux only (`dlopen`, pthreads).
@@ -29,6 +30,7 @@ use cuda_common::{
 use rlc_kernel::cuda::{emit, finish_name, pass_name};
 use rlc_kernel::ir::{Elem, Kernel};
 use rlc_kernel::schedule::{Role, Schedule, schedule};
+use rlc_kernel_exec::cuda::launches;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,9 +61,11 @@ static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 "#;
 
-/// Threads per block and blocks: small blocks (rows longer than a block) with fewer blocks
-/// than rows, and a warp (idle threads, more blocks than some batches have rows).
-const GEOMETRIES: [(u32, u32); 2] = [(4, 2), (32, 3)];
+/// Threads per block and blocks for every launch: small blocks (rows longer than a block) with
+/// fewer blocks than rows, and a warp (idle threads, more blocks than some batches have rows);
+/// `None`: the runner's own launches (`cuda::launches`: a block per row of `row_threads(T)`,
+/// 128-thread blocks for the rest), at the small sizes.
+const GEOMETRIES: [Option<(u32, u32)>; 3] = [Some((4, 2)), Some((32, 3)), None];
 
 #[link(name = "dl")]
 unsafe extern "C" {
@@ -202,7 +206,7 @@ fn run_emulated(
     k: &Kernel,
     s: &Schedule,
     (b, t): (usize, usize),
-    geometry: (u32, u32),
+    geometry: Option<(u32, u32)>,
     ins: &[Data],
 ) -> Vec<Data> {
     let sizes = k.axes_sizes(b, t);
@@ -231,7 +235,9 @@ fn run_emulated(
     let sizes_i64: Vec<i64> = sizes.iter().map(|&x| x as i64).collect();
     let rows = sizes.first().copied().unwrap_or(1);
     let cols = sizes.get(1).copied().unwrap_or(1);
-    let mut scratch = vec![0f32; (geometry.1 as usize * s.scans.len() * cols).max(1)];
+    let plan = launches(s, rows, cols);
+    let blocks = geometry.map_or(plan.wide_blocks, |g| g.1 as usize);
+    let mut scratch = vec![0f32; (blocks * s.scans.len() * cols).max(1)];
     let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|v| v.as_mut_ptr() as *mut u8).collect();
     let args = (
         ptrs.as_ptr() as usize,
@@ -240,14 +246,14 @@ fn run_emulated(
         scratch.as_mut_ptr() as usize,
     );
     for (p, pass) in s.passes.iter().enumerate() {
-        let mut names = vec![pass_name(k, p)];
+        let mut names = vec![(pass_name(k, p), plan.passes[p])];
         if !pass.host.is_empty() {
-            names.push(finish_name(k, p));
+            names.push((finish_name(k, p), plan.finish));
         }
-        for name in names {
+        for (name, (blocks, threads)) in names {
             // SAFETY: every kernel has this signature.
             let f: PassFn = unsafe { std::mem::transmute(lib.symbol(&name)) };
-            launch(lib, f, geometry, args);
+            launch(lib, f, geometry.unwrap_or((threads, blocks)), args);
         }
     }
     drop(ptrs);
@@ -318,17 +324,24 @@ fn emitted_source_agrees_with_the_jit_on_the_cpu() {
             }
             let want = run_jit(k, b, t, &ins);
             for geometry in GEOMETRIES {
+                // The runner's blocks of up to 128 threads at the small sizes only (each
+                // emulated thread is an OS thread).
+                if geometry.is_none() && b * t > 100 {
+                    continue;
+                }
                 let got = run_emulated(&lib, k, s, (b, t), geometry, &ins);
                 let what = format!(
-                    "{} at B={b}, T={t}{}, {} blocks of {} threads",
+                    "{} at B={b}, T={t}{}, {}",
                     k.name,
                     [
                         "",
                         " with NaN padding",
                         " with NaN padding and NaN at a selected position"
                     ][nan],
-                    geometry.1,
-                    geometry.0
+                    geometry.map_or("the runner's launches".to_string(), |g| format!(
+                        "{} blocks of {} threads",
+                        g.1, g.0
+                    ))
                 );
                 // The threads' timing differs from run to run; the results may not.
                 if b >= 12 {
