@@ -233,6 +233,7 @@ fn decoder_input(
         return_logits: false,
         rows_of: Some((first * how.n, total * how.n)),
         first_position: 0,
+        compact_finished: true,
     };
     (
         prompt_ids.to_device(device),

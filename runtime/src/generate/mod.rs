@@ -82,6 +82,10 @@ pub struct GenerateConfig {
     /// The response position of the first new token: a paused generation continued from its
     /// first tokens (a partial rollout) draws the random numbers of the positions it is at.
     pub first_position: i64,
+    /// Stop decoding rows that have stopped (with the KV cache): at a stop check where a quarter
+    /// or more of the rows decoded have emitted EOS, the batch is cut to the others, so that a
+    /// few long responses do not carry the finished rows along. The rollout is the same.
+    pub compact_finished: bool,
 }
 
 impl Default for GenerateConfig {
@@ -97,6 +101,7 @@ impl Default for GenerateConfig {
             return_logits: false,
             rows_of: None,
             first_position: 0,
+            compact_finished: true,
         }
     }
 }
@@ -113,11 +118,11 @@ pub struct Rollout {
     pub response_mask: Tensor,
     /// `[R]` int64: the index of the prompt each row was sampled from.
     pub group_ids: Tensor,
-    /// `[R, N, V]` float32 when `return_logits` was set.
+    /// `[R, N, V]` float32 when `return_logits` was set (0 after a row's EOS).
     pub logits: Option<Tensor>,
     /// `[R, N]` float32: the log-probability of each response token under the model's raw
     /// logits (before temperature, top-k or top-p), as a forward pass over the rollout gives it
-    /// (up to rounding); for the tokens after a row's EOS, that of the padding it holds.
+    /// (up to rounding); 0 after a row's EOS (padding, masked).
     pub token_logprobs: Tensor,
 }
 
@@ -337,39 +342,112 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
         let rows = self.prompt_ids.size()[0];
         let device = self.prompt_ids.device();
         let mut next_logits = self.prefill()?;
+        // The rows still decoded, by index (`None`: all), and which of them have stopped.
+        let mut live: Option<Tensor> = None;
         let mut finished = Tensor::zeros([rows], (Kind::Bool, device));
         for step in 0..self.config.max_new {
-            let chosen = self.sample(&next_logits, step);
-            let token = chosen.where_scalarother(&finished.logical_not(), self.config.pad_token_id);
-            self.alive.push(finished.logical_not().to_kind(Kind::Int64));
-            if self.config.return_logits {
-                self.logits.push(next_logits.to_kind(Kind::Float));
-            }
-            self.logprobs.push(
-                next_logits
-                    .log_softmax(-1, Kind::Float)
-                    .gather(1, &token.unsqueeze(1), false)
-                    .squeeze_dim(1),
-            );
+            let chosen = self.sample(&next_logits, step, live.as_ref());
+            let mut token =
+                chosen.where_scalarother(&finished.logical_not(), self.config.pad_token_id);
+            let logprob = next_logits
+                .log_softmax(-1, Kind::Float)
+                .gather(1, &token.unsqueeze(1), false)
+                .squeeze_dim(1);
+            let logits = self
+                .config
+                .return_logits
+                .then(|| next_logits.to_kind(Kind::Float));
+            self.record(live.as_ref(), &token, &finished, logprob, logits);
             if let Some(eos) = self.config.eos_token_id {
                 finished = finished.logical_or(&token.eq(eos));
             }
-            self.tokens.push(token.shallow_clone());
             if step + 1 == self.config.max_new {
                 break;
             }
             let check = self.config.eos_token_id.is_some() && (step + 1) % self.check_every == 0;
-            if check && finished.all().int64_value(&[]) != 0 {
-                break;
+            if check {
+                let stopped = finished.sum(Kind::Int64).int64_value(&[]);
+                let decoded = finished.size()[0];
+                if stopped == decoded {
+                    break;
+                }
+                if self.compacts() && stopped > 0 && 4 * stopped >= decoded {
+                    let keep = finished.logical_not().nonzero().squeeze_dim(1);
+                    if let Some(cache) = &mut self.cache {
+                        cache.select_rows(&keep);
+                    }
+                    self.attention_mask = self.attention_mask.index_select(0, &keep);
+                    token = token.index_select(0, &keep);
+                    finished = finished.index_select(0, &keep);
+                    live = Some(match live {
+                        Some(rows) => rows.index_select(0, &keep),
+                        None => keep,
+                    });
+                }
             }
             next_logits = self.decode(&token)?;
         }
         Ok(self.into_rollout())
     }
 
-    fn sample(&self, logits: &Tensor, step: i64) -> Tensor {
+    /// Whether stopped rows leave the batch: only with the KV cache (a recomputing decoder reads
+    /// every row's tokens so far).
+    fn compacts(&self) -> bool {
+        self.config.compact_finished && self.cache.is_some()
+    }
+
+    /// Keeps one step's tokens, masks, log-probs and logits of the rows decoded (`live`, or all),
+    /// as whole-batch columns: a row that has stopped holds padding, mask 0, log-prob 0 and
+    /// logits 0 there, in the batch or out of it.
+    fn record(
+        &mut self,
+        live: Option<&Tensor>,
+        token: &Tensor,
+        finished: &Tensor,
+        logprob: Tensor,
+        logits: Option<Tensor>,
+    ) {
+        let alive = finished.logical_not().to_kind(Kind::Int64);
+        // After a row's stop its positions hold padding: 0, whether the row is still in the
+        // batch or not (and however often the stop flag is read).
+        let logprob = logprob * &alive;
+        let logits = logits.map(|l| l * alive.unsqueeze(1));
+        let Some(live) = live else {
+            self.tokens.push(token.shallow_clone());
+            self.alive.push(alive);
+            self.logprobs.push(logprob);
+            self.logits.extend(logits);
+            return;
+        };
+        let rows = self.prompt_ids.size()[0];
+        let whole = |part: &Tensor, fill: Tensor| fill.index_copy(0, live, part);
+        let device = token.device();
+        self.tokens.push(whole(
+            token,
+            Tensor::full([rows], self.config.pad_token_id, (Kind::Int64, device)),
+        ));
+        self.alive
+            .push(whole(&alive, Tensor::zeros([rows], (Kind::Int64, device))));
+        self.logprobs.push(whole(
+            &logprob,
+            Tensor::zeros([rows], (Kind::Float, device)),
+        ));
+        if let Some(l) = logits {
+            let vocab = l.size()[1];
+            self.logits.push(whole(
+                &l,
+                Tensor::zeros([rows, vocab], (Kind::Float, device)),
+            ));
+        }
+    }
+
+    fn sample(&self, logits: &Tensor, step: i64, live: Option<&Tensor>) -> Tensor {
         match &self.uniforms {
-            Some(u) => next_tokens_from(logits, &self.config.sampling, &u.select(1, step)),
+            Some(u) => {
+                let u = u.select(1, step);
+                let u = live.map_or_else(|| u.shallow_clone(), |rows| u.index_select(0, rows));
+                next_tokens_from(logits, &self.config.sampling, &u)
+            }
             None => logits.argmax(-1, false),
         }
     }
@@ -444,6 +522,8 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
     }
 }
 
+#[cfg(test)]
+mod compaction_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
