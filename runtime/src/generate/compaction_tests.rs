@@ -85,7 +85,7 @@ fn stopped_rows_leave_the_batch_and_the_rollout_is_the_same() {
     let lens = lengths(&whole.response_mask);
     let distinct: std::collections::BTreeSet<i64> = lens.iter().copied().collect();
     assert!(
-        distinct.len() >= 8 && lens.iter().any(|&l| l == 24),
+        distinct.len() >= 8 && lens.contains(&24),
         "rows should stop at many lengths, some never: {distinct:?}"
     );
     assert!(cut.response_ids.equal(&whole.response_ids));
