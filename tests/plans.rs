@@ -423,17 +423,20 @@ fn an_asynchronous_generate_lags_its_weight_sync() {
     );
 }
 
+/// One simulated step of `plan` under the default cost parameters, no interval op firing.
+fn simulated_step(plan: &Plan) -> rlc_plan::simulate::Timeline {
+    use rlc_plan::cost::{CostParams, PlanCosts};
+    let costs = PlanCosts::new(plan, &CostParams::default()).unwrap();
+    rlc_plan::simulate::simulate_step(plan, &costs, &|_| false).unwrap()
+}
+
 /// The simulated step of a job that generates ahead lets each side run: the generator's device
 /// (generation and the reference) and the trainer's each work the whole step through without
 /// waiting for the other, so the step is the busier side, where the same job synchronous
 /// waits for the rollout, then for the weights.
 #[test]
 fn a_generator_ahead_overlaps_training_in_the_simulated_step() {
-    use rlc_plan::cost::{CostParams, PlanCosts};
-    let step = |plan: &Plan| {
-        let costs = PlanCosts::new(plan, &CostParams::default()).unwrap();
-        rlc_plan::simulate::simulate_step(plan, &costs, &|_| false).unwrap()
-    };
+    let step = simulated_step;
     let text = std::fs::read_to_string(root().join("examples/grpo_async.rl")).unwrap();
     let ahead = step(&plan_of("examples/grpo_async.rl"));
     let sync = step(&plan_of_text(
@@ -476,12 +479,8 @@ fn a_generator_ahead_overlaps_training_in_the_simulated_step() {
 /// only once the training side has sent the update it takes.
 #[test]
 fn a_partial_rollout_pauses_for_the_training_sides_weights_in_the_simulated_step() {
-    use rlc_plan::cost::{CostParams, PlanCosts};
     use rlc_plan::simulate::Timeline;
-    let step = |plan: &Plan| {
-        let costs = PlanCosts::new(plan, &CostParams::default()).unwrap();
-        rlc_plan::simulate::simulate_step(plan, &costs, &|_| false).unwrap()
-    };
+    let step = simulated_step;
     let text = std::fs::read_to_string(root().join("examples/grpo_async.rl")).unwrap();
     let edited = text.replace(", staleness: 1)", ", staleness: 1, pause_at: 6)");
     assert_ne!(edited, text);
