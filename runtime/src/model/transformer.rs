@@ -327,6 +327,5 @@ pub(crate) fn attention_bias(mask: &Tensor, past: i64, steps: i64) -> Tensor {
     let queries = Tensor::arange_start(past, past + steps, (Kind::Int64, device)).view([steps, 1]);
     let causal = keys.le_tensor(&queries).view([1, 1, steps, total]);
     let allowed = causal.logical_and(&mask.view([-1, 1, 1, total]));
-    Tensor::zeros(allowed.size(), (Kind::Float, device))
-        .masked_fill(&allowed.logical_not(), f32::MIN as f64)
+    Tensor::where_scalar(&allowed, 0.0, f32::MIN as f64)
 }
