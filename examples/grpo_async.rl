@@ -45,7 +45,7 @@ pipeline train(steps = 500, prompts_per_step = 16, group = 16) {
     }
     log {
       reward: mean(score),
-      version: mean(f32(rollout.version)),
+      version: token_mean(f32(rollout.version), rollout.mask),
       kl: token_mean(kl_k3(old_logp, ref_logp), rollout.mask),
     }
     every 100 steps { checkpoint policy }

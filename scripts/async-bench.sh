@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Asynchronous against synchronous generation (not run in CI; issue #25): examples/grpo_async.rl
 # (generation and the reference on one CPU, training on the other, `staleness: 1`), the same
-# job with `staleness: 0`, and with partial rollouts (`staleness: 1, pause_at: 3`: tokens from
-# the fourth on sampled by the next weights), on the same placement, alternately, ROUNDS times
-# each, STEPS steps a run. Prints, per run and as medians: the median step, samples per second (responses of a step
+# job with `staleness: 0`, with `staleness: 2`, and with `staleness: 2, pause_at: 3` (partial
+# rollouts: tokens from the fourth on sampled by the next weights, one update old instead of
+# two), on the same placement, alternately, ROUNDS times each, STEPS steps a run. Prints, per run and as medians: the median step, samples per second (responses of a step
 # over the median step), the share of the synchronous step the rollout side takes (generation
 # and the reference's forward pass, on their own device), the steps and seconds until the
 # rolling mean reward of 10 steps first reaches 0.8, and the ratio of throughputs. Results in
@@ -26,18 +26,22 @@ assert ", staleness: 1)" in source, "examples/grpo_async.rl no longer says `stal
 jobs = {
     "staleness 1": source,
     "staleness 0": source.replace(", staleness: 1)", ")"),
-    "pause_at 3": source.replace(", staleness: 1)", ", staleness: 1, pause_at: 3)"),
+    "staleness 2": source.replace(", staleness: 1)", ", staleness: 2)"),
+    "staleness 2, pause_at 3": source.replace(", staleness: 1)", ", staleness: 2, pause_at: 3)"),
 }
-names = ["staleness 0", "staleness 1", "pause_at 3"]
+names = ["staleness 0", "staleness 1", "staleness 2", "staleness 2, pause_at 3"]
+def file_of(name):
+    return name.replace(",", "").replace(" ", "_")
+
 for name, text in jobs.items():
-    (out / f"{name.replace(' ', '_')}.rl").write_text(text)
+    (out / f"{file_of(name)}.rl").write_text(text)
 
 def load():
     return os.getloadavg()[0]
 
 def run(name, k):
-    folder = out / f"{name.replace(' ', '_')}-{k}"
-    cmd = ["target/release/rlc", "run", str(out / f"{name.replace(' ', '_')}.rl"),
+    folder = out / f"{file_of(name)}-{k}"
+    cmd = ["target/release/rlc", "run", str(out / f"{file_of(name)}.rl"),
            "--out", str(folder), "--seed", "0", "--stop-after", str(steps)]
     before, start = load(), time.monotonic()
     subprocess.run(["rm", "-rf", str(folder)], check=True)
@@ -54,7 +58,8 @@ def run(name, k):
     samples = 16 * 16
     return dict(name=name, step=step, rate=samples / step, rollout=rollout, hit=hit, secs=secs,
                 wall=wall, load=(before + load()) / 2,
-                versions=[r["version"] for r in rows[:4]])
+                versions=[r["version"] for r in rows[:4]],
+                version_lag=statistics.mean(r["step"] - r["version"] for r in body))
 
 results = []
 for k in range(rounds):
@@ -73,14 +78,15 @@ def med(name, key):
 
 sync_step, async_step = med("staleness 0", "step"), med("staleness 1", "step")
 print()
-print("| | median step | samples/s | rollout side (share of the synchronous step) | rolling-10 ≥ 0.8 |")
-print("|---|---|---|---|---|")
+print("| | median step | samples/s | rollout side (share of the synchronous step) | mean step − version | rolling-10 ≥ 0.8 |")
+print("|---|---|---|---|---|---|")
 for name in names:
     hit, secs = med(name, "hit"), med(name, "secs")
     reach = f"step {hit:.0f} ({secs:.1f} s)" if hit else f"not within {steps}"
     share = med(name, "rollout") / sync_step * 100
     print(f"| {name} | {med(name, 'step') * 1e3:.1f} ms | {med(name, 'rate'):.0f} | "
-          f"{med(name, 'rollout') * 1e3:.1f} ms ({share:.0f} %) | {reach} |")
+          f"{med(name, 'rollout') * 1e3:.1f} ms ({share:.0f} %) | {med(name, 'version_lag'):.2f} | {reach} |")
 print(f"\nthroughput, staleness 1 / staleness 0: {sync_step / async_step:.2f}x")
-print(f"throughput, pause_at 3 / staleness 0: {sync_step / med('pause_at 3', 'step'):.2f}x")
+for name in names[2:]:
+    print(f"throughput, {name} / staleness 0: {sync_step / med(name, 'step'):.2f}x")
 PY

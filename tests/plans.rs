@@ -476,7 +476,8 @@ fn a_generator_ahead_overlaps_training_in_the_simulated_step() {
 
 /// A partial rollout (`pause_at: 6` of 12 tokens) reaches the plan, and the simulated step shows
 /// its generation in two parts: the tokens before the pause, and after it the rest, which starts
-/// only once the training side has sent the update it takes.
+/// only once the training side has sent the update it takes (one step ahead; two steps ahead
+/// that update left before, and the rest follows at once).
 #[test]
 fn a_partial_rollout_pauses_for_the_training_sides_weights_in_the_simulated_step() {
     use rlc_plan::simulate::Timeline;
@@ -532,6 +533,13 @@ fn a_partial_rollout_pauses_for_the_training_sides_weights_in_the_simulated_step
     };
     assert!((generation(&paused) - generation(&whole)).abs() < 1e-9);
     assert!(paused.step_seconds >= whole.step_seconds - 1e-12);
+    // Two steps ahead, the weights the pause takes left training a step before: no wait.
+    let further = step(&plan_of_text(
+        "examples/grpo_async.rl",
+        &text.replace(", staleness: 1)", ", staleness: 2, pause_at: 6)"),
+    ));
+    let (before, after) = (bar(&further, "(to the pause)"), bar(&further, "(after the pause)"));
+    assert!((after.start - before.end).abs() < 1e-12, "{before:?} {after:?}");
 }
 
 /// Every argument of a recipe's call reaches the plan, wherever the recipe uses it: a sample's

@@ -171,9 +171,10 @@ struct Ahead {
     crosses: Vec<bool>,
     /// By op: it runs only on generating lanes.
     only_ahead: Vec<bool>,
-    /// By op: a partial rollout (`pause_at`) waits, after this fraction of its work, for the
-    /// source side of this weight sync (the update training finishes meanwhile).
-    pauses: Vec<Option<(usize, f64)>>,
+    /// By op: a partial rollout (`pause_at`) pauses after this fraction of its work to take
+    /// the weights of this sync; with a lag of one step it waits there for the training side's
+    /// update of the same simulated step (with more, that update left steps before).
+    pauses: Vec<Option<(usize, f64, bool)>>,
 }
 
 impl Ahead {
@@ -225,10 +226,17 @@ impl Ahead {
                     return None;
                 };
                 let instance = op.instance.as_deref()?;
-                let sync = plan.ops.iter().position(|o| {
-                    matches!(&o.kind, OpKind::WeightSync { to, lag, .. } if to == instance && *lag > 0)
-                })?;
-                Some((sync, *at as f64 / (*max_new).max(1) as f64))
+                let (sync, lag) = plan
+                    .ops
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, o)| match &o.kind {
+                        OpKind::WeightSync { to, lag, .. } if to == instance && *lag > 0 => {
+                            Some((i, *lag))
+                        }
+                        _ => None,
+                    })?;
+                Some((sync, *at as f64 / (*max_new).max(1) as f64, lag == 1))
             })
             .collect();
         Ahead {
@@ -357,11 +365,14 @@ pub fn simulate_step(
                         // A partial rollout: the tokens before the pause, then a wait for the
                         // weights training makes meanwhile, then the rest.
                         let mut paused = None;
-                        if let (true, Some((sync, fraction))) = (ahead.lanes[li], ahead.pauses[op])
+                        if let (true, Some((sync, fraction, waits))) =
+                            (ahead.lanes[li], ahead.pauses[op])
                             && d > 0.0
                         {
-                            let Some(weights) = training_finish[sync] else {
-                                break;
+                            let weights = match training_finish[sync] {
+                                Some(t) if waits => t,
+                                None if waits => break,
+                                _ => 0.0,
                             };
                             let pause = start + fraction * d;
                             let resume = pause.max(weights);
