@@ -538,8 +538,14 @@ fn a_partial_rollout_pauses_for_the_training_sides_weights_in_the_simulated_step
         "examples/grpo_async.rl",
         &text.replace(", staleness: 1)", ", staleness: 2, pause_at: 6)"),
     ));
-    let (before, after) = (bar(&further, "(to the pause)"), bar(&further, "(after the pause)"));
-    assert!((after.start - before.end).abs() < 1e-12, "{before:?} {after:?}");
+    let (before, after) = (
+        bar(&further, "(to the pause)"),
+        bar(&further, "(after the pause)"),
+    );
+    assert!(
+        (after.start - before.end).abs() < 1e-12,
+        "{before:?} {after:?}"
+    );
 }
 
 /// Every argument of a recipe's call reaches the plan, wherever the recipe uses it: a sample's
