@@ -5,14 +5,12 @@
 //! `k − lag`, as ever), so a run with a seed repeats itself; a generator that reaches the pause
 //! first waits for training there.
 
-use rlc_plan::model::{Op, OpKind, ShardMove};
-use tch::Tensor;
-
 use super::error::Result;
 use super::rank::Rank;
 use super::rollout::{self, Sampling};
 use super::values::Rollout;
 use crate::data::Sample;
+use rlc_plan::model::{Op, OpKind, ShardMove};
 
 /// The weight sync a paused generation receives, and where it pauses.
 pub(super) struct Pause<'p> {
@@ -60,8 +58,7 @@ impl<'j> Rank<'j> {
     }
 
     /// Samples `samples`' responses up to the pause, receives the next weights, samples the rest
-    /// with them. Returns the rollout and the version of the weights that sampled each token.
-    #[allow(clippy::too_many_arguments)]
+    /// with them.
     pub(super) fn paused_rollout(
         &mut self,
         op: &Op,
@@ -70,25 +67,15 @@ impl<'j> Rank<'j> {
         first: i64,
         total: i64,
         how: &Sampling,
-        version: u64,
-    ) -> Result<(Rollout, Tensor)> {
+    ) -> Result<Rollout> {
         let role = pause.role;
         let started = {
             let model = self.role_in(role, op)?.decode();
             rollout::start(model, samples, first, total, how, pause.at, self.device)?
         };
-        self.weight_sync(role, pause.from, pause.to, pause.moves, None)?;
-        *self.synced.entry(pause.to.to_string()).or_default() += 1;
+        self.take_weights(role, pause.from, pause.to, pause.moves)?;
         self.received_early = Some(pause.sync.id);
         let model = self.role_in(role, op)?.decode();
-        let rollout = rollout::finish(model, started, samples, first, how, self.device)?;
-        let versions = rollout::versions(
-            rollout.rows(),
-            rollout.response_len,
-            version,
-            Some((pause.at, version + 1)),
-            self.device,
-        );
-        Ok((rollout, versions))
+        rollout::finish(model, started, samples, first, how, self.device)
     }
 }

@@ -453,83 +453,65 @@ impl<'j> Rank<'j> {
                 let total = samples.len() as i64 * parts as i64;
                 let version = self.weights_version(role, op);
                 let pause = self.pause_of(op, settings.pause_at, step);
-                let (rollout, versions) = match pause {
-                    Some(pause) => {
-                        if env.is_some() || group.is_some() {
-                            return Err(RunError::Unsupported(format!(
-                                "`{}`: a partial rollout (`pause_at`) of a multi-turn or FSDP \
-                                 generation",
-                                op.label
-                            )));
-                        }
+                let mut rollout = match (&pause, env) {
+                    (Some(pause), None) if group.is_none() => {
                         let samples = samples.clone();
-                        let (rollout, versions) =
-                            self.paused_rollout(op, &pause, &samples, first, total, &how, version)?;
-                        (rollout, Some(versions))
+                        self.paused_rollout(op, pause, &samples, first, total, &how)?
                     }
-                    None => (
-                        match env {
-                            Some(env) => {
-                                // Cloned out of the borrowed input: the session borrows the rank.
-                                let (samples, dataset) = (samples.clone(), dataset.to_string());
-                                self.env_rollout(
-                                    op, step, env, &samples, first, total, &how, &dataset,
-                                )?
+                    (Some(_), _) => {
+                        return Err(RunError::Unsupported(format!(
+                            "`{}`: a partial rollout (`pause_at`) of a multi-turn or FSDP \
+                             generation",
+                            op.label
+                        )));
+                    }
+                    (None, Some(env)) => {
+                        // Cloned out of the borrowed input: the session borrows the rank.
+                        let (samples, dataset) = (samples.clone(), dataset.to_string());
+                        self.env_rollout(op, step, env, &samples, first, total, &how, &dataset)?
+                    }
+                    (None, None) => {
+                        let state = self.role_in(role, op)?;
+                        let model = state.decode();
+                        match (&state.model, group) {
+                            (Model::Fsdp(_), Some((group, group_first))) => {
+                                // The group's rows, then this rank's: rows `first..` of the
+                                // batch.
+                                let all = rollout::rollout(
+                                    model,
+                                    group,
+                                    *group_first,
+                                    total,
+                                    &how,
+                                    self.device,
+                                )?;
+                                let start = (first - group_first) * how.n;
+                                let count = samples.len() as i64 * how.n;
+                                all.select(&Tensor::arange_start(
+                                    start,
+                                    start + count,
+                                    (Kind::Int64, self.device),
+                                ))
                             }
-                            None => {
-                                let state = self.role_in(role, op)?;
-                                let model = state.decode();
-                                match (&state.model, group) {
-                                    (Model::Fsdp(_), Some((group, group_first))) => {
-                                        // The group's rows, then this rank's: rows `first..` of the
-                                        // batch.
-                                        let all = rollout::rollout(
-                                            model,
-                                            group,
-                                            *group_first,
-                                            total,
-                                            &how,
-                                            self.device,
-                                        )?;
-                                        let start = (first - group_first) * how.n;
-                                        let count = samples.len() as i64 * how.n;
-                                        all.select(&Tensor::arange_start(
-                                            start,
-                                            start + count,
-                                            (Kind::Int64, self.device),
-                                        ))
-                                    }
-                                    (Model::Fsdp(_), None) => {
-                                        return Err(RunError::Unsupported(format!(
-                                            "`{}`: generating under FSDP from prompts sampled in another \
+                            (Model::Fsdp(_), None) => {
+                                return Err(RunError::Unsupported(format!(
+                                    "`{}`: generating under FSDP from prompts sampled in another \
                                      layout",
-                                            op.label
-                                        )));
-                                    }
-                                    _ => rollout::rollout(
-                                        model,
-                                        samples,
-                                        first,
-                                        total,
-                                        &how,
-                                        self.device,
-                                    )?,
-                                }
+                                    op.label
+                                )));
                             }
-                        },
-                        None,
-                    ),
+                            _ => rollout::rollout(model, samples, first, total, &how, self.device)?,
+                        }
+                    }
                 };
-                let mut rollout = rollout;
-                let versions = versions.unwrap_or_else(|| {
-                    rollout::versions(
-                        rollout.rows(),
-                        rollout.response_len,
-                        version,
-                        None,
-                        self.device,
-                    )
-                });
+                // A partial rollout's tokens from the pause on come from the next version.
+                let versions = rollout::versions(
+                    rollout.rows(),
+                    rollout.response_len,
+                    version,
+                    pause.map(|p| (p.at, version + 1)),
+                    self.device,
+                );
                 rollout.fields.push((rollout::VERSION.into(), versions));
                 let local = rollout
                     .field("mask")
@@ -603,10 +585,7 @@ impl<'j> Rank<'j> {
                     self.received_early = None;
                 }
                 if resharding && !received && self.syncs_now(from, *lag, step) {
-                    self.weight_sync(role, from, to, moves, None)?;
-                    if !self.in_instance(from) {
-                        *self.synced.entry(to.clone()).or_default() += 1;
-                    }
+                    self.take_weights(role, from, to, moves)?;
                 }
                 // Sent or not (the run's last steps send none), a resumed run may need it.
                 if resharding && *lag > 0 && self.in_instance(from) {
@@ -614,6 +593,22 @@ impl<'j> Rank<'j> {
                 }
             }
             OpKind::Transfer { .. } => self.transfer(op)?,
+        }
+        Ok(())
+    }
+
+    /// Runs a weight sync of `role` from instance `from` to `to` and, on the destination's
+    /// ranks, counts the version received (what `rollout.version` reports).
+    pub(super) fn take_weights(
+        &mut self,
+        role: &str,
+        from: &str,
+        to: &str,
+        moves: &[ShardMove],
+    ) -> Result<()> {
+        self.weight_sync(role, from, to, moves, None)?;
+        if !self.in_instance(from) {
+            *self.synced.entry(to.to_string()).or_default() += 1;
         }
         Ok(())
     }
