@@ -85,20 +85,27 @@ static __device__ __forceinline__ double rlc_dmax(double a, double b) {
    depends on the block size alone. op: 0 sum, 1 max, 2 min; no thread's `any` gives 0. Every
    thread of the block calls it (in uniform control flow) and gets the result. */
 #define RLC_BLOCK_MAX 256
-static __device__ float rlc_block_reduce(int op, float v, unsigned char any, float* sh, unsigned char* sany) {
+static __device__ __forceinline__ float rlc_combine(int op, float a, float b) {
+  return op == 0 ? a + b : op == 1 ? rlc_max(a, b) : rlc_min(a, b);
+}
+static __device__ __forceinline__ double rlc_combine(int op, double a, double b) {
+  return op == 0 ? a + b : op == 1 ? rlc_dmax(a, b) : rlc_dmin(a, b);
+}
+/* T: float for a row's reduction, double for a reduction over rows (the host's sums are f64). */
+template <typename T>
+static __device__ T rlc_block_reduce(int op, T v, unsigned char any, T* sh, unsigned char* sany) {
   const unsigned t = threadIdx.x;
   sh[t] = v;
   sany[t] = any;
   __syncthreads();
   for (unsigned s = blockDim.x >> 1; s > 0; s >>= 1) {
     if (t < s) {
-      const float a = sh[t], b = sh[t + s];
-      sh[t] = op == 0 ? a + b : op == 1 ? rlc_max(a, b) : rlc_min(a, b);
+      sh[t] = rlc_combine(op, sh[t], sh[t + s]);
       sany[t] = (unsigned char)(sany[t] | sany[t + s]);
     }
     __syncthreads();
   }
-  const float r = sany[0] ? sh[0] : 0.0f;
+  const T r = sany[0] ? sh[0] : (T)0;
   __syncthreads();  /* before the arrays are reused */
   return r;
 }
@@ -158,24 +165,6 @@ static __device__ void rlc_chunk_carries(int k, float* A, float* b, float* maps,
   }
   __syncthreads();  /* before the maps are reused */
 }
-/* The same in double, for a reduction over rows (the host's sums are f64 too). */
-static __device__ double rlc_block_reduce_f64(int op, double v, unsigned char any, double* sh, unsigned char* sany) {
-  const unsigned t = threadIdx.x;
-  sh[t] = v;
-  sany[t] = any;
-  __syncthreads();
-  for (unsigned s = blockDim.x >> 1; s > 0; s >>= 1) {
-    if (t < s) {
-      const double a = sh[t], b = sh[t + s];
-      sh[t] = op == 0 ? a + b : op == 1 ? rlc_dmax(a, b) : rlc_dmin(a, b);
-      sany[t] = (unsigned char)(sany[t] | sany[t + s]);
-    }
-    __syncthreads();
-  }
-  const double r = sany[0] ? sh[0] : 0.0;
-  __syncthreads();
-  return r;
-}
 /* Row i's group statistic, as the host's `group_in` computes it: over the rows whose id is
    by[i], in double, deviations taken from the group's first member (so a group of equal values
    has a std of exactly 0). The block's threads stride over all rows and combine their partials
@@ -190,7 +179,7 @@ static __device__ float rlc_group(int op, const float* x, const int* by, long lo
   for (long long j = threadIdx.x; j < rows; j += blockDim.x) {
     if (by[j] == g) { first = (double)j; break; }
   }
-  first = rlc_block_reduce_f64(2, first, 1, sh, sany);
+  first = rlc_block_reduce(2, first, 1, sh, sany);
   const double shift = x ? (double)x[(long long)first] : 0.0;
   double n = 0.0, s = 0.0;
   for (long long j = threadIdx.x; j < rows; j += blockDim.x) {
@@ -198,9 +187,9 @@ static __device__ float rlc_group(int op, const float* x, const int* by, long lo
     n = n + 1.0;
     if (x) s = s + ((double)x[j] - shift);
   }
-  n = rlc_block_reduce_f64(0, n, 1, sh, sany);
+  n = rlc_block_reduce(0, n, 1, sh, sany);
   if (op == 0) return (float)n;
-  s = rlc_block_reduce_f64(0, s, 1, sh, sany);
+  s = rlc_block_reduce(0, s, 1, sh, sany);
   const double mean = s / n;
   if (op == 1) return (float)(s + shift * n);
   if (op == 2) return (float)(mean + shift);
@@ -210,7 +199,7 @@ static __device__ float rlc_group(int op, const float* x, const int* by, long lo
     const double d = (x ? (double)x[j] : 0.0) - shift - mean;
     sq = sq + d * d;
   }
-  sq = rlc_block_reduce_f64(0, sq, 1, sh, sany);
+  sq = rlc_block_reduce(0, sq, 1, sh, sany);
   return n > 1.0 ? (float)sqrt(sq / (n - 1.0)) : 0.0f;
 }
 "#;
@@ -416,7 +405,7 @@ fn finish(k: &Kernel, s: &Schedule, p: usize, pass: &Pass) -> String {
                 };
                 let _ = writeln!(
                     body,
-                    "  if (blockIdx.x == 0) {{  // %{b}: {name} over rows\n    double acc = {init};\n    unsigned char any = 0;\n    for (long long i = threadIdx.x; i < rows; i += blockDim.x) {{\n      const float xi = {xs}[i];\n      {update}\n    }}\n    const double r = rlc_block_reduce_f64({code}, acc, any, rlc_dred, rlc_any);\n    if (threadIdx.x == 0) {out}[0] = (float)r;\n  }}"
+                    "  if (blockIdx.x == 0) {{  // %{b}: {name} over rows\n    double acc = {init};\n    unsigned char any = 0;\n    for (long long i = threadIdx.x; i < rows; i += blockDim.x) {{\n      const float xi = {xs}[i];\n      {update}\n    }}\n    const double r = rlc_block_reduce({code}, acc, any, rlc_dred, rlc_any);\n    if (threadIdx.x == 0) {out}[0] = (float)r;\n  }}"
                 );
             }
             Op::Group { op, x, by } => {
