@@ -287,18 +287,24 @@ pub fn inputs(k: &Kernel, b: usize, t: usize, rng: &mut Rng) -> Vec<Data> {
         .collect()
 }
 
+/// The first `[B, T]` mask input's values, if the kernel has one.
+fn first_mask(k: &Kernel, ins: &[Data]) -> Option<Vec<u8>> {
+    let i = k
+        .inputs
+        .iter()
+        .position(|p| p.elem == Elem::Bool && p.level == 2)?;
+    match &ins[i] {
+        Data::Bool(m) => Some(m.clone()),
+        _ => None,
+    }
+}
+
 /// NaN in every `[B, T]` float input where the first `[B, T]` mask is false (padding holds
 /// garbage in practice; masked math must not see it, unmasked math must propagate it).
 pub fn poison(k: &Kernel, ins: &mut [Data]) {
-    let mask = k
-        .inputs
-        .iter()
-        .position(|p| p.elem == Elem::Bool && p.level == 2)
-        .and_then(|i| match &ins[i] {
-            Data::Bool(m) => Some(m.clone()),
-            _ => None,
-        });
-    let Some(mask) = mask else { return };
+    let Some(mask) = first_mask(k, ins) else {
+        return;
+    };
     for (p, d) in k.inputs.iter().zip(ins.iter_mut()) {
         if let (2, Data::F32(v)) = (p.level, d) {
             for (x, &m) in v.iter_mut().zip(&mask) {
@@ -315,15 +321,9 @@ pub fn poison(k: &Kernel, ins: &mut [Data]) {
 /// it (a scan that resets there, `where(m[t], g, 0.0)` in reverse, drops the NaN from then on;
 /// a chunked scan's maps must drop it too), else the first.
 pub fn poison_live(k: &Kernel, ins: &mut [Data], t: usize) {
-    let mask = k
-        .inputs
-        .iter()
-        .position(|p| p.elem == Elem::Bool && p.level == 2)
-        .and_then(|i| match &ins[i] {
-            Data::Bool(m) => Some(m.clone()),
-            _ => None,
-        });
-    let Some(mask) = mask else { return };
+    let Some(mask) = first_mask(k, ins) else {
+        return;
+    };
     let rows = mask.len().checked_div(t).unwrap_or(0);
     let mut at = Vec::new();
     for r in 2..rows {
