@@ -489,6 +489,9 @@ impl Formatter<'_> {
             return;
         }
         self.p.write("{");
+        // A comment on the `{`'s line trails it, whatever stood between the previous token and
+        // the `{` (a carried list broken over lines ends on an earlier line than its `)`).
+        self.p.last_end = self.p.last_end.max(start(b.span) + 1);
         self.body(&b.stmts, block_end);
     }
 
