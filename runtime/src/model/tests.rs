@@ -313,3 +313,57 @@ fn holes_in_the_middle_change_nothing() {
         assert!(diff < 1e-5, "{positions:?}: logits differ by {diff}");
     }
 }
+
+#[test]
+fn outputs_at_some_positions_equal_the_whole_pass_there_in_value_and_gradient() {
+    // Rotary positions over grouped and ungrouped heads, learned positions, left padding.
+    let ungrouped = ModelConfig {
+        kv_heads: 4,
+        ..ModelConfig::tiny()
+    };
+    for config in [ModelConfig::tiny(), ungrouped, learned()] {
+        let ids = random_ids(5, 3, 9, config.vocab);
+        let mask = Tensor::ones([3, 9], (Kind::Int64, Device::Cpu));
+        let _ = mask.get(1).narrow(0, 0, 2).fill_(0);
+        let rows = Rows { first: 4, len: 4 };
+        let grads = |whole: bool| {
+            let (vs, policy) = build(&config, Heads::POLICY, 0);
+            let logp = if whole {
+                policy.logprobs(&ids, &mask).narrow(1, rows.first, rows.len)
+            } else {
+                policy.logprobs_at(&ids, &mask, rows)
+            };
+            logp.sum(Kind::Float).backward();
+            let grads: std::collections::BTreeMap<String, Tensor> = vs
+                .variables()
+                .into_iter()
+                .map(|(name, p)| (name, p.grad()))
+                .collect();
+            (logp.detach(), grads)
+        };
+        let (whole, whole_grads) = grads(true);
+        let (some, some_grads) = grads(false);
+        assert!(max_abs_diff(&whole, &some) < 1e-5);
+        assert_eq!(whole_grads.len(), some_grads.len());
+        for ((name, a), b) in whole_grads.iter().zip(some_grads.values()) {
+            assert!(max_abs_diff(a, b) < 1e-5, "{name}");
+        }
+        let (_, critic) = build(&config, Heads::CRITIC, 0);
+        let values = critic.values(&ids, &mask).narrow(1, rows.first, rows.len);
+        assert!(max_abs_diff(&values, &critic.values_at(&ids, &mask, rows)) < 1e-5);
+    }
+}
+
+#[test]
+fn undifferentiated_passes_equal_differentiated_ones() {
+    // No gradient: the short-attention loops; with one: libtorch's kernel.
+    let config = ModelConfig::tiny();
+    let (_vs, model) = build(&config, Heads::POLICY, 3);
+    let ids = random_ids(6, 4, 8, config.vocab);
+    let mask = Tensor::ones([4, 8], (Kind::Int64, Device::Cpu));
+    let _ = mask.get(2).narrow(0, 0, 3).fill_(0);
+    let with_grad = model.logprobs(&ids, &mask);
+    assert!(with_grad.requires_grad());
+    let without = tch::no_grad(|| model.logprobs(&ids, &mask));
+    assert!(max_abs_diff(&with_grad, &without) < 1e-5);
+}

@@ -3,9 +3,9 @@
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor, nn};
 
-use super::cache::KvCache;
+use super::cache::{KvCache, LayerCache};
 use super::config::{ConfigError, ModelConfig, Positions};
-use super::layers::{DecoderLayer, Draw, RmsNorm, normal_var};
+use super::layers::{DecoderLayer, Draw, RmsNorm, Rows, normal_var};
 use super::rope::Rope;
 use crate::rng::Rng;
 
@@ -189,6 +189,21 @@ impl Transformer {
         mask: &Tensor,
         cache: Option<&mut KvCache>,
     ) -> Tensor {
+        self.hidden_states_at(ids, mask, cache, None)
+    }
+
+    /// [`Self::hidden_states`] of the new positions `queries` only (`[B, queries.len, hidden]`),
+    /// the same values: the last layer's queries, MLP and final norm run on those rows alone
+    /// (every position is still a key and value, and enters the cache), so a caller that reads
+    /// a few positions — the response's log-probs, the next token's logits — does not pay for
+    /// the others. `None`: every new position.
+    pub fn hidden_states_at(
+        &self,
+        ids: &Tensor,
+        mask: &Tensor,
+        cache: Option<&mut KvCache>,
+        queries: Option<Rows>,
+    ) -> Tensor {
         let steps = ids.size()[1];
         let mask = mask.ne(0);
         let total = mask.size()[1];
@@ -206,17 +221,19 @@ impl Transformer {
             self.embed_positions.as_ref(),
             &positions,
         );
-        match cache {
-            Some(cache) => {
-                for (layer, layer_cache) in self.layers.iter().zip(cache.layers_mut()) {
-                    x = layer.forward(&x, &angles, &bias, Some(layer_cache));
-                }
-            }
-            None => {
-                for layer in &self.layers {
-                    x = layer.forward(&x, &angles, &bias, None);
-                }
-            }
+        let last = self.layers.len().saturating_sub(1);
+        let mut caches: Vec<Option<&mut LayerCache>> = match cache {
+            Some(cache) => cache.layers_mut().iter_mut().map(Some).collect(),
+            None => self.layers.iter().map(|_| None).collect(),
+        };
+        for (i, (layer, layer_cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
+            let rows = if i == last { queries } else { None };
+            x = layer.forward(&x, &angles, &bias, layer_cache.take(), rows);
+        }
+        if self.layers.is_empty()
+            && let Some(rows) = queries
+        {
+            x = rows.of(&x);
         }
         self.norm.forward(&x)
     }
@@ -274,6 +291,27 @@ impl Transformer {
     /// Log-probabilities `[B, T-1]` of each realised next token `ids[:, t+1]` given `ids[:, ..=t]`.
     pub fn logprobs(&self, ids: &Tensor, mask: &Tensor) -> Tensor {
         token_logprobs(&self.logits(ids, mask), ids)
+    }
+
+    /// [`Self::logprobs`] of the tokens `ids[:, rows.first + 1 ..= rows.first + rows.len]`
+    /// only (`[B, rows.len]`, e.g. a rollout's response), computing the last layer's queries,
+    /// its MLP and the head at the `rows` positions that predict them.
+    pub fn logprobs_at(&self, ids: &Tensor, mask: &Tensor, rows: Rows) -> Tensor {
+        let logits = self.lm_head(&self.hidden_states_at(ids, mask, None, Some(rows)));
+        logits
+            .log_softmax(-1, Kind::Float)
+            .gather(
+                2,
+                &ids.narrow(1, rows.first + 1, rows.len).unsqueeze(-1),
+                false,
+            )
+            .squeeze_dim(-1)
+    }
+
+    /// Values `[B, rows.len]` at positions `rows` only (the last layer's queries, MLP and head
+    /// at those positions).
+    pub fn values_at(&self, ids: &Tensor, mask: &Tensor, rows: Rows) -> Tensor {
+        self.value_head(&self.hidden_states_at(ids, mask, None, Some(rows)))
     }
 }
 
