@@ -328,6 +328,7 @@ fn outputs_at_some_positions_equal_the_whole_pass_there_in_value_and_gradient() 
         let rows = Rows { first: 4, len: 4 };
         let grads = |whole: bool| {
             let (vs, policy) = build(&config, Heads::POLICY, 0);
+            // Random prompts share no prefix: this is the one-pass path.
             let logp = if whole {
                 policy.logprobs(&ids, &mask).narrow(1, rows.first, rows.len)
             } else {
@@ -366,4 +367,60 @@ fn undifferentiated_passes_equal_differentiated_ones() {
     assert!(with_grad.requires_grad());
     let without = tch::no_grad(|| model.logprobs(&ids, &mask));
     assert!(max_abs_diff(&with_grad, &without) < 1e-5);
+}
+
+#[test]
+fn a_groups_shared_prompt_runs_once_with_the_same_values_and_gradients() {
+    // 3 prompts (one left-padded) × 4 samples each, 4 response tokens: the prompt positions run
+    // once per prompt and every sample reads their cache.
+    let config = learned();
+    let (prompts, samples, prompt_len, response) = (3, 4, 5, 4);
+    let prompt_ids = random_ids(7, prompts, prompt_len, config.vocab);
+    let prompt_mask = Tensor::ones([prompts, prompt_len], (Kind::Int64, Device::Cpu));
+    let _ = prompt_mask.get(1).narrow(0, 0, 2).fill_(0);
+    let rows = prompts * samples;
+    let repeat = |t: &Tensor| t.repeat_interleave_self_int(samples, 0, None);
+    let ids = Tensor::cat(
+        &[
+            repeat(&prompt_ids),
+            random_ids(8, rows, response, config.vocab),
+        ],
+        1,
+    );
+    let mask = Tensor::cat(
+        &[
+            repeat(&prompt_mask),
+            Tensor::ones([rows, response], (Kind::Int64, Device::Cpu)),
+        ],
+        1,
+    );
+    let read = Rows {
+        first: prompt_len - 1,
+        len: response,
+    };
+    let run = |shared: bool| {
+        let (vs, policy) = build(&config, Heads::POLICY, 4);
+        let logp = if shared {
+            policy.logprobs_at(&ids, &mask, read)
+        } else {
+            policy.logprobs(&ids, &mask).narrow(1, read.first, read.len)
+        };
+        let undifferentiated = tch::no_grad(|| policy.logprobs_at(&ids, &mask, read));
+        (&logp * Tensor::arange(rows, (Kind::Float, Device::Cpu)).view([rows, 1]))
+            .sum(Kind::Float)
+            .backward();
+        let grads: std::collections::BTreeMap<String, Tensor> = vs
+            .variables()
+            .into_iter()
+            .map(|(name, p)| (name, p.grad()))
+            .collect();
+        (logp.detach(), undifferentiated, grads)
+    };
+    let (whole, _, whole_grads) = run(false);
+    let (shared, undifferentiated, shared_grads) = run(true);
+    assert!(max_abs_diff(&whole, &shared) < 1e-5);
+    assert!(max_abs_diff(&whole, &undifferentiated) < 1e-5);
+    for ((name, a), b) in whole_grads.iter().zip(shared_grads.values()) {
+        assert!(max_abs_diff(a, b) < 1e-5, "{name}");
+    }
 }

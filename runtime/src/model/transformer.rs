@@ -297,7 +297,7 @@ impl Transformer {
     /// only (`[B, rows.len]`, e.g. a rollout's response), computing the last layer's queries,
     /// its MLP and the head at the `rows` positions that predict them.
     pub fn logprobs_at(&self, ids: &Tensor, mask: &Tensor, rows: Rows) -> Tensor {
-        let logits = self.lm_head(&self.hidden_states_at(ids, mask, None, Some(rows)));
+        let logits = self.lm_head(&self.hidden_states_read(ids, mask, rows));
         logits
             .log_softmax(-1, Kind::Float)
             .gather(
@@ -311,7 +311,68 @@ impl Transformer {
     /// Values `[B, rows.len]` at positions `rows` only (the last layer's queries, MLP and head
     /// at those positions).
     pub fn values_at(&self, ids: &Tensor, mask: &Tensor, rows: Rows) -> Tensor {
-        self.value_head(&self.hidden_states_at(ids, mask, None, Some(rows)))
+        self.value_head(&self.hidden_states_read(ids, mask, rows))
+    }
+
+    /// Hidden states at `rows`, the positions a rollout's outputs read. Where rows share the
+    /// positions before `rows` — a group's samples of one prompt — those positions run once per
+    /// distinct prefix, as a prefill whose cache every row then reads (values and gradients as
+    /// one pass: causal attention makes a prefix's states independent of what follows).
+    fn hidden_states_read(&self, ids: &Tensor, mask: &Tensor, rows: Rows) -> Tensor {
+        let prefix = rows.first + 1;
+        let after = ids.size()[1] - prefix;
+        let Some(shared) = SharedPrefix::find(ids, mask, prefix).filter(|_| after >= rows.len - 1)
+        else {
+            return self.hidden_states_at(ids, mask, None, Some(rows));
+        };
+        let mut cache = KvCache::new(self.layers.len());
+        let last = Rows {
+            first: prefix - 1,
+            len: 1,
+        };
+        let first = self
+            .hidden_states_at(&shared.ids, &shared.mask, Some(&mut cache), Some(last))
+            .index_select(0, &shared.rows);
+        if rows.len == 1 {
+            return first;
+        }
+        cache.select_rows(&shared.rows);
+        let rest = self.hidden_states_at(
+            &ids.narrow(1, prefix, rows.len - 1),
+            &mask.narrow(1, 0, prefix + rows.len - 1),
+            Some(&mut cache),
+            None,
+        );
+        Tensor::cat(&[first, rest], 1)
+    }
+}
+
+/// The distinct prefixes of a batch's rows, when few enough to pay for a second pass.
+struct SharedPrefix {
+    /// `[U, P]` ids and mask of the distinct prefixes.
+    ids: Tensor,
+    mask: Tensor,
+    /// `[B]`: each row's prefix.
+    rows: Tensor,
+}
+
+impl SharedPrefix {
+    /// The distinct `[ids, mask]` prefixes of length `len`, where at most half as many as rows.
+    fn find(ids: &Tensor, mask: &Tensor, len: i64) -> Option<Self> {
+        let batch = ids.size()[0];
+        let both = Tensor::cat(
+            &[
+                ids.narrow(1, 0, len),
+                mask.narrow(1, 0, len).to_kind(Kind::Int64),
+            ],
+            1,
+        );
+        let (distinct, rows, _) = both.unique_dim(0, true, true, false);
+        (2 * distinct.size()[0] <= batch).then(|| Self {
+            ids: distinct.narrow(1, 0, len),
+            mask: distinct.narrow(1, len, len),
+            rows,
+        })
     }
 }
 
