@@ -423,4 +423,16 @@ fn a_groups_shared_prompt_runs_once_with_the_same_values_and_gradients() {
     for ((name, a), b) in whole_grads.iter().zip(shared_grads.values()) {
         assert!(max_abs_diff(a, b) < 1e-5, "{name}");
     }
+    // A response of no tokens reads nothing (and does not fail).
+    let (_vs, policy) = build(&config, Heads::POLICY, 4);
+    let none = Rows {
+        first: prompt_len - 1,
+        len: 0,
+    };
+    let prompt = ids.narrow(1, 0, prompt_len);
+    let prompt_mask = mask.narrow(1, 0, prompt_len);
+    assert_eq!(
+        policy.logprobs_at(&prompt, &prompt_mask, none).size(),
+        [rows, 0]
+    );
 }

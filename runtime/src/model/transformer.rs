@@ -319,6 +319,10 @@ impl Transformer {
     /// distinct prefix, as a prefill whose cache every row then reads (values and gradients as
     /// one pass: causal attention makes a prefix's states independent of what follows).
     fn hidden_states_read(&self, ids: &Tensor, mask: &Tensor, rows: Rows) -> Tensor {
+        if rows.len < 1 {
+            // Nothing read (e.g. demonstrations without a token): the whole pass, cut to none.
+            return self.hidden_states(ids, mask, None).narrow(1, rows.first, 0);
+        }
         let prefix = rows.first + 1;
         let after = ids.size()[1] - prefix;
         let Some(shared) = SharedPrefix::find(ids, mask, prefix).filter(|_| after >= rows.len - 1)
