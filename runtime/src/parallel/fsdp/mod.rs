@@ -420,7 +420,6 @@ impl<'c> Fsdp<'c> {
                 &context.angles,
                 &context.bias,
                 None,
-                None,
             );
             let seed = (out * &upstream).sum(Kind::Float);
             let mut wrt = vec![x];
@@ -709,13 +708,7 @@ impl<'c> Fsdp<'c> {
         cache: Option<&mut crate::model::LayerCache>,
     ) -> Result<Tensor, FsdpError> {
         let _weights = self.gather(1 + layer)?;
-        Ok(self.skeleton.decoder_layers()[layer].forward(
-            x,
-            &context.angles,
-            &context.bias,
-            cache,
-            None,
-        ))
+        Ok(self.skeleton.decoder_layers()[layer].forward(x, &context.angles, &context.bias, cache))
     }
 }
 

@@ -139,7 +139,6 @@ impl<'c> TpAttention<'c> {
             angles,
             bias,
             cache,
-            None,
         );
         self.o_proj.forward(&out)
     }
