@@ -11,7 +11,7 @@ use crate::generate::{
     Decode, Environment, GenerateConfig, SamplingConfig, TurnsConfig, generate, generate_turns,
     left_pad,
 };
-use crate::model::token_logprobs;
+use crate::model::{Rows, token_logprobs};
 use crate::parallel::Tape;
 
 pub struct Sampling {
@@ -367,9 +367,14 @@ impl Output {
 /// records its cuts on `tape`, for the backward pass of an update).
 pub fn output<'c>(model: &Model<'c>, what: Output, r: &Rollout, tape: &Tape<'c>) -> Result<Tensor> {
     let responses = |t: Tensor| t.narrow(1, r.prompt_len - 1, r.response_len);
+    // The positions whose outputs the response's tokens read: only these leave the last layer.
+    let rows = Rows {
+        first: r.prompt_len - 1,
+        len: r.response_len,
+    };
     Ok(match (model, what) {
-        (Model::Whole(m), Output::Logprobs) => responses(m.logprobs(&r.ids, &r.attention)),
-        (Model::Whole(m), Output::Values) => responses(m.values(&r.ids, &r.attention)),
+        (Model::Whole(m), Output::Logprobs) => m.logprobs_at(&r.ids, &r.attention, rows),
+        (Model::Whole(m), Output::Values) => m.values_at(&r.ids, &r.attention, rows),
         (Model::Whole(m), Output::Scores) => m.scores(&r.ids, &score_mask(r)),
         (Model::Tp(m), Output::Logprobs) => responses(m.logprobs(tape, &r.ids, &r.attention)?),
         (Model::Tp(m), Output::Values) => responses(m.values(tape, &r.ids, &r.attention)?),

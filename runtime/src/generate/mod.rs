@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 use crate::collectives::CollectiveError;
-use crate::model::{KvCache, ModelConfig, Transformer};
+use crate::model::{KvCache, ModelConfig, Rows, Transformer};
 
 /// What the decoder needs of a model, however its weights are laid out over ranks. Every rank
 /// that runs the decoder for one batch must get the same full-vocabulary logits, so that the
@@ -51,8 +51,12 @@ impl Decode for Transformer {
         mask: &Tensor,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor, GenerateError> {
-        let last = ids.size()[1] - 1;
-        let hidden = self.hidden_states(ids, mask, cache).narrow(1, last, 1);
+        // Only the last position's logits are read: the others are keys and values.
+        let last = Rows {
+            first: ids.size()[1] - 1,
+            len: 1,
+        };
+        let hidden = self.hidden_states_at(ids, mask, cache, Some(last));
         Ok(self.lm_head(&hidden).squeeze_dim(1))
     }
 }

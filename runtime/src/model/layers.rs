@@ -6,6 +6,7 @@ use tch::{Device, Kind, Tensor, nn};
 use super::cache::LayerCache;
 use super::config::ModelConfig;
 use super::rope::RopeAngles;
+use super::short_attention;
 use crate::rng::Rng;
 
 /// Standard deviation of the random init (the `initializer_range` of Llama/Qwen2 configs).
@@ -137,28 +138,47 @@ impl Attention {
 
     /// `x`: `[B, T, hidden]`; `bias`: additive attention bias `[B, 1, T, S]` where `S` counts the
     /// cached positions plus the `T` new ones. Appends this step's keys and values to `cache`.
+    /// With `queries`, only those of the `T` positions attend (every position is still a key):
+    /// `[B, queries.len, hidden]`.
     pub fn forward(
         &self,
         x: &Tensor,
         angles: &RopeAngles,
         bias: &Tensor,
         cache: Option<&mut LayerCache>,
+        queries: Option<Rows>,
     ) -> Tensor {
         let heads = HeadCounts {
             heads: self.heads,
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,
         };
+        let q_input = queries.map_or_else(|| x.shallow_clone(), |rows| rows.of(x));
         let out = grouped_attention(
-            self.q_proj.forward(x),
+            self.q_proj.forward(&q_input),
             self.k_proj.forward(x),
             self.v_proj.forward(x),
             heads,
             angles,
             bias,
             cache,
+            queries,
         );
         self.o_proj.forward(&out)
+    }
+}
+
+/// A run of consecutive positions among a forward pass's new ones (dimension 1 of `[B, T, …]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rows {
+    pub first: i64,
+    pub len: i64,
+}
+
+impl Rows {
+    /// `x[:, first..first + len]`.
+    pub fn of(self, x: &Tensor) -> Tensor {
+        x.narrow(1, self.first, self.len)
     }
 }
 
@@ -173,7 +193,10 @@ pub struct HeadCounts {
 /// Rotary grouped-query attention of projected queries, keys and values (`[B, T, heads·d]`,
 /// `[B, T, kv_heads·d]`), before the output projection: `[B, T, heads·d]`. Each key/value head
 /// serves `heads / kv_heads` consecutive query heads — also for a tensor-parallel rank's
-/// contiguous share of both. Appends this step's keys and values to `cache`.
+/// contiguous share of both. Appends this step's keys and values to `cache`. With `queries`,
+/// `q` holds only those of the new positions (`k` and `v` all of them); `angles` and `bias` are
+/// the whole pass's.
+#[allow(clippy::too_many_arguments)]
 pub fn grouped_attention(
     q: Tensor,
     k: Tensor,
@@ -182,19 +205,38 @@ pub fn grouped_attention(
     angles: &RopeAngles,
     bias: &Tensor,
     cache: Option<&mut LayerCache>,
+    queries: Option<Rows>,
 ) -> Tensor {
     let HeadCounts {
         heads,
         kv_heads,
         head_dim,
     } = counts;
+    let split_heads = |t: Tensor, n: i64| {
+        let (batch, steps) = (t.size()[0], t.size()[1]);
+        t.view([batch, steps, n, head_dim]).transpose(1, 2)
+    };
     let (batch, steps) = (q.size()[0], q.size()[1]);
-    let split_heads = |t: Tensor, n: i64| t.view([batch, steps, n, head_dim]).transpose(1, 2);
-    let q = angles.apply(&split_heads(q, heads));
+    let q = match queries {
+        Some(rows) => angles.narrow(rows).apply(&split_heads(q, heads)),
+        None => angles.apply(&split_heads(q, heads)),
+    };
+    let bias = match queries {
+        Some(rows) => bias.narrow(2, rows.first, rows.len),
+        None => bias.shallow_clone(),
+    };
+    let bias = &bias;
     let mut k = angles.apply(&split_heads(k, kv_heads));
     let mut v = split_heads(v, kv_heads);
     if let Some(cache) = cache {
         (k, v) = cache.append(k, v);
+    }
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    // Nothing to differentiate (the sampler's, a reference's or the old policy's pass): where the
+    // sequences are short, plain loops beat libtorch's per-call costs. A differentiated pass keeps
+    // libtorch's kernel and its backward (see `short_attention`).
+    if ![&q, &k, &v].iter().any(|t| t.requires_grad()) && short_attention::applies(&q, &k, bias) {
+        return short_attention::forward(&q, &k, &v, bias, scale).0;
     }
     let group = heads / kv_heads;
     let (k, v) = if group > 1 {
@@ -209,7 +251,6 @@ pub fn grouped_attention(
         // One libtorch op for the five of softmax(q·kᵀ / √d + bias)·v below (on the CPU its
         // flash kernel, forward and backward), the same function of its inputs: at the main
         // job's size (rows of ten keys) the separate softmax alone cost more than it.
-        let scale = 1.0 / (head_dim as f64).sqrt();
         Tensor::scaled_dot_product_attention(&q, &k, &v, Some(bias), 0.0, false, scale, false)
     } else {
         // A bias of another kind than the activations (the attention bias is float32).
@@ -247,17 +288,27 @@ impl DecoderLayer {
         }
     }
 
+    /// The layer's output at every new position of `x`, or at `queries` only (the other
+    /// positions still serve as keys and values, and enter `cache`).
     pub fn forward(
         &self,
         x: &Tensor,
         angles: &RopeAngles,
         bias: &Tensor,
         cache: Option<&mut LayerCache>,
+        queries: Option<Rows>,
     ) -> Tensor {
-        let attended =
-            self.self_attn
-                .forward(&self.input_layernorm.forward(x), angles, bias, cache);
-        let x = x + attended;
+        let attended = self.self_attn.forward(
+            &self.input_layernorm.forward(x),
+            angles,
+            bias,
+            cache,
+            queries,
+        );
+        let x = match queries {
+            Some(rows) => rows.of(x) + attended,
+            None => x + attended,
+        };
         let mlp_out = self.mlp.forward(&self.post_attention_layernorm.forward(&x));
         x + mlp_out
     }

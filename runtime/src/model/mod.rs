@@ -6,11 +6,12 @@ mod config;
 pub mod init;
 mod layers;
 mod rope;
+mod short_attention;
 mod transformer;
 
 pub use cache::KvCache;
 pub use config::{ConfigError, ModelConfig, Positions};
-pub use layers::INIT_STD;
+pub use layers::{INIT_STD, Rows};
 pub use transformer::{Heads, Transformer, token_logprobs};
 
 // The blocks a model is built from, for the parallel layouts that rebuild it in shards.

@@ -51,6 +51,18 @@ impl Rope {
 }
 
 impl RopeAngles {
+    /// The angles of positions `rows` of the pass.
+    pub fn narrow(&self, rows: super::layers::Rows) -> RopeAngles {
+        RopeAngles {
+            rotation: self.rotation.as_ref().map(|(cos, sin)| {
+                (
+                    cos.narrow(2, rows.first, rows.len),
+                    sin.narrow(2, rows.first, rows.len),
+                )
+            }),
+        }
+    }
+
     /// Rotates `x` of shape `[B, heads, T, head_dim]` (returns it as is without a rotation).
     pub fn apply(&self, x: &Tensor) -> Tensor {
         let Some((cos, sin)) = &self.rotation else {

@@ -313,3 +313,126 @@ fn holes_in_the_middle_change_nothing() {
         assert!(diff < 1e-5, "{positions:?}: logits differ by {diff}");
     }
 }
+
+#[test]
+fn outputs_at_some_positions_equal_the_whole_pass_there_in_value_and_gradient() {
+    // Rotary positions over grouped and ungrouped heads, learned positions, left padding.
+    let ungrouped = ModelConfig {
+        kv_heads: 4,
+        ..ModelConfig::tiny()
+    };
+    for config in [ModelConfig::tiny(), ungrouped, learned()] {
+        let ids = random_ids(5, 3, 9, config.vocab);
+        let mask = Tensor::ones([3, 9], (Kind::Int64, Device::Cpu));
+        let _ = mask.get(1).narrow(0, 0, 2).fill_(0);
+        let rows = Rows { first: 4, len: 4 };
+        let grads = |whole: bool| {
+            let (vs, policy) = build(&config, Heads::POLICY, 0);
+            // Random prompts share no prefix: this is the one-pass path.
+            let logp = if whole {
+                policy.logprobs(&ids, &mask).narrow(1, rows.first, rows.len)
+            } else {
+                policy.logprobs_at(&ids, &mask, rows)
+            };
+            logp.sum(Kind::Float).backward();
+            let grads: std::collections::BTreeMap<String, Tensor> = vs
+                .variables()
+                .into_iter()
+                .map(|(name, p)| (name, p.grad()))
+                .collect();
+            (logp.detach(), grads)
+        };
+        let (whole, whole_grads) = grads(true);
+        let (some, some_grads) = grads(false);
+        assert!(max_abs_diff(&whole, &some) < 1e-5);
+        assert_eq!(whole_grads.len(), some_grads.len());
+        for ((name, a), b) in whole_grads.iter().zip(some_grads.values()) {
+            assert!(max_abs_diff(a, b) < 1e-5, "{name}");
+        }
+        let (_, critic) = build(&config, Heads::CRITIC, 0);
+        let values = critic.values(&ids, &mask).narrow(1, rows.first, rows.len);
+        assert!(max_abs_diff(&values, &critic.values_at(&ids, &mask, rows)) < 1e-5);
+    }
+}
+
+#[test]
+fn undifferentiated_passes_equal_differentiated_ones() {
+    // No gradient: the short-attention loops; with one: libtorch's kernel.
+    let config = ModelConfig::tiny();
+    let (_vs, model) = build(&config, Heads::POLICY, 3);
+    let ids = random_ids(6, 4, 8, config.vocab);
+    let mask = Tensor::ones([4, 8], (Kind::Int64, Device::Cpu));
+    let _ = mask.get(2).narrow(0, 0, 3).fill_(0);
+    let with_grad = model.logprobs(&ids, &mask);
+    assert!(with_grad.requires_grad());
+    let without = tch::no_grad(|| model.logprobs(&ids, &mask));
+    assert!(max_abs_diff(&with_grad, &without) < 1e-5);
+}
+
+#[test]
+fn a_groups_shared_prompt_runs_once_with_the_same_values_and_gradients() {
+    // 3 prompts (one left-padded) × 4 samples each, 4 response tokens: the prompt positions run
+    // once per prompt and every sample reads their cache.
+    let config = learned();
+    let (prompts, samples, prompt_len, response) = (3, 4, 5, 4);
+    let prompt_ids = random_ids(7, prompts, prompt_len, config.vocab);
+    let prompt_mask = Tensor::ones([prompts, prompt_len], (Kind::Int64, Device::Cpu));
+    let _ = prompt_mask.get(1).narrow(0, 0, 2).fill_(0);
+    let rows = prompts * samples;
+    let repeat = |t: &Tensor| t.repeat_interleave_self_int(samples, 0, None);
+    let ids = Tensor::cat(
+        &[
+            repeat(&prompt_ids),
+            random_ids(8, rows, response, config.vocab),
+        ],
+        1,
+    );
+    let mask = Tensor::cat(
+        &[
+            repeat(&prompt_mask),
+            Tensor::ones([rows, response], (Kind::Int64, Device::Cpu)),
+        ],
+        1,
+    );
+    let read = Rows {
+        first: prompt_len - 1,
+        len: response,
+    };
+    let run = |shared: bool| {
+        let (vs, policy) = build(&config, Heads::POLICY, 4);
+        let logp = if shared {
+            policy.logprobs_at(&ids, &mask, read)
+        } else {
+            policy.logprobs(&ids, &mask).narrow(1, read.first, read.len)
+        };
+        let undifferentiated = tch::no_grad(|| policy.logprobs_at(&ids, &mask, read));
+        (&logp * Tensor::arange(rows, (Kind::Float, Device::Cpu)).view([rows, 1]))
+            .sum(Kind::Float)
+            .backward();
+        let grads: std::collections::BTreeMap<String, Tensor> = vs
+            .variables()
+            .into_iter()
+            .map(|(name, p)| (name, p.grad()))
+            .collect();
+        (logp.detach(), undifferentiated, grads)
+    };
+    let (whole, _, whole_grads) = run(false);
+    let (shared, undifferentiated, shared_grads) = run(true);
+    assert!(max_abs_diff(&whole, &shared) < 1e-5);
+    assert!(max_abs_diff(&whole, &undifferentiated) < 1e-5);
+    for ((name, a), b) in whole_grads.iter().zip(shared_grads.values()) {
+        assert!(max_abs_diff(a, b) < 1e-5, "{name}");
+    }
+    // A response of no tokens reads nothing (and does not fail).
+    let (_vs, policy) = build(&config, Heads::POLICY, 4);
+    let none = Rows {
+        first: prompt_len - 1,
+        len: 0,
+    };
+    let prompt = ids.narrow(1, 0, prompt_len);
+    let prompt_mask = mask.narrow(1, 0, prompt_len);
+    assert_eq!(
+        policy.logprobs_at(&prompt, &prompt_mask, none).size(),
+        [rows, 0]
+    );
+}

@@ -3,9 +3,9 @@
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor, nn};
 
-use super::cache::KvCache;
+use super::cache::{KvCache, LayerCache};
 use super::config::{ConfigError, ModelConfig, Positions};
-use super::layers::{DecoderLayer, Draw, RmsNorm, normal_var};
+use super::layers::{DecoderLayer, Draw, RmsNorm, Rows, normal_var};
 use super::rope::Rope;
 use crate::rng::Rng;
 
@@ -189,6 +189,21 @@ impl Transformer {
         mask: &Tensor,
         cache: Option<&mut KvCache>,
     ) -> Tensor {
+        self.hidden_states_at(ids, mask, cache, None)
+    }
+
+    /// [`Self::hidden_states`] of the new positions `queries` only (`[B, queries.len, hidden]`),
+    /// the same values: the last layer's queries, MLP and final norm run on those rows alone
+    /// (every position is still a key and value, and enters the cache), so a caller that reads
+    /// a few positions — the response's log-probs, the next token's logits — does not pay for
+    /// the others. `None`: every new position.
+    pub fn hidden_states_at(
+        &self,
+        ids: &Tensor,
+        mask: &Tensor,
+        cache: Option<&mut KvCache>,
+        queries: Option<Rows>,
+    ) -> Tensor {
         let steps = ids.size()[1];
         let mask = mask.ne(0);
         let total = mask.size()[1];
@@ -206,17 +221,19 @@ impl Transformer {
             self.embed_positions.as_ref(),
             &positions,
         );
-        match cache {
-            Some(cache) => {
-                for (layer, layer_cache) in self.layers.iter().zip(cache.layers_mut()) {
-                    x = layer.forward(&x, &angles, &bias, Some(layer_cache));
-                }
-            }
-            None => {
-                for layer in &self.layers {
-                    x = layer.forward(&x, &angles, &bias, None);
-                }
-            }
+        let last = self.layers.len().saturating_sub(1);
+        let mut caches: Vec<Option<&mut LayerCache>> = match cache {
+            Some(cache) => cache.layers_mut().iter_mut().map(Some).collect(),
+            None => self.layers.iter().map(|_| None).collect(),
+        };
+        for (i, (layer, layer_cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
+            let rows = if i == last { queries } else { None };
+            x = layer.forward(&x, &angles, &bias, layer_cache.take(), rows);
+        }
+        if self.layers.is_empty()
+            && let Some(rows) = queries
+        {
+            x = rows.of(&x);
         }
         self.norm.forward(&x)
     }
@@ -274,6 +291,92 @@ impl Transformer {
     /// Log-probabilities `[B, T-1]` of each realised next token `ids[:, t+1]` given `ids[:, ..=t]`.
     pub fn logprobs(&self, ids: &Tensor, mask: &Tensor) -> Tensor {
         token_logprobs(&self.logits(ids, mask), ids)
+    }
+
+    /// [`Self::logprobs`] of the tokens `ids[:, rows.first + 1 ..= rows.first + rows.len]`
+    /// only (`[B, rows.len]`, e.g. a rollout's response), computing the last layer's queries,
+    /// its MLP and the head at the `rows` positions that predict them.
+    pub fn logprobs_at(&self, ids: &Tensor, mask: &Tensor, rows: Rows) -> Tensor {
+        let logits = self.lm_head(&self.hidden_states_read(ids, mask, rows));
+        logits
+            .log_softmax(-1, Kind::Float)
+            .gather(
+                2,
+                &ids.narrow(1, rows.first + 1, rows.len).unsqueeze(-1),
+                false,
+            )
+            .squeeze_dim(-1)
+    }
+
+    /// Values `[B, rows.len]` at positions `rows` only (the last layer's queries, MLP and head
+    /// at those positions).
+    pub fn values_at(&self, ids: &Tensor, mask: &Tensor, rows: Rows) -> Tensor {
+        self.value_head(&self.hidden_states_read(ids, mask, rows))
+    }
+
+    /// Hidden states at `rows`, the positions a rollout's outputs read. Where rows share the
+    /// positions before `rows` — a group's samples of one prompt — those positions run once per
+    /// distinct prefix, as a prefill whose cache every row then reads (values and gradients as
+    /// one pass: causal attention makes a prefix's states independent of what follows).
+    fn hidden_states_read(&self, ids: &Tensor, mask: &Tensor, rows: Rows) -> Tensor {
+        if rows.len < 1 {
+            // Nothing read (e.g. demonstrations without a token): the whole pass, cut to none.
+            return self.hidden_states(ids, mask, None).narrow(1, rows.first, 0);
+        }
+        let prefix = rows.first + 1;
+        let after = ids.size()[1] - prefix;
+        let Some(shared) = SharedPrefix::find(ids, mask, prefix).filter(|_| after >= rows.len - 1)
+        else {
+            return self.hidden_states_at(ids, mask, None, Some(rows));
+        };
+        let mut cache = KvCache::new(self.layers.len());
+        let last = Rows {
+            first: prefix - 1,
+            len: 1,
+        };
+        let first = self
+            .hidden_states_at(&shared.ids, &shared.mask, Some(&mut cache), Some(last))
+            .index_select(0, &shared.rows);
+        if rows.len == 1 {
+            return first;
+        }
+        cache.select_rows(&shared.rows);
+        let rest = self.hidden_states_at(
+            &ids.narrow(1, prefix, rows.len - 1),
+            &mask.narrow(1, 0, prefix + rows.len - 1),
+            Some(&mut cache),
+            None,
+        );
+        Tensor::cat(&[first, rest], 1)
+    }
+}
+
+/// The distinct prefixes of a batch's rows, when few enough to pay for a second pass.
+struct SharedPrefix {
+    /// `[U, P]` ids and mask of the distinct prefixes.
+    ids: Tensor,
+    mask: Tensor,
+    /// `[B]`: each row's prefix.
+    rows: Tensor,
+}
+
+impl SharedPrefix {
+    /// The distinct `[ids, mask]` prefixes of length `len`, where at most half as many as rows.
+    fn find(ids: &Tensor, mask: &Tensor, len: i64) -> Option<Self> {
+        let batch = ids.size()[0];
+        let both = Tensor::cat(
+            &[
+                ids.narrow(1, 0, len),
+                mask.narrow(1, 0, len).to_kind(Kind::Int64),
+            ],
+            1,
+        );
+        let (distinct, rows, _) = both.unique_dim(0, true, true, false);
+        (2 * distinct.size()[0] <= batch).then(|| Self {
+            ids: distinct.narrow(1, 0, len),
+            mask: distinct.narrow(1, len, len),
+            rows,
+        })
     }
 }
 

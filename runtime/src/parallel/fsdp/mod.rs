@@ -420,6 +420,7 @@ impl<'c> Fsdp<'c> {
                 &context.angles,
                 &context.bias,
                 None,
+                None,
             );
             let seed = (out * &upstream).sum(Kind::Float);
             let mut wrt = vec![x];
@@ -708,7 +709,13 @@ impl<'c> Fsdp<'c> {
         cache: Option<&mut crate::model::LayerCache>,
     ) -> Result<Tensor, FsdpError> {
         let _weights = self.gather(1 + layer)?;
-        Ok(self.skeleton.decoder_layers()[layer].forward(x, &context.angles, &context.bias, cache))
+        Ok(self.skeleton.decoder_layers()[layer].forward(
+            x,
+            &context.angles,
+            &context.bias,
+            cache,
+            None,
+        ))
     }
 }
 

@@ -77,7 +77,7 @@ impl<'c> StageLayer<'c> for DecoderLayer {
         bias: &Tensor,
         cache: Option<&mut LayerCache>,
     ) -> Result<Tensor, CollectiveError> {
-        Ok(DecoderLayer::forward(self, x, angles, bias, cache))
+        Ok(DecoderLayer::forward(self, x, angles, bias, cache, None))
     }
 }
 

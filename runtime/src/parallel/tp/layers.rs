@@ -139,6 +139,7 @@ impl<'c> TpAttention<'c> {
             angles,
             bias,
             cache,
+            None,
         );
         self.o_proj.forward(&out)
     }
