@@ -1,17 +1,15 @@
-//! Attention over short sequences on the CPU, as plain loops over each (row, head).
-//!
-//! At the sizes of small RL jobs (ten positions, heads of 16) libtorch's attention pays its
-//! per-call costs hundreds of times a layer — the flash kernel runs a blocked GEMM per (row,
-//! head), and `bmm` loops over the batch with a `select`, a copy and an MKL call per matrix —
-//! for a few hundred multiply-adds each. Here one pass per (row, head) computes the scores,
-//! their softmax and the weighted values in registers and cache: the same function of the
-//! inputs as `scaled_dot_product_attention` with an additive float bias, to float rounding
-//! (`tests::matches_libtorch`). Forward passes that are not differentiated (the sampler's, a
-//! reference's or the old policy's log-probs) use it. A differentiated pass keeps libtorch's
-//! kernel: this one's backward, run through a cut of the autograd graph (tch has no custom
-//! autograd functions), cost more in the extra backward segments than it saved (measured on
-//! the main job: train phase +0.7 ms a step).
+//! Attention over short sequences on the CPU, for tensors: [`rlc_attention_loops`]'s loops per
+//! (row, head), the same function of the inputs as `scaled_dot_product_attention` with an
+//! additive float bias, to float rounding (`tests::matches_libtorch`). At the sizes of small RL
+//! jobs (ten positions, heads of 16) libtorch's attention pays its per-call costs hundreds of
+//! times a layer — the flash kernel runs a blocked GEMM per (row, head), and `bmm` loops over
+//! the batch with a `select`, a copy and an MKL call per matrix. Forward passes that are not
+//! differentiated (the sampler's, a reference's or the old policy's log-probs) use it. A
+//! differentiated pass keeps libtorch's kernel: this one's backward, run through a cut of the
+//! autograd graph (tch has no custom autograd functions), cost more in the extra backward
+//! segments than it saved (measured on the main job: train phase +0.7 ms a step).
 
+use rlc_attention_loops::{Inputs, Shape, attention};
 use tch::{Device, Kind, Tensor};
 
 /// Work per (row, head) — query positions × key positions × head width — up to which these
@@ -34,184 +32,34 @@ pub fn applies(q: &Tensor, k: &Tensor, bias: &Tensor) -> bool {
 /// layout the output projection reads) and the attention probabilities `[B, H, T, S]`, which
 /// a backward pass would need. No autograd graph is recorded.
 pub fn forward(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, scale: f64) -> (Tensor, Tensor) {
-    let shape = Shape::of(q, k);
-    let Shape { b, h, t, s, d, .. } = shape;
+    let (qs, ks) = (q.size(), k.size());
+    assert!(
+        qs.len() == 4 && ks.len() == 4 && qs[0] == ks[0] && qs[3] == ks[3],
+        "attention of queries {qs:?} over keys {ks:?}"
+    );
+    let (b, h, t, d, s) = (qs[0], qs[1], qs[2], qs[3], ks[2]);
     let (q, k, v) = (q.contiguous(), k.contiguous(), v.contiguous());
-    let i = |n: usize| n as i64;
-    let bias = bias.expand([i(b), 1, i(t), i(s)], false).contiguous();
-    let out = Tensor::empty([i(b), i(t), i(h * d)], (Kind::Float, Device::Cpu));
-    let probs = Tensor::empty([i(b), i(h), i(t), i(s)], (Kind::Float, Device::Cpu));
-    let views = Views {
-        shape,
+    let bias = bias.expand([b, 1, t, s], false).contiguous();
+    let out = Tensor::empty([b, t, h * d], (Kind::Float, Device::Cpu));
+    let probs = Tensor::empty([b, h, t, s], (Kind::Float, Device::Cpu));
+    let u = |x: i64| x as usize;
+    let inputs = Inputs {
+        shape: Shape {
+            batch: u(b),
+            heads: u(h),
+            kv_heads: u(ks[1]),
+            queries: u(t),
+            keys: u(s),
+            width: u(d),
+        },
         scale: scale as f32,
         q: floats(&q),
         k: floats(&k),
         v: floats(&v),
+        bias: floats(&bias),
     };
-    let (bias, out_v, probs_v) = (floats(&bias), floats_mut(&out), floats_mut(&probs));
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked above).
-        unsafe { forward_loops_avx2(&views, bias, out_v, probs_v) };
-        return (out, probs);
-    }
-    forward_loops(&views, bias, out_v, probs_v);
+    attention(&inputs, floats_mut(&out), floats_mut(&probs));
     (out, probs)
-}
-
-/// One call's inputs as slices.
-struct Views<'a> {
-    shape: Shape,
-    scale: f32,
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
-}
-
-// The loops, compiled twice: as the crate is (any x86-64) and with AVX2 for the CPUs that have
-// it. The vector width changes no result: each of `dot`'s lanes adds in the same order.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn forward_loops_avx2(x: &Views, bias: &[f32], out: &mut [f32], probs: &mut [f32]) {
-    forward_loops(x, bias, out, probs)
-}
-
-/// Per (row, head): scores, their softmax into `probs` (`[B, H, T, S]`), and the weighted
-/// values into `out` (`[B, T, H·d]`).
-#[inline(always)]
-fn forward_loops(x: &Views, bias: &[f32], out: &mut [f32], probs: &mut [f32]) {
-    let Shape { h, t, s, d, .. } = x.shape;
-    for (bi, hi) in x.shape.row_heads() {
-        let (keys, values) = x.shape.kv_block(x.k, x.v, bi, hi);
-        let queries = &x.q[x.shape.q(bi, hi, 0)..][..t * d];
-        let bias = &bias[bi * t * s..][..t * s];
-        let probs = &mut probs[(bi * h + hi) * t * s..][..t * s];
-        for (ti, ((query, bias), probs)) in queries
-            .chunks_exact(d)
-            .zip(bias.chunks_exact(s))
-            .zip(probs.chunks_exact_mut(s))
-            .enumerate()
-        {
-            for ((p, key), &b) in probs.iter_mut().zip(keys.chunks_exact(d)).zip(bias) {
-                *p = dot(query, key) * x.scale + b;
-            }
-            softmax_in_place(probs);
-            let row = &mut out[(bi * t + ti) * h * d + hi * d..][..d];
-            row.fill(0.0);
-            for (&p, value) in probs.iter().zip(values.chunks_exact(d)) {
-                axpy(p, value, row);
-            }
-        }
-    }
-}
-
-/// Sizes of one attention call, as `usize` for indexing.
-#[derive(Clone, Copy)]
-struct Shape {
-    b: usize,
-    h: usize,
-    kv_heads: usize,
-    t: usize,
-    s: usize,
-    d: usize,
-}
-
-impl Shape {
-    fn of(q: &Tensor, k: &Tensor) -> Self {
-        let (qs, ks) = (q.size(), k.size());
-        let u = |x: i64| x as usize;
-        assert!(
-            qs.len() == 4
-                && ks.len() == 4
-                && qs[0] == ks[0]
-                && qs[3] == ks[3]
-                && qs[1] % ks[1] == 0,
-            "attention of queries {qs:?} over keys {ks:?}"
-        );
-        Self {
-            b: u(qs[0]),
-            h: u(qs[1]),
-            kv_heads: u(ks[1]),
-            t: u(qs[2]),
-            s: u(ks[2]),
-            d: u(qs[3]),
-        }
-    }
-
-    fn row_heads(self) -> impl Iterator<Item = (usize, usize)> {
-        (0..self.b).flat_map(move |bi| (0..self.h).map(move |hi| (bi, hi)))
-    }
-
-    /// The key/value head query head `hi` reads.
-    fn kv_head(self, hi: usize) -> usize {
-        hi / (self.h / self.kv_heads)
-    }
-
-    /// Offset of query `ti` of row `bi`, head `hi`.
-    fn q(self, bi: usize, hi: usize, ti: usize) -> usize {
-        ((bi * self.h + hi) * self.t + ti) * self.d
-    }
-
-    /// The keys and values query head `hi` of row `bi` reads, each `[S, d]`.
-    fn kv_block<'a>(
-        self,
-        k: &'a [f32],
-        v: &'a [f32],
-        bi: usize,
-        hi: usize,
-    ) -> (&'a [f32], &'a [f32]) {
-        let at = self.kv(bi, self.kv_head(hi), 0);
-        let len = self.s * self.d;
-        (&k[at..][..len], &v[at..][..len])
-    }
-
-    /// Offset of key (or value) `j` of row `bi`, key/value head `kvh`.
-    fn kv(self, bi: usize, kvh: usize, j: usize) -> usize {
-        ((bi * self.kv_heads + kvh) * self.s + j) * self.d
-    }
-}
-
-/// `Σ a·b`, accumulated in eight lanes so that the compiler vectorises it.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let mut ca = a.chunks_exact(8);
-    let mut cb = b.chunks_exact(8);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
-    }
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    lanes.iter().sum::<f32>() + tail
-}
-
-/// `y += a·x`.
-#[inline(always)]
-fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += a * x;
-    }
-}
-
-/// A numerically stable softmax of `row`. A row whose every score is masked (the most negative
-/// float) comes out uniform, as libtorch's does.
-#[inline(always)]
-fn softmax_in_place(row: &mut [f32]) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    for x in row.iter_mut() {
-        *x = (*x - max).exp();
-        sum += *x;
-    }
-    for x in row.iter_mut() {
-        *x /= sum;
-    }
 }
 
 /// The elements of a contiguous float32 CPU tensor.
