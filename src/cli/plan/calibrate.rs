@@ -251,13 +251,15 @@ fn fit_report(
         );
     }
     let row = |out: &mut String, name: &str, measured: f64, start: f64, fitted: f64| {
+        let error = (fitted / measured - 1.0) * 100.0;
+        // An error that rounds to zero reads `+0.0 %` whichever side of it the fit landed.
+        let error = if error.abs() < 0.05 { 0.0 } else { error };
         let _ = writeln!(
             out,
-            "  {name:<9} {:>10} {:>10} {:>10} {:>+7.1} %",
+            "  {name:<9} {:>10} {:>10} {:>10} {error:>+7.1} %",
             seconds_text(measured),
             seconds_text(start),
             seconds_text(fitted),
-            (fitted / measured - 1.0) * 100.0
         );
     };
     let mut small = false;

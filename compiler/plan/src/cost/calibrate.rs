@@ -677,7 +677,7 @@ fn gauss(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost::work::{self, PhaseWork, RoleShape};
+    use crate::cost::work::{self, PhaseWork, RoleShape, Sequences};
     use crate::cost::{Hardware, Placed, collective};
     use crate::model::Layout;
 
@@ -759,22 +759,20 @@ mod tests {
             bytes: 4.0,
             trainable: true,
             recompute: false,
+            reads_tokens: true,
         };
         let placed = Placed::aligned(cpu(), Layout::new(2, 1, 1, 1));
         let phase = |w: PhaseWork| work::seconds(p, &shape, &placed, &w) + p.op_overhead;
-        let generate = phase(PhaseWork::Generate {
-            batch: 64.0,
-            prompt_len: 32.0,
-            max_new: 16.0,
-        });
-        let forward = 2.0
-            * phase(PhaseWork::Forward {
-                batch: 64.0,
-                seq: 48.0,
-            });
+        let seq = Sequences {
+            prompt: 32.0,
+            response: 16.0,
+            group: 8.0,
+        };
+        let generate = phase(PhaseWork::Generate { batch: 64.0, seq });
+        let forward = 2.0 * phase(PhaseWork::Forward { batch: 64.0, seq });
         let train = phase(PhaseWork::Update {
             batch: 64.0,
-            seq: 48.0,
+            seq,
             minibatch: 32.0,
             epochs: 2.0,
         });

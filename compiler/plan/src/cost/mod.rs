@@ -22,4 +22,4 @@ pub mod work;
 pub use hardware::{Hardware, Link, Placed};
 pub use params::CostParams;
 pub use plan_ops::PlanCosts;
-pub use work::{PhaseWork, RoleShape};
+pub use work::{PhaseWork, RoleShape, Sequences};

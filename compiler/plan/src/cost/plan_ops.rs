@@ -1,6 +1,6 @@
 //! The duration of every op and every offload/onload step of a plan.
 
-use super::work::{self, PhaseWork, RoleShape};
+use super::work::{self, PhaseWork, RoleShape, Sequences};
 use super::{CostParams, Hardware, Placed, collective};
 use crate::model::{
     Axis, Dim, EnvTurns, Instance, Op, OpKind, Part, Phase, Plan, Step, TensorType, ValueType,
@@ -17,26 +17,33 @@ pub struct PlanCosts {
     pub host_bandwidth: f64,
 }
 
-/// The tokens of the step's sequences: the first `generate`'s prompt length plus its response
-/// (see [`response_tokens`]).
-fn sequence(plan: &Plan) -> (f64, f64, bool) {
+/// The step's sequences: the first `generate`'s prompt length, its response (see
+/// [`response_tokens`]) and its samples per prompt; whether the plan leaves one unknown.
+fn sequence(plan: &Plan) -> (Sequences, bool) {
     for op in &plan.ops {
         if let OpKind::Generate {
             prompt_len,
             max_new,
+            n,
             env,
             ..
         } = &op.kind
         {
             let unknown = prompt_len.is_none() || max_new.is_none();
-            return (
-                prompt_len.unwrap_or(0) as f64,
-                response_tokens(max_new.unwrap_or(0) as f64, env),
-                unknown,
-            );
+            let seq = Sequences {
+                prompt: prompt_len.unwrap_or(0) as f64,
+                response: response_tokens(max_new.unwrap_or(0) as f64, env),
+                group: n.unwrap_or(1).max(1) as f64,
+            };
+            return (seq, unknown);
         }
     }
-    (0.0, 0.0, true)
+    let none = Sequences {
+        prompt: 0.0,
+        response: 0.0,
+        group: 1.0,
+    };
+    (none, true)
 }
 
 /// The response positions of a `generate` op: `max_new`, or with an environment every turn's
@@ -94,8 +101,7 @@ impl PlanCosts {
                 )
             })?);
         }
-        let (prompt_len, max_new, mut lower_bound) = sequence(plan);
-        let seq = prompt_len + max_new;
+        let (seq, mut lower_bound) = sequence(plan);
         let placed = |inst: &Instance| -> Option<Placed> {
             let ci = plan.clusters.iter().position(|c| c.name == inst.cluster)?;
             Some(Placed::instance(hardware[ci], &plan.clusters[ci], inst))
@@ -117,25 +123,33 @@ impl PlanCosts {
             let role_work = match &op.kind {
                 OpKind::Generate {
                     batch,
+                    n,
                     prompt_len,
                     max_new,
                     env,
                     ..
                 } => Some(PhaseWork::Generate {
                     batch: count(*batch),
-                    prompt_len: count(*prompt_len),
-                    max_new: response_tokens(count(*max_new), env),
+                    seq: Sequences {
+                        prompt: count(*prompt_len),
+                        response: response_tokens(count(*max_new), env),
+                        group: n.unwrap_or(1).max(1) as f64,
+                    },
                 }),
                 // The sampler's log-probs: no forward pass, only the rollout's field.
                 OpKind::Logprobs {
                     from_sampling: Some(_),
                     ..
                 } => None,
-                OpKind::Logprobs { batch, .. }
-                | OpKind::Values { batch, .. }
-                | OpKind::Score { batch, .. } => Some(PhaseWork::Forward {
+                OpKind::Logprobs { batch, .. } | OpKind::Values { batch, .. } => {
+                    Some(PhaseWork::Forward {
+                        batch: count(*batch),
+                        seq,
+                    })
+                }
+                OpKind::Score { batch, .. } => Some(PhaseWork::Score {
                     batch: count(*batch),
-                    seq,
+                    seq: seq.len(),
                 }),
                 OpKind::Update {
                     batch,
@@ -219,7 +233,7 @@ fn other_op(
 ) -> f64 {
     // Bytes of a value (or one field of a record); a prompt-length symbol `P` takes the
     // generation's prompt length.
-    let prompt_len = sequence(plan).0 as u64;
+    let prompt_len = sequence(plan).0.prompt as u64;
     let tensor_bytes = |t: &TensorType| -> Option<u64> {
         let shape = t
             .shape

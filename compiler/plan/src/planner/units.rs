@@ -8,11 +8,11 @@
 //!   on its training unit.
 //! - every other placement is a manual unit: its layout is the program's.
 
-use crate::cost::{PhaseWork, RoleShape};
+use crate::cost::{PhaseWork, RoleShape, Sequences};
 use crate::lower::plan_layout;
 use crate::model::Layout;
 use rlc_check::checks::memory;
-use rlc_check::program::{self as prog, Op, Phase, Program};
+use rlc_check::program::{self as prog, Op, Phase, Program, RoleKind};
 
 /// How a unit's devices and layout are decided.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,6 +80,7 @@ fn shape(model: &prog::Model) -> Option<RoleShape> {
         bytes: model.precision.bytes() as f64,
         trainable: !model.frozen && model.optimizer.is_some(),
         recompute: model.recompute,
+        reads_tokens: model.kind != RoleKind::RewardModel,
     })
 }
 
@@ -102,6 +103,12 @@ pub fn job(program: &Program) -> Result<Job, String> {
         return Err("the program has no `pipeline`".into());
     };
     let free = free_cluster(program);
+    // Samples per prompt of the pipeline's generation: the rows that share a prompt.
+    let group = pipeline
+        .calls
+        .iter()
+        .find_map(|c| c.sampling.as_ref())
+        .map_or(1.0, |s| s.n.value.max(1) as f64);
     let mut units: Vec<Unit> = Vec::new();
     let mut calls = Vec::new();
     for (index, call) in pipeline.calls.iter().enumerate() {
@@ -168,19 +175,25 @@ pub fn job(program: &Program) -> Result<Job, String> {
                 units.len() - 1
             }
         };
-        let seq = count(call.prompt_len) + count(call.response_len);
+        let seq = Sequences {
+            prompt: count(call.prompt_len),
+            response: count(call.response_len),
+            group,
+        };
         let batch = count(call.batch);
         let (stage, work) = match call.op {
             Op::Generate => (
                 0,
                 PhaseWork::Generate {
                     batch,
-                    prompt_len: count(call.prompt_len),
-                    // Every response position, a multi-turn rollout's turns and
-                    // observations included (the generating call's `response_len`).
-                    max_new: match &call.sampling {
-                        Some(s) if s.env.is_none() => s.max_new.value.max(0) as f64,
-                        _ => count(call.response_len),
+                    seq: Sequences {
+                        // Every response position, a multi-turn rollout's turns and
+                        // observations included (the generating call's `response_len`).
+                        response: match &call.sampling {
+                            Some(s) if s.env.is_none() => s.max_new.value.max(0) as f64,
+                            _ => count(call.response_len),
+                        },
+                        ..seq
                     },
                 },
             ),
@@ -193,7 +206,14 @@ pub fn job(program: &Program) -> Result<Job, String> {
                     epochs: call.epochs.map_or(1.0, |e| e.value.max(1) as f64),
                 },
             ),
-            Op::Logprobs | Op::Values | Op::Score => (1, PhaseWork::Forward { batch, seq }),
+            Op::Logprobs | Op::Values => (1, PhaseWork::Forward { batch, seq }),
+            Op::Score => (
+                1,
+                PhaseWork::Score {
+                    batch,
+                    seq: seq.len(),
+                },
+            ),
         };
         calls.push(Call {
             unit,
