@@ -20,7 +20,6 @@ const IN_PROCESS: cli::Runtime = cli::Runtime {
 };
 
 fn main() -> ExitCode {
-    memory::keep_freed_memory();
     let args = cli::Cli::parse();
     match cli::run(args, &IN_PROCESS) {
         Ok(code) => code,
