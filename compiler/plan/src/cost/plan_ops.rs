@@ -30,12 +30,8 @@ fn sequence(plan: &Plan) -> (Sequences, bool) {
         } = &op.kind
         {
             let unknown = prompt_len.is_none() || max_new.is_none();
-            let seq = Sequences {
-                prompt: prompt_len.unwrap_or(0) as f64,
-                response: response_tokens(max_new.unwrap_or(0) as f64, env),
-                group: n.unwrap_or(1).max(1) as f64,
-            };
-            return (seq, unknown);
+            let [prompt_len, max_new] = [prompt_len, max_new].map(|v| v.unwrap_or(0) as f64);
+            return (generated(prompt_len, max_new, *n, env), unknown);
         }
     }
     let none = Sequences {
@@ -44,6 +40,16 @@ fn sequence(plan: &Plan) -> (Sequences, bool) {
         group: 1.0,
     };
     (none, true)
+}
+
+/// The sequences of a `generate` op of prompts of `prompt_len` tokens, `max_new` per turn and
+/// `n` samples per prompt (adjacent rows).
+fn generated(prompt_len: f64, max_new: f64, n: Option<u64>, env: &Option<EnvTurns>) -> Sequences {
+    Sequences {
+        prompt: prompt_len,
+        response: response_tokens(max_new, env),
+        group: n.unwrap_or(1).max(1) as f64,
+    }
 }
 
 /// The response positions of a `generate` op: `max_new`, or with an environment every turn's
@@ -130,26 +136,18 @@ impl PlanCosts {
                     ..
                 } => Some(PhaseWork::Generate {
                     batch: count(*batch),
-                    seq: Sequences {
-                        prompt: count(*prompt_len),
-                        response: response_tokens(count(*max_new), env),
-                        group: n.unwrap_or(1).max(1) as f64,
-                    },
+                    seq: generated(count(*prompt_len), count(*max_new), *n, env),
                 }),
                 // The sampler's log-probs: no forward pass, only the rollout's field.
                 OpKind::Logprobs {
                     from_sampling: Some(_),
                     ..
                 } => None,
-                OpKind::Logprobs { batch, .. } | OpKind::Values { batch, .. } => {
-                    Some(PhaseWork::Forward {
-                        batch: count(*batch),
-                        seq,
-                    })
-                }
-                OpKind::Score { batch, .. } => Some(PhaseWork::Score {
+                OpKind::Logprobs { batch, .. }
+                | OpKind::Values { batch, .. }
+                | OpKind::Score { batch, .. } => Some(PhaseWork::Forward {
                     batch: count(*batch),
-                    seq: seq.len(),
+                    seq,
                 }),
                 OpKind::Update {
                     batch,

@@ -142,14 +142,11 @@ impl ForwardPass {
         }
     }
 
-    /// A generation's prefill of `rows` sequences: each distinct prompt once, the last layer at
-    /// its last position only (the next token's logits).
-    fn prefill(role: &RoleShape, rows: f64, seq: Sequences) -> ForwardPass {
+    /// FLOPs of a generation's prefill of `rows` sequences (one pass): each distinct prompt
+    /// once, the last layer at its last position only (the next token's logits).
+    fn prefill_flops(role: &RoleShape, rows: f64, seq: Sequences) -> f64 {
         let p = seq.prompt;
-        ForwardPass {
-            flops: seq.distinct(rows) * (p * (role.layers - 1.0) + 1.0) * role.layer_flops(p / 2.0),
-            passes: 1.0,
-        }
+        seq.distinct(rows) * (p * (role.layers - 1.0) + 1.0) * role.layer_flops(p / 2.0)
     }
 }
 
@@ -158,10 +155,8 @@ impl ForwardPass {
 pub enum PhaseWork {
     /// `batch` sequences of `seq` (`seq.response`: the tokens sampled).
     Generate { batch: f64, seq: Sequences },
-    /// Log-probs or values of `batch` sequences of `seq`.
+    /// Log-probs, values or scores of `batch` sequences of `seq`.
     Forward { batch: f64, seq: Sequences },
-    /// Scores of `batch` sequences of `seq`: every position of every layer.
-    Score { batch: f64, seq: f64 },
     /// `epochs` passes over `batch` sequences in minibatches of `minibatch`.
     Update {
         batch: f64,
@@ -222,14 +217,6 @@ pub fn seconds(c: &CostParams, role: &RoleShape, placed: &Placed, work: &PhaseWo
             let pass = ForwardPass::read(role, m, seq, whole);
             (k + pp - 1.0) * forward_stage(pass, m * seq.len())
         }
-        PhaseWork::Score { batch, seq } => {
-            let (m, k) = micro_batches((batch / data_ranks).ceil());
-            let pass = ForwardPass {
-                flops: m * seq * role.token_flops(seq / 2.0),
-                passes: 1.0,
-            };
-            (k + pp - 1.0) * forward_stage(pass, m * seq)
-        }
         PhaseWork::Generate { batch, seq } => {
             // Each data rank is a replica (sharded by tp and pp only) with its share of the batch.
             let n = (batch / data_ranks).ceil().max(1.0);
@@ -240,9 +227,8 @@ pub fn seconds(c: &CostParams, role: &RoleShape, placed: &Placed, work: &PhaseWo
             };
             let prompt_len = seq.prompt;
             let prefill = if prompt_len > 0.0 {
-                let pass = ForwardPass::prefill(role, n, seq);
                 pp * stage(
-                    pass.flops,
+                    ForwardPass::prefill_flops(role, n, seq),
                     role.weight_bytes(),
                     seq.distinct(n) * prompt_len,
                 )
@@ -461,13 +447,10 @@ mod tests {
             response: 4.0,
             group: 16.0,
         };
-        let grouped = ForwardPass::prefill(&role, 64.0, seq);
-        let alone = ForwardPass::prefill(&role, 64.0, Sequences { group: 1.0, ..seq });
-        assert!(close(grouped.flops * 16.0, alone.flops));
-        assert!(close(
-            alone.flops,
-            64.0 * (6.0 + 1.0) * role.layer_flops(3.0)
-        ));
+        let grouped = ForwardPass::prefill_flops(&role, 64.0, seq);
+        let alone = ForwardPass::prefill_flops(&role, 64.0, Sequences { group: 1.0, ..seq });
+        assert!(close(grouped * 16.0, alone));
+        assert!(close(alone, 64.0 * (6.0 + 1.0) * role.layer_flops(3.0)));
     }
 
     #[test]

@@ -112,7 +112,7 @@ fn arithmetic_ok(arch: &prog::Arch, layout: &Layout, works: &[(Phase, PhaseWork)
                 }
                 None
             }
-            PhaseWork::Forward { batch, .. } | PhaseWork::Score { batch, .. } => {
+            PhaseWork::Forward { batch, .. } => {
                 if !divides(batch, ranks) {
                     return false;
                 }

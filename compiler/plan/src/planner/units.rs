@@ -206,14 +206,7 @@ pub fn job(program: &Program) -> Result<Job, String> {
                     epochs: call.epochs.map_or(1.0, |e| e.value.max(1) as f64),
                 },
             ),
-            Op::Logprobs | Op::Values => (1, PhaseWork::Forward { batch, seq }),
-            Op::Score => (
-                1,
-                PhaseWork::Score {
-                    batch,
-                    seq: seq.len(),
-                },
-            ),
+            Op::Logprobs | Op::Values | Op::Score => (1, PhaseWork::Forward { batch, seq }),
         };
         calls.push(Call {
             unit,
