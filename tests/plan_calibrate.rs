@@ -2,7 +2,7 @@
 //! fits the cost model to the time of each kind of op half of a run's `metrics.jsonl` holds, and
 //! the fitted model predicts
 //! - the run's other steps: the step within 25 %, the share of each kind of op that takes a fifth
-//!   of the step within 40 % (a tenth of it: within a factor of four);
+//!   of the step within 40 % (a twentieth of it: within a factor of four);
 //! - the other example's step: calibrated on `grpo_digits.rl`, `ppo_critic.rl`'s within a factor of two
 //!   (the model's shape, not only a fitted speed, decides this, and `grpo_digits.rl`'s run
 //!   hardly tells its links from its training: see the test); the other way round within a
@@ -144,9 +144,9 @@ fn report(program: &str, predicted: f64, measured: f64) -> f64 {
 }
 
 /// Checks the split of the step between kinds of op: each kind's share of the kinds' total,
-/// predicted against measured (the median of `lines`), for every kind that takes at least a
-/// tenth of the `step`, with a ratio of the shares that `fits` given the kind's fraction of the
-/// step; those kinds must make 80 % of the step, so the check covers it. Shares rather than seconds: the machine's speed drifts
+/// predicted against measured (the median of `lines`), for every kind that takes at least
+/// `checked_from` of the `step`, with a ratio of the shares that `fits` given the kind's fraction
+/// of the step; those kinds must make 80 % of the step, so the check covers it. Shares rather than seconds: the machine's speed drifts
 /// between steps as a whole (the step's own check bounds that), the split is what the per-kind
 /// fit decides. Smaller kinds are printed, not checked: on the CPU a few sampling and logging
 /// ops take microseconds, far below any per-op overhead that a model shared with kernels and
@@ -156,6 +156,7 @@ fn check_kinds(
     predicted: &[(String, f64)],
     lines: &[String],
     step: f64,
+    checked_from: f64,
     fits: fn(f64, f64) -> bool,
 ) {
     let measured: Vec<f64> = predicted
@@ -168,7 +169,7 @@ fn check_kinds(
     let mut failures = Vec::new();
     for ((kind, predicted), measured) in predicted.iter().zip(measured) {
         let share = (predicted / total_predicted) / (measured / total_measured);
-        let checked = measured >= 0.1 * step;
+        let checked = measured >= checked_from * step;
         println!(
             "  {kind:<9} predicted {predicted:.4} s, measured {measured:.4} s ({:+.1} %; share \
              of the ops {:.1} % for {:.1} %: {:+.1} %){}",
@@ -179,7 +180,7 @@ fn check_kinds(
             if checked {
                 ""
             } else {
-                " (under a tenth of the step)"
+                " (not checked: a small part of the step)"
             }
         );
         if checked {
@@ -260,7 +261,10 @@ fn calibrated_within_a_run(example: &str, dir: &Path) -> Calibrated {
         .into_iter()
         .map(|(kind, [_, _, fitted])| (kind, fitted))
         .collect();
-    check_kinds(example, &fitted, &others, step, share_fits);
+    // Kinds from a twentieth of the step: at a tenth, a CI run of `ppo_critic.rl` failed on
+    // coverage alone (its forward passes, 8.5 % of the step since they compute only the
+    // positions read, fell out; generation and training made 79.9 %).
+    check_kinds(example, &fitted, &others, step, 0.05, share_fits);
     Calibrated {
         cost,
         metrics,
@@ -373,8 +377,13 @@ fn calibrated_on_a_cpu_run_the_model_predicts_its_steps_within_25_percent_and_th
         .into_iter()
         .map(|(kind, [_, start, _])| (kind, start))
         .collect();
-    check_kinds(wider, &start, &wider_lines[1..], wider_time, |ratio, _| {
-        (0.5..2.0).contains(&ratio)
-    });
+    check_kinds(
+        wider,
+        &start,
+        &wider_lines[1..],
+        wider_time,
+        0.1,
+        |ratio, _| (0.5..2.0).contains(&ratio),
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
