@@ -34,11 +34,7 @@ fn main() {
         max_new: MAX_NEW,
         samples_per_prompt: 16,
         eos_token_id: Some(1),
-        sampling: SamplingConfig {
-            temperature: 1.0,
-            top_k: None,
-            top_p: None,
-        },
+        sampling: SamplingConfig::at_temperature(1.0),
         seed: 3,
         compact_finished: compact,
         ..GenerateConfig::default()

@@ -13,7 +13,9 @@
 
 /// Sizes of one attention call: `batch` rows, `heads` query heads reading `kv_heads` key/value
 /// heads (query head `h` reads head `h / (heads / kv_heads)`), `queries` query positions over
-/// `keys` key positions, heads `width` wide.
+/// `keys` key positions, heads `width` wide. Each (row, key/value head)'s keys start
+/// `key_stride` positions after the previous one's (`keys`, or more: the first `keys` positions
+/// of a preallocated cache's buffer, read where they lie).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub batch: usize,
@@ -22,10 +24,12 @@ pub struct Shape {
     pub queries: usize,
     pub keys: usize,
     pub width: usize,
+    pub key_stride: usize,
 }
 
-/// One call's inputs: queries `[batch, heads, queries, width]`, keys and values `[batch,
-/// kv_heads, keys, width]`, an additive bias `[batch, queries, keys]` (row-major, contiguous).
+/// One call's inputs: queries `[batch, heads, queries, width]`, keys and values the first `keys`
+/// positions of `[batch, kv_heads, key_stride, width]` (row-major, up to the last of those
+/// positions), an additive bias `[batch, queries, keys]` (row-major, contiguous).
 pub struct Inputs<'a> {
     pub shape: Shape,
     pub scale: f32,
@@ -41,7 +45,8 @@ pub struct Inputs<'a> {
 /// comes out uniform, as libtorch's attention does.
 ///
 /// # Panics
-/// If a slice's length does not match `x.shape`, or `heads` is not a multiple of `kv_heads`.
+/// If a slice's length does not match `x.shape`, `heads` is not a multiple of `kv_heads`, or
+/// `key_stride` is less than `keys`.
 pub fn attention(x: &Inputs, out: &mut [f32], probs: &mut [f32]) {
     let Shape {
         batch: b,
@@ -50,15 +55,25 @@ pub fn attention(x: &Inputs, out: &mut [f32], probs: &mut [f32]) {
         queries: t,
         keys: s,
         width: d,
+        key_stride,
     } = x.shape;
     assert!(
         hk > 0 && h % hk == 0,
         "{h} query heads over {hk} key/value heads"
     );
+    assert!(
+        key_stride >= s,
+        "keys {key_stride} positions apart, {s} long"
+    );
+    // From the first (row, head)'s first key to the last one's last.
+    let key_span = match b * hk {
+        0 => 0,
+        blocks => (blocks - 1) * key_stride * d + s * d,
+    };
     for (name, len, want) in [
         ("queries", x.q.len(), b * h * t * d),
-        ("keys", x.k.len(), b * hk * s * d),
-        ("values", x.v.len(), b * hk * s * d),
+        ("keys", x.k.len(), key_span),
+        ("values", x.v.len(), key_span),
         ("bias", x.bias.len(), b * t * s),
         ("output", out.len(), b * t * h * d),
         ("probabilities", probs.len(), b * h * t * s),
@@ -92,11 +107,12 @@ fn loops(x: &Inputs, out: &mut [f32], probs: &mut [f32]) {
         queries: t,
         keys: s,
         width: d,
+        key_stride,
     } = x.shape;
     let group = h / kv_heads;
     for bi in 0..batch {
         for hi in 0..h {
-            let kv = ((bi * kv_heads + hi / group) * s) * d;
+            let kv = ((bi * kv_heads + hi / group) * key_stride) * d;
             let (keys, values) = (&x.k[kv..][..s * d], &x.v[kv..][..s * d]);
             let queries = &x.q[(bi * h + hi) * t * d..][..t * d];
             let bias = &x.bias[bi * t * s..][..t * s];
@@ -177,7 +193,11 @@ mod tests {
             queries: t,
             keys: s,
             width: d,
+            key_stride,
         } = x.shape;
+        let key = |t: &[f32], row: usize, head: usize, j: usize, c: usize| {
+            f64::from(t[((row * kv_heads + head) * key_stride + j) * d + c])
+        };
         let mut out = vec![0.0; batch * t * h * d];
         for bi in 0..batch {
             for hi in 0..h {
@@ -188,7 +208,7 @@ mod tests {
                             let dot: f64 = (0..d)
                                 .map(|c| {
                                     f64::from(x.q[((bi * h + hi) * t + ti) * d + c])
-                                        * f64::from(x.k[((bi * kv_heads + kvh) * s + j) * d + c])
+                                        * key(x.k, bi, kvh, j, c)
                                 })
                                 .sum();
                             dot * f64::from(x.scale) + f64::from(x.bias[(bi * t + ti) * s + j])
@@ -198,11 +218,8 @@ mod tests {
                     let e: Vec<f64> = scores.iter().map(|v| (v - max).exp()).collect();
                     let sum: f64 = e.iter().sum();
                     for c in 0..d {
-                        out[(bi * t + ti) * h * d + hi * d + c] = (0..s)
-                            .map(|j| {
-                                e[j] / sum * f64::from(x.v[((bi * kv_heads + kvh) * s + j) * d + c])
-                            })
-                            .sum();
+                        out[(bi * t + ti) * h * d + hi * d + c] =
+                            (0..s).map(|j| e[j] / sum * key(x.v, bi, kvh, j, c)).sum();
                     }
                 }
             }
@@ -226,8 +243,9 @@ mod tests {
     #[test]
     fn equals_the_formula_with_grouped_heads_and_masked_keys() {
         // Widths that are and are not a multiple of eight (`dot`'s lanes and tail), fewer
-        // queries than keys (a decode step), and a query row that sees no key at all.
-        for (t, s, d) in [(5, 5, 16), (1, 7, 12), (3, 9, 20)] {
+        // queries than keys (a decode step), keys in a longer buffer (a preallocated cache),
+        // and a query row that sees no key at all.
+        for (t, s, d, key_stride) in [(5, 5, 16, 5), (1, 7, 12, 7), (3, 9, 20, 9), (1, 6, 12, 11)] {
             let shape = Shape {
                 batch: 3,
                 heads: 4,
@@ -235,12 +253,10 @@ mod tests {
                 queries: t,
                 keys: s,
                 width: d,
+                key_stride,
             };
-            let (q, k, v) = (
-                values(3 * 4 * t * d, 1),
-                values(3 * 2 * s * d, 2),
-                values(3 * 2 * s * d, 3),
-            );
+            let span = 5 * key_stride * d + s * d;
+            let (q, k, v) = (values(3 * 4 * t * d, 1), values(span, 2), values(span, 3));
             let mut bias: Vec<f32> = values(3 * t * s, 4)
                 .into_iter()
                 .map(|r| if r > -0.4 { 0.0 } else { f32::MIN })
@@ -262,7 +278,7 @@ mod tests {
                 .zip(reference(&x))
                 .map(|(a, b)| (f64::from(*a) - b).abs())
                 .fold(0.0, f64::max);
-            assert!(diff < 1e-5, "{t}x{s}x{d}: {diff}");
+            assert!(diff < 1e-5, "{t}x{s}x{d} ({key_stride} apart): {diff}");
             for row in probs.chunks_exact(s) {
                 let sum: f32 = row.iter().sum();
                 assert!((sum - 1.0).abs() < 1e-5, "{row:?}");
@@ -282,6 +298,7 @@ mod tests {
             queries: 2,
             keys: 2,
             width: 4,
+            key_stride: 2,
         };
         let x = Inputs {
             shape,

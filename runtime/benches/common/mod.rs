@@ -12,6 +12,11 @@ use tch::{Device, nn};
 /// `tiny_gpt(layers: 2, hidden: 64, heads: 4, vocab: 16)`, the policy of examples/grpo_digits.rl
 /// (or the medium model, see above), on the bench's device.
 pub fn example_model() -> (nn::VarStore, Transformer, ModelConfig) {
+    example_model_up_to(32)
+}
+
+/// [`example_model`] for sequences of up to `max_len` positions (the same weights).
+pub fn example_model_up_to(max_len: i64) -> (nn::VarStore, Transformer, ModelConfig) {
     let medium = std::env::var("RLC_BENCH_MODEL").is_ok_and(|m| m == "medium");
     let config = ModelConfig {
         layers: if medium { 12 } else { 2 },
@@ -20,7 +25,7 @@ pub fn example_model() -> (nn::VarStore, Transformer, ModelConfig) {
         kv_heads: if medium { 12 } else { 4 },
         ffn: if medium { 3072 } else { 256 },
         vocab: if medium { 32_000 } else { 16 },
-        max_len: 32,
+        max_len,
         rope_theta: 10000.0,
         norm_eps: 1e-5,
         tie_embeddings: true,

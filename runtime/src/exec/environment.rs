@@ -440,11 +440,7 @@ for line in sys.stdin:
         let how = Sampling {
             n: 2,
             max_new: 4,
-            sampling: SamplingConfig {
-                temperature: 2.0,
-                top_k: None,
-                top_p: None,
-            },
+            sampling: SamplingConfig::at_temperature(2.0),
             seed,
             specials: Specials::TASK,
         };

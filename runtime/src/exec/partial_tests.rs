@@ -27,11 +27,7 @@ fn how(temperature: f64, eos: Option<i64>) -> Sampling {
     Sampling {
         n: 2,
         max_new: 8,
-        sampling: SamplingConfig {
-            temperature,
-            top_k: None,
-            top_p: None,
-        },
+        sampling: SamplingConfig::at_temperature(temperature),
         seed: 3,
         specials: Specials { eos, pad: 0 },
     }

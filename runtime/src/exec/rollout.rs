@@ -437,8 +437,8 @@ mod tests {
             true
         }
 
-        fn new_cache(&self) -> KvCache {
-            KvCache::new(self.0.layers as usize)
+        fn new_cache(&self, positions: i64) -> KvCache {
+            KvCache::preallocated(self.0.layers as usize, positions)
         }
 
         fn next_logits(

@@ -24,8 +24,8 @@ impl Decode for Counting<'_> {
         Decode::has_lm_head(self.model)
     }
 
-    fn new_cache(&self) -> KvCache {
-        Decode::new_cache(self.model)
+    fn new_cache(&self, positions: i64) -> KvCache {
+        Decode::new_cache(self.model, positions)
     }
 
     fn next_logits(
@@ -53,11 +53,7 @@ fn stopped_rows_leave_the_batch_and_the_rollout_is_the_same() {
         max_new: 24,
         samples_per_prompt: 8,
         eos_token_id: eos,
-        sampling: SamplingConfig {
-            temperature: 1.5,
-            top_k: None,
-            top_p: None,
-        },
+        sampling: SamplingConfig::at_temperature(1.5),
         seed: 9,
         return_logits: true,
         compact_finished: compact,

@@ -20,8 +20,8 @@ use crate::model::{KvCache, ModelConfig, Rows, Transformer};
 pub trait Decode {
     fn config(&self) -> &ModelConfig;
     fn has_lm_head(&self) -> bool;
-    /// An empty cache for the layers this rank runs.
-    fn new_cache(&self) -> KvCache;
+    /// An empty cache for the layers this rank runs, with room for `positions` positions.
+    fn new_cache(&self, positions: i64) -> KvCache;
     /// Logits `[B, vocab]` for the token after the last of `ids` (`[B, T]`); `mask` covers the
     /// cached positions and then `ids`, as in [`Transformer::hidden_states`].
     fn next_logits(
@@ -41,8 +41,8 @@ impl Decode for Transformer {
         self.heads().lm
     }
 
-    fn new_cache(&self) -> KvCache {
-        KvCache::new(self.config().layers as usize)
+    fn new_cache(&self, positions: i64) -> KvCache {
+        KvCache::preallocated(self.config().layers as usize, positions)
     }
 
     fn next_logits(
@@ -293,9 +293,11 @@ struct Decoder<'a, M: Decode + ?Sized> {
     group_ids: Tensor,
     /// `None` when recomputing from scratch each step.
     cache: Option<KvCache>,
-    /// Attention mask over prompt and response so far; generated tokens always count as real,
-    /// including those after EOS, whose outputs are discarded.
+    /// Attention mask over the prompt and every response position, `[R, P + max_new]`, of which
+    /// the first `fed` columns are the positions fed so far; generated tokens always count as
+    /// real, including those after EOS, whose outputs are discarded.
     attention_mask: Tensor,
+    fed: i64,
     tokens: Vec<Tensor>,
     alive: Vec<Tensor>,
     logits: Vec<Tensor>,
@@ -331,10 +333,19 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
             uniforms,
             check_every,
             prompt_ids: prompt_ids.index_select(0, &group_ids),
-            attention_mask: prompt_mask.index_select(0, &group_ids),
+            attention_mask: Tensor::cat(
+                &[
+                    prompt_mask.index_select(0, &group_ids),
+                    Tensor::ones([prompts * n, config.max_new], (Kind::Int64, device)),
+                ],
+                1,
+            ),
+            fed: prompt_ids.size()[1],
             prompt_mask: prompt_mask.index_select(0, &group_ids),
             group_ids,
-            cache: config.use_kv_cache.then(|| model.new_cache()),
+            cache: config
+                .use_kv_cache
+                .then(|| model.new_cache(prompt_ids.size()[1] + config.max_new)),
             tokens: Vec::new(),
             alive: Vec::new(),
             logits: Vec::new(),
@@ -480,13 +491,12 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
 
     /// Feeds the tokens just chosen and returns the logits for the next ones.
     fn decode(&mut self, token: &Tensor) -> Result<Tensor, GenerateError> {
-        let ones = Tensor::ones([token.size()[0], 1], (Kind::Int64, token.device()));
-        self.attention_mask = Tensor::cat(&[&self.attention_mask, &ones], 1);
+        self.fed += 1;
+        let mask = self.attention_mask.narrow(1, 0, self.fed);
         match &mut self.cache {
-            Some(cache) => {
-                self.model
-                    .next_logits(&token.unsqueeze(1), &self.attention_mask, Some(cache))
-            }
+            Some(cache) => self
+                .model
+                .next_logits(&token.unsqueeze(1), &mask, Some(cache)),
             None => self.recompute(),
         }
     }
@@ -496,7 +506,8 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
         let mut pieces = vec![self.prompt_ids.shallow_clone()];
         pieces.extend(self.tokens.iter().map(|t| t.unsqueeze(1)));
         let ids = Tensor::cat(&pieces, 1);
-        self.model.next_logits(&ids, &self.attention_mask, None)
+        let mask = self.attention_mask.narrow(1, 0, self.fed);
+        self.model.next_logits(&ids, &mask, None)
     }
 
     fn into_rollout(self) -> Rollout {

@@ -18,11 +18,16 @@ pub struct SamplingConfig {
 }
 
 impl SamplingConfig {
-    pub const GREEDY: SamplingConfig = SamplingConfig {
-        temperature: 0.0,
-        top_k: None,
-        top_p: None,
-    };
+    /// Sampling from the whole softmax at `temperature` (no top-k or top-p cut).
+    pub const fn at_temperature(temperature: f64) -> Self {
+        Self {
+            temperature,
+            top_k: None,
+            top_p: None,
+        }
+    }
+
+    pub const GREEDY: SamplingConfig = SamplingConfig::at_temperature(0.0);
 
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
@@ -106,22 +111,14 @@ mod tests {
 
     #[test]
     fn samples_follow_the_softmax() {
-        let sampling = SamplingConfig {
-            temperature: 1.0,
-            top_k: None,
-            top_p: None,
-        };
+        let sampling = SamplingConfig::at_temperature(1.0);
         let probs = [0.1, 0.4, 0.2, 0.3];
         assert_close(&frequencies(&probs, &sampling, 20_000, 1), &probs, 0.015);
     }
 
     #[test]
     fn temperature_sharpens() {
-        let sampling = SamplingConfig {
-            temperature: 0.5,
-            top_k: None,
-            top_p: None,
-        };
+        let sampling = SamplingConfig::at_temperature(0.5);
         // p^(1/0.5) renormalised.
         let expected = [1.0 / 30.0, 16.0 / 30.0, 4.0 / 30.0, 9.0 / 30.0];
         assert_close(
@@ -169,11 +166,7 @@ mod tests {
 
     #[test]
     fn the_token_is_the_first_whose_cumulative_probability_exceeds_u() {
-        let sampling = SamplingConfig {
-            temperature: 1.0,
-            top_k: None,
-            top_p: None,
-        };
+        let sampling = SamplingConfig::at_temperature(1.0);
         // Cumulative probabilities 0.1, 0.5, 0.7, 1.0.
         let logits = Tensor::from_slice(&[0.1f64, 0.4, 0.2, 0.3])
             .log()
@@ -186,11 +179,7 @@ mod tests {
 
     #[test]
     fn a_slice_of_rows_samples_what_the_whole_batch_does() {
-        let sampling = SamplingConfig {
-            temperature: 1.0,
-            top_k: None,
-            top_p: None,
-        };
+        let sampling = SamplingConfig::at_temperature(1.0);
         let logits = Tensor::from_slice(&[0.1f64, 0.4, 0.2, 0.3])
             .log()
             .unsqueeze(0)

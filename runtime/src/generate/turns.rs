@@ -182,6 +182,8 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
         let rows = prompt_ids.size()[0] * n;
         let first = config.rows_of.map_or(0, |(first, _)| first);
         let positions = 0..turns.response_len(config.max_new);
+        // The prompt, then every turn's response and observation slots.
+        let cache = model.new_cache(prompt_ids.size()[1] + positions.end);
         let uniforms = (!config.sampling.is_greedy())
             .then(|| philox::uniforms(config.seed, first..first + rows, positions, device));
         Self {
@@ -193,7 +195,7 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
             mask: prompt_mask.index_select(0, &group_ids),
             prompt_mask: prompt_mask.index_select(0, &group_ids),
             group_ids,
-            cache: model.new_cache(),
+            cache,
             columns: Columns::default(),
         }
     }

@@ -54,11 +54,7 @@ fn config(max_new: i64, temperature: f64, seed: u64) -> GenerateConfig {
         samples_per_prompt: 2,
         eos_token_id: Some(EOS),
         pad_token_id: PAD,
-        sampling: SamplingConfig {
-            temperature,
-            top_k: None,
-            top_p: None,
-        },
+        sampling: SamplingConfig::at_temperature(temperature),
         seed,
         ..GenerateConfig::default()
     }

@@ -38,7 +38,13 @@ pub fn forward(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, scale: f64) ->
         "attention of queries {qs:?} over keys {ks:?}"
     );
     let (b, h, t, d, s) = (qs[0], qs[1], qs[2], qs[3], ks[2]);
-    let (q, k, v) = (q.contiguous(), k.contiguous(), v.contiguous());
+    let q = q.contiguous();
+    // Keys and values read where they lie when they are a prefix of a preallocated cache's
+    // buffers (each (row, head)'s positions `key_stride` apart), else copied together.
+    let (k, v, key_stride) = match (key_stride(k), key_stride(v)) {
+        (Some(sk), Some(sv)) if sk == sv => (k.shallow_clone(), v.shallow_clone(), sk),
+        _ => (k.contiguous(), v.contiguous(), s),
+    };
     let bias = bias.expand([b, 1, t, s], false).contiguous();
     let out = Tensor::empty([b, t, h * d], (Kind::Float, Device::Cpu));
     let probs = Tensor::empty([b, h, t, s], (Kind::Float, Device::Cpu));
@@ -51,15 +57,46 @@ pub fn forward(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, scale: f64) ->
             queries: u(t),
             keys: u(s),
             width: u(d),
+            key_stride: u(key_stride),
         },
         scale: scale as f32,
         q: floats(&q),
-        k: floats(&k),
-        v: floats(&v),
+        k: key_floats(&k, key_stride),
+        v: key_floats(&v, key_stride),
         bias: floats(&bias),
     };
     attention(&inputs, floats_mut(&out), floats_mut(&probs));
     (out, probs)
+}
+
+/// Positions between one (row, head)'s keys and the next's in `t` (`[B, Hk, S, d]`), where its
+/// heads, rows and widths lie as in a contiguous tensor: `S` when contiguous, a buffer's
+/// capacity for its first `S` positions.
+fn key_stride(t: &Tensor) -> Option<i64> {
+    let (size, stride) = (t.size(), t.stride());
+    let d = size[3];
+    let positions = stride[1] / d.max(1);
+    let laid_out = stride[3] == 1
+        && stride[2] == d
+        && stride[1] == positions * d
+        && stride[0] == size[1] * stride[1]
+        && positions >= size[2];
+    (laid_out && t.kind() == Kind::Float && t.device() == Device::Cpu).then_some(positions)
+}
+
+/// The elements from the first key of `t` to its last, `t` laid out as [`key_stride`] says.
+fn key_floats(t: &Tensor, key_stride: i64) -> &[f32] {
+    let s = t.size();
+    let span = match s[0] * s[1] {
+        0 => 0,
+        blocks => (blocks - 1) * key_stride * s[3] + s[2] * s[3],
+    };
+    debug_assert!(self::key_stride(t).is_some_and(|k| k == key_stride) || t.is_contiguous());
+    // SAFETY: `t` is a float32 CPU tensor whose elements lie as in a contiguous `[B, Hk,
+    // key_stride, d]` tensor (a prefix of such a buffer along positions, `key_stride`): the
+    // span from its first element to its last is that buffer's memory, zeroed where not
+    // written (`cache::buffer_like`). Borrowed for the slice's lifetime.
+    unsafe { std::slice::from_raw_parts(t.data_ptr() as *const f32, span as usize) }
 }
 
 /// The elements of a contiguous float32 CPU tensor.
@@ -102,13 +139,15 @@ mod tests {
         tch::manual_seed(3);
         // Grouped heads (4 query heads over 2 key/value heads), widths that are not a multiple
         // of eight, fewer queries than keys (a decode step after a prefix), non-contiguous
-        // inputs, and a bias that masks keys as padding does, including a query row that sees
-        // no key at all.
-        for (t, s, d) in [(5, 5, 16), (1, 7, 12), (3, 9, 20)] {
+        // inputs, keys and values that are the first positions of longer buffers (a
+        // preallocated cache's), and a bias that masks keys as padding does, including a query
+        // row that sees no key at all.
+        for (t, s, d, room) in [(5, 5, 16, 0), (1, 7, 12, 0), (3, 9, 20, 0), (1, 6, 12, 5)] {
             let (b, h, hk) = (3, 4, 2);
             let q = Tensor::randn([b, t, h, d], (Kind::Float, Device::Cpu)).transpose(1, 2);
-            let k = Tensor::randn([b, hk, s, d], (Kind::Float, Device::Cpu));
-            let v = Tensor::randn([b, hk, s, d], (Kind::Float, Device::Cpu));
+            let buffer = || Tensor::randn([b, hk, s + room, d], (Kind::Float, Device::Cpu));
+            let (k, v) = (buffer().narrow(2, 0, s), buffer().narrow(2, 0, s));
+            assert_eq!(key_stride(&k), Some(s + room));
             let allowed = Tensor::rand([b, 1, t, s], (Kind::Float, Device::Cpu)).gt(0.3);
             let _ = allowed.get(0).get(0).get(0).fill_(0);
             let bias = Tensor::where_scalar(&allowed, 0.0, f32::MIN as f64);

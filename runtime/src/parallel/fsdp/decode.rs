@@ -31,8 +31,8 @@ impl Decode for Fsdp<'_> {
         true
     }
 
-    fn new_cache(&self) -> KvCache {
-        KvCache::new(self.layers())
+    fn new_cache(&self, positions: i64) -> KvCache {
+        KvCache::preallocated(self.layers(), positions)
     }
 
     fn next_logits(

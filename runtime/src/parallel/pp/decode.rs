@@ -29,8 +29,8 @@ impl Decode for PipelineModel<'_> {
         true
     }
 
-    fn new_cache(&self) -> KvCache {
-        KvCache::new(self.stage().layer_count())
+    fn new_cache(&self, positions: i64) -> KvCache {
+        KvCache::preallocated(self.stage().layer_count(), positions)
     }
 
     fn next_logits(

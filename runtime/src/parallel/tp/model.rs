@@ -309,8 +309,8 @@ impl Decode for TpTransformer<'_> {
     }
 
     /// Caches of this rank's key/value heads only.
-    fn new_cache(&self) -> KvCache {
-        KvCache::new(self.layers.len())
+    fn new_cache(&self, positions: i64) -> KvCache {
+        KvCache::preallocated(self.layers.len(), positions)
     }
 
     /// The full-vocabulary logits, gathered so that every rank samples the same tokens.
