@@ -91,6 +91,21 @@ pub fn generate_turns<M: Decode + ?Sized>(
     turns: TurnsConfig,
     env: &mut dyn Environment,
 ) -> Result<TurnsRollout, GenerateError> {
+    let every = super::stop_check_interval(prompt_ids.device());
+    generate_turns_checking(model, prompt_ids, prompt_mask, config, turns, env, every)
+}
+
+/// [`generate_turns`], reading whether any row of a turn still decodes every `check_every`
+/// tokens (the device's interval there; the tests set it).
+pub(super) fn generate_turns_checking<M: Decode + ?Sized>(
+    model: &M,
+    prompt_ids: &Tensor,
+    prompt_mask: &Tensor,
+    config: &GenerateConfig,
+    turns: TurnsConfig,
+    env: &mut dyn Environment,
+    check_every: i64,
+) -> Result<TurnsRollout, GenerateError> {
     if turns.max_turns < 1 || turns.max_obs < 1 {
         return Err(GenerateError::InvalidSetting(format!(
             "max_turns and max_obs must be at least 1, got {} and {}",
@@ -109,7 +124,9 @@ pub fn generate_turns<M: Decode + ?Sized>(
         ..config.clone()
     };
     super::validate(model, prompt_ids, prompt_mask, &whole)?;
-    tch::no_grad(|| Episodes::new(model, prompt_ids, prompt_mask, config, turns).run(env))
+    tch::no_grad(|| {
+        Episodes::new(model, prompt_ids, prompt_mask, config, turns, check_every).run(env)
+    })
 }
 
 /// Columns of the layout, appended as they are decided.
@@ -161,6 +178,10 @@ struct Episodes<'a, M: Decode + ?Sized> {
     prompt_mask: Tensor,
     group_ids: Tensor,
     cache: crate::model::KvCache,
+    /// Tokens between two reads of the rows-still-answering flag ([`super::stop_check_interval`]):
+    /// between reads, rows that have stopped decode padding with attention 0, which is what the
+    /// rest of their turn's slot holds anyway.
+    check_every: i64,
     /// Attention over the prompt and every position fed so far.
     mask: Tensor,
     columns: Columns,
@@ -173,6 +194,7 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
         prompt_mask: &Tensor,
         config: &'a GenerateConfig,
         turns: TurnsConfig,
+        check_every: i64,
     ) -> Self {
         let device = prompt_ids.device();
         let n = config.samples_per_prompt;
@@ -196,6 +218,7 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
             prompt_mask: prompt_mask.index_select(0, &group_ids),
             group_ids,
             cache,
+            check_every,
             columns: Columns::default(),
         }
     }
@@ -252,7 +275,8 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
                     alive = alive.logical_and(&token.ne(eos));
                 }
                 steps += 1;
-                if steps == max_new || alive.any().int64_value(&[]) == 0 {
+                let check = steps % self.check_every == 0;
+                if steps == max_new || (check && alive.any().int64_value(&[]) == 0) {
                     pending = Some((token.unsqueeze(1), attention.unsqueeze(1)));
                     break;
                 }

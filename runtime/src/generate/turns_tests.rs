@@ -3,6 +3,7 @@
 
 use tch::{Device, Kind, Tensor, nn};
 
+use super::turns::generate_turns_checking;
 use super::*;
 use crate::model::{Heads, ModelConfig};
 
@@ -292,4 +293,78 @@ fn an_observation_longer_than_max_obs_or_outside_the_vocabulary_is_an_error() {
     let e =
         generate_turns(&model, &ids, &mask, &config(20, 1.0, 1), too_long, &mut env).unwrap_err();
     assert!(matches!(e, GenerateError::TooLong { .. }), "{e}");
+}
+
+/// The policy with its end-of-answer logit raised, so that turns end at many lengths.
+struct EndsEarly<'a>(&'a Transformer);
+
+impl Decode for EndsEarly<'_> {
+    fn config(&self) -> &ModelConfig {
+        Decode::config(self.0)
+    }
+
+    fn has_lm_head(&self) -> bool {
+        Decode::has_lm_head(self.0)
+    }
+
+    fn new_cache(&self, positions: i64) -> KvCache {
+        Decode::new_cache(self.0, positions)
+    }
+
+    fn next_logits(
+        &self,
+        ids: &Tensor,
+        mask: &Tensor,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor, GenerateError> {
+        let logits = self.0.next_logits(ids, mask, cache)?;
+        let raise = Tensor::zeros_like(&logits).index_fill(1, &Tensor::from(EOS), 2.5);
+        Ok(logits + raise)
+    }
+}
+
+#[test]
+fn reading_the_stop_flag_every_eighth_token_gives_the_same_episodes() {
+    let (_, model) = policy(25);
+    let model = EndsEarly(&model);
+    let (ids, mask) = prompts();
+    let turns = TurnsConfig {
+        max_turns: 3,
+        max_obs: 4,
+    };
+    let max_new = 12;
+    let run = |every: i64| {
+        let mut env = scripted(|t, r, _| Reply::Observe(observation(t, r)));
+        let config = config(max_new, 1.0, 8);
+        let out =
+            generate_turns_checking(&model, &ids, &mask, &config, turns, &mut env, every).unwrap();
+        (out, env.calls)
+    };
+    let (each, calls) = run(1);
+    let (eighth, eighth_calls) = run(8);
+    // Some turn ended for every row before its budget, off a multiple of eight: there the
+    // decoder read every token stops at once, the other goes on with padding to its next read.
+    let ends: Vec<usize> = calls
+        .iter()
+        .map(|(_, _, responses)| responses.iter().map(Vec::len).max().unwrap())
+        .collect();
+    assert!(
+        ends.iter().any(|&n| n < max_new as usize && n % 8 != 0),
+        "no turn ended early: {ends:?}"
+    );
+    assert_eq!(calls, eighth_calls, "what the environment saw");
+    for (name, a, b) in [
+        ("ids", &each.response_ids, &eighth.response_ids),
+        ("attention", &each.attention, &eighth.attention),
+        ("policy", &each.policy, &eighth.policy),
+        ("turn", &each.turn, &eighth.turn),
+        ("turns", &each.turns, &eighth.turns),
+    ] {
+        assert!(a.equal(b), "{name}: {a} against {b}");
+    }
+    let logprobs = (&each.token_logprobs - &eighth.token_logprobs)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(logprobs < 1e-6, "log-probs {logprobs}");
 }
