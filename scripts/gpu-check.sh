@@ -26,7 +26,11 @@
 #      bit for bit, and a sampled generation on CUDA (stop flag read every 8 tokens) gives the
 #      CPU's tokens;
 #   3. benchmarks: the training step and generation (runtime/benches/train_step.rs, rollout.rs)
-#      on CUDA for the example's model and a GPT-2-small-sized one (`cargo bench` gives the CPU's),
+#      on CUDA for the example's model and a GPT-2-small-sized one (`cargo bench` gives the CPU's);
+#      decode at batch 1, 16 and 256 for that one and a Qwen2-0.5B-shaped one, each beside its
+#      roofline (weights and KV cache over BANDWIDTH_GBS, default 4800: an H200's HBM3e) and
+#      beside PyTorch eager with a static KV cache (runtime/benches/decode.rs,
+#      benches/pytorch/decode.py);
 #      and the fused kernels against libtorch eager's CUDA kernels and a device copy
 #      (runtime/benches/kernels.rs: × eager, % of copy bandwidth) at B=512 and, out of cache,
 #      B=4096 rows of T=1024 (issue #28's goals: ≥ 5× eager, ≥ 30 % of copy bandwidth);
@@ -69,8 +73,8 @@ build() {
   cp "$(echo "$out" | executable tests/kernels_fused.rs)" "$dir/kernels_fused"
   cp "$(echo "$out" | executable tests/exec.rs)" "$dir/exec"
   cp "$(echo "$out" | executable tests/sampling_device.rs)" "$dir/sampling_device"
-  out="$(cargo bench -p rlc-runtime --locked --bench train_step --bench rollout --bench kernels --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
-  for bench in train_step rollout kernels; do
+  out="$(cargo bench -p rlc-runtime --locked --bench train_step --bench rollout --bench decode --bench kernels --no-run 2>&1)" || { echo "$out" >&2; exit 1; }
+  for bench in train_step rollout decode kernels; do
     cp "$(echo "$out" | executable "benches/$bench.rs")" "$dir/$bench"
   done
   # Last, as they build the runtime with another feature: ranks as processes (MPI) and NCCL.
@@ -212,6 +216,8 @@ run() {
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   local status=0
+  # The decode rooflines' memory bandwidth, GB/s (an H200's HBM3e unless set).
+  BANDWIDTH_GBS="${BANDWIDTH_GBS:-4800}"
   section "1a. kernels: CUDA C (NVRTC, driver) vs the CPU JIT"
   "$dir/cuda_gpu" --nocapture --test-threads=1 || status=1
   section "1b. kernels on libtorch CUDA tensors vs the CPU JIT"
@@ -228,6 +234,11 @@ run() {
     section "3. benchmarks: $model model on CUDA"
     RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model "$dir/train_step" --bench || status=1
     RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model "$dir/rollout" --bench || status=1
+  done
+  for model in medium qwen2-0.5b; do
+    section "3. decode against its roofline: $model model on CUDA, rlc then PyTorch eager (static KV cache)"
+    RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_BANDWIDTH_GBS=$BANDWIDTH_GBS "$dir/decode" --bench || status=1
+    python3 benches/pytorch/decode.py --model "$model" --device cuda --bandwidth-gbs "$BANDWIDTH_GBS" || status=1
   done
   for rows in 512 4096; do
     section "3. benchmarks: fused kernels on CUDA (wide CUDA C) vs libtorch eager vs a device copy, B=$rows"

@@ -152,11 +152,7 @@ fn main() {
     };
     println!(
         "rollout figures ({} model, {:?}, prompt {PROMPT}, {MAX_NEW} new tokens per row, 1 libtorch thread, {timing}):",
-        if config.layers > 2 {
-            "medium"
-        } else {
-            "example"
-        },
+        common::model_name(),
         common::device(),
     );
     for (batch, ids, mask) in &inputs {

@@ -139,11 +139,7 @@ fn main() {
     let step = times[times.len() / 2];
     println!(
         "train step ({ROWS} rows x ({PROMPT} prompt + {RESPONSE} response) tokens, {} model, {:?}, 1 libtorch thread, {}): {:.1} ms/step, {:.0} tokens/s trained",
-        if config.layers > 2 {
-            "medium"
-        } else {
-            "example"
-        },
+        common::model_name(),
         common::device(),
         if budget.is_zero() {
             "test mode: one step, not a measurement".to_string()

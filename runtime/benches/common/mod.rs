@@ -3,28 +3,41 @@
 //!
 //! `RLC_BENCH_DEVICE=cuda` runs the model benches on CUDA device 0 (`scripts/gpu-check.sh`);
 //! `RLC_BENCH_MODEL=medium` replaces the example's model by a 12-layer, 768-wide one with a
-//! 32 000-token vocabulary (GPT-2-small-sized), where a GPU has work to do.
+//! 32 000-token vocabulary (GPT-2-small-sized), where a GPU has work to do;
+//! `RLC_BENCH_MODEL=qwen2-0.5b` by one of Qwen2-0.5B's shape.
 #![allow(dead_code)]
 
 use rlc_runtime::model::{Heads, ModelConfig, Transformer};
 use tch::{Device, nn};
 
 /// `tiny_gpt(layers: 2, hidden: 64, heads: 4, vocab: 16)`, the policy of examples/grpo_digits.rl
-/// (or the medium model, see above), on the bench's device.
+/// (or the model `RLC_BENCH_MODEL` names, see above), on the bench's device.
 pub fn example_model() -> (nn::VarStore, Transformer, ModelConfig) {
     example_model_up_to(32)
 }
 
 /// [`example_model`] for sequences of up to `max_len` positions (the same weights).
 pub fn example_model_up_to(max_len: i64) -> (nn::VarStore, Transformer, ModelConfig) {
-    let medium = std::env::var("RLC_BENCH_MODEL").is_ok_and(|m| m == "medium");
-    let config = ModelConfig {
-        layers: if medium { 12 } else { 2 },
-        hidden: if medium { 768 } else { 64 },
-        heads: if medium { 12 } else { 4 },
-        kv_heads: if medium { 12 } else { 4 },
-        ffn: if medium { 3072 } else { 256 },
-        vocab: if medium { 32_000 } else { 16 },
+    let config = bench_model_config(max_len);
+    let vs = nn::VarStore::new(device());
+    let model = Transformer::new(&vs.root(), &config, Heads::POLICY, 7).expect("a valid model");
+    (vs, model, config)
+}
+
+/// What `RLC_BENCH_MODEL` names (`example` when unset).
+pub fn model_name() -> String {
+    std::env::var("RLC_BENCH_MODEL").unwrap_or_else(|_| "example".into())
+}
+
+/// The shape `RLC_BENCH_MODEL` names: `example` (the default), `medium` or `qwen2-0.5b`.
+pub fn bench_model_config(max_len: i64) -> ModelConfig {
+    let example = ModelConfig {
+        layers: 2,
+        hidden: 64,
+        heads: 4,
+        kv_heads: 4,
+        ffn: 256,
+        vocab: 16,
         max_len,
         rope_theta: 10000.0,
         norm_eps: 1e-5,
@@ -32,9 +45,33 @@ pub fn example_model_up_to(max_len: i64) -> (nn::VarStore, Transformer, ModelCon
         qkv_bias: false,
         positions: Default::default(),
     };
-    let vs = nn::VarStore::new(device());
-    let model = Transformer::new(&vs.root(), &config, Heads::POLICY, 7).expect("a valid model");
-    (vs, model, config)
+    match std::env::var("RLC_BENCH_MODEL").as_deref() {
+        Err(_) | Ok("example") => example,
+        Ok("medium") => ModelConfig {
+            layers: 12,
+            hidden: 768,
+            heads: 12,
+            kv_heads: 12,
+            ffn: 3072,
+            vocab: 32_000,
+            ..example
+        },
+        // Qwen2-0.5B's shape (494 M parameters: 24 layers, grouped-query attention over 2
+        // key/value heads, q/k/v biases, a 151 936-token vocabulary tied to the embedding).
+        Ok("qwen2-0.5b") => ModelConfig {
+            layers: 24,
+            hidden: 896,
+            heads: 14,
+            kv_heads: 2,
+            ffn: 4864,
+            vocab: 151_936,
+            rope_theta: 1_000_000.0,
+            norm_eps: 1e-6,
+            qkv_bias: true,
+            ..example
+        },
+        Ok(other) => panic!("RLC_BENCH_MODEL={other}: example, medium or qwen2-0.5b"),
+    }
 }
 
 /// The device of the model benches: the CPU, or CUDA device 0 under `RLC_BENCH_DEVICE=cuda`
