@@ -45,9 +45,9 @@ pub fn bench_model_config(max_len: i64) -> ModelConfig {
         qkv_bias: false,
         positions: Default::default(),
     };
-    match std::env::var("RLC_BENCH_MODEL").as_deref() {
-        Err(_) | Ok("example") => example,
-        Ok("medium") => ModelConfig {
+    match model_name().as_str() {
+        "example" => example,
+        "medium" => ModelConfig {
             layers: 12,
             hidden: 768,
             heads: 12,
@@ -58,7 +58,7 @@ pub fn bench_model_config(max_len: i64) -> ModelConfig {
         },
         // Qwen2-0.5B's shape (494 M parameters: 24 layers, grouped-query attention over 2
         // key/value heads, q/k/v biases, a 151 936-token vocabulary tied to the embedding).
-        Ok("qwen2-0.5b") => ModelConfig {
+        "qwen2-0.5b" => ModelConfig {
             layers: 24,
             hidden: 896,
             heads: 14,
@@ -70,7 +70,7 @@ pub fn bench_model_config(max_len: i64) -> ModelConfig {
             qkv_bias: true,
             ..example
         },
-        Ok(other) => panic!("RLC_BENCH_MODEL={other}: example, medium or qwen2-0.5b"),
+        other => panic!("RLC_BENCH_MODEL={other}: example, medium or qwen2-0.5b"),
     }
 }
 

@@ -293,11 +293,10 @@ struct Decoder<'a, M: Decode + ?Sized> {
     group_ids: Tensor,
     /// `None` when recomputing from scratch each step.
     cache: Option<KvCache>,
-    /// Attention mask over the prompt and every response position, `[R, P + max_new]`, of which
-    /// the first `fed` columns are the positions fed so far; generated tokens always count as
-    /// real, including those after EOS, whose outputs are discarded.
+    /// Attention mask over the prompt and every response position, `[R, P + max_new]` (the
+    /// positions fed so far: [`Self::mask_fed`]); generated tokens always count as real,
+    /// including those after EOS, whose outputs are discarded.
     attention_mask: Tensor,
-    fed: i64,
     tokens: Vec<Tensor>,
     alive: Vec<Tensor>,
     logits: Vec<Tensor>,
@@ -340,7 +339,6 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
                 ],
                 1,
             ),
-            fed: prompt_ids.size()[1],
             prompt_mask: prompt_mask.index_select(0, &group_ids),
             group_ids,
             cache: config
@@ -491,8 +489,7 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
 
     /// Feeds the tokens just chosen and returns the logits for the next ones.
     fn decode(&mut self, token: &Tensor) -> Result<Tensor, GenerateError> {
-        self.fed += 1;
-        let mask = self.attention_mask.narrow(1, 0, self.fed);
+        let mask = self.mask_fed();
         match &mut self.cache {
             Some(cache) => self
                 .model
@@ -506,8 +503,14 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
         let mut pieces = vec![self.prompt_ids.shallow_clone()];
         pieces.extend(self.tokens.iter().map(|t| t.unsqueeze(1)));
         let ids = Tensor::cat(&pieces, 1);
-        let mask = self.attention_mask.narrow(1, 0, self.fed);
-        self.model.next_logits(&ids, &mask, None)
+        self.model.next_logits(&ids, &self.mask_fed(), None)
+    }
+
+    /// The attention mask's columns of the prompt and the tokens chosen so far (each fed once
+    /// it is recorded).
+    fn mask_fed(&self) -> Tensor {
+        let fed = self.prompt_ids.size()[1] + self.tokens.len() as i64;
+        self.attention_mask.narrow(1, 0, fed)
     }
 
     fn into_rollout(self) -> Rollout {
