@@ -20,6 +20,9 @@ pub struct LayerCache {
     len: i64,
     /// Positions to allocate at the first append; 0: concatenate instead.
     capacity: i64,
+    /// A static step's cache ([`KvCache::at_column`]): each append writes its one position at
+    /// the column this int64 `[1]` tensor holds and returns the whole buffers.
+    column: Option<Tensor>,
 }
 
 impl LayerCache {
@@ -28,6 +31,11 @@ impl LayerCache {
     /// # Panics
     /// If a preallocated cache is given keys or values that require a gradient.
     pub fn append(&mut self, k: Tensor, v: Tensor) -> (Tensor, Tensor) {
+        if let (Some(column), Some((buffer_k, buffer_v))) = (&self.column, &mut self.kv) {
+            let _ = buffer_k.index_copy_(2, column, &k);
+            let _ = buffer_v.index_copy_(2, column, &v);
+            return (buffer_k.shallow_clone(), buffer_v.shallow_clone());
+        }
         let steps = k.size()[2];
         if self.capacity == 0 {
             let (k, v) = match self.kv.take() {
@@ -140,6 +148,31 @@ impl KvCache {
     pub(crate) fn layers_mut(&mut self) -> &mut [LayerCache] {
         &mut self.layers
     }
+
+    /// Each layer's keys and values as allocated, `[B, kv_heads, room, head_dim]` (a
+    /// preallocated cache: its first [`Self::len`] positions written, the rest zero), or `None`
+    /// before the first append.
+    pub(crate) fn into_buffers(self) -> Option<Vec<(Tensor, Tensor)>> {
+        self.layers.into_iter().map(|layer| layer.kv).collect()
+    }
+
+    /// A cache over whole `buffers` (views of them: a static decoder's first rows) whose
+    /// appends write their one new position at the column `column` holds (int64 `[1]` on the
+    /// buffers' device) and return the whole buffers. Nothing of it depends on the position on
+    /// the host: the step of a static decoder, the same work at every position (on a GPU, one
+    /// captured graph replayed), attention masking the columns not written yet.
+    pub(crate) fn at_column(buffers: &[(Tensor, Tensor)], column: &Tensor) -> Self {
+        let layers = buffers
+            .iter()
+            .map(|(k, v)| LayerCache {
+                len: k.size()[2],
+                kv: Some((k.shallow_clone(), v.shallow_clone())),
+                capacity: k.size()[2],
+                column: Some(column.shallow_clone()),
+            })
+            .collect();
+        Self { layers }
+    }
 }
 
 #[cfg(test)]
@@ -200,6 +233,31 @@ mod tests {
         );
         assert!(all_k.equal(&want));
         assert_eq!(cache.layers[0].kv.as_ref().unwrap().0.size()[2], 6);
+    }
+
+    #[test]
+    fn a_cache_at_a_column_writes_there_and_returns_the_whole_buffers() {
+        tch::manual_seed(3);
+        let mut prefilled = KvCache::preallocated(1, 5);
+        let (k, v) = positions(2, 3);
+        let _ = prefilled.layers_mut()[0].append(k.copy(), v.copy());
+        let buffers = prefilled.into_buffers().unwrap();
+        let column = Tensor::from_slice(&[3i64]);
+        let (k2, v2) = positions(2, 1);
+        let (all_k, all_v) =
+            KvCache::at_column(&buffers, &column).layers_mut()[0].append(k2.copy(), v2.copy());
+        // The buffers themselves, written in place: positions 0..3, the new one at 3, 4 zero.
+        assert_eq!(all_k.data_ptr(), buffers[0].0.data_ptr());
+        let written = Tensor::cat(
+            &[
+                k,
+                k2,
+                Tensor::zeros([2, 2, 1, 4], (Kind::Float, Device::Cpu)),
+            ],
+            2,
+        );
+        assert!(all_k.equal(&written) && buffers[0].0.equal(&written));
+        assert!(all_v.narrow(2, 3, 1).equal(&v2));
     }
 
     #[test]

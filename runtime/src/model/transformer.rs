@@ -6,7 +6,7 @@ use tch::{Kind, Tensor, nn};
 use super::cache::{KvCache, LayerCache};
 use super::config::{ConfigError, ModelConfig, Positions};
 use super::layers::{DecoderLayer, Draw, RmsNorm, Rows, normal_var};
-use super::rope::Rope;
+use super::rope::{Rope, RopeAngles};
 use crate::rng::Rng;
 
 /// Which output heads a model carries on top of the shared trunk.
@@ -216,11 +216,43 @@ impl Transformer {
         let positions = token_positions(&mask, past, steps);
         let angles = self.rope.angles(&positions);
         let bias = attention_bias(&mask, past, steps);
-        let mut x = add_positions(
+        let x = add_positions(
             Tensor::embedding(&self.embed_tokens, ids, -1, false, false),
             self.embed_positions.as_ref(),
             &positions,
         );
+        self.through_layers(x, &angles, &bias, cache, queries)
+    }
+
+    /// Hidden states `[B, 1, hidden]` of one new token per row (`ids` `[B, 1]`) at `positions`
+    /// (`[B, 1]`), its keys and values written at the column of `cache` ([`KvCache::at_column`]),
+    /// attending where `bias` (`[B, 1, 1, room]`, the cache's whole buffers) allows: a decode
+    /// step whose shapes and host values do not depend on the position, so that one captured
+    /// device graph replays it for every token.
+    pub(crate) fn hidden_states_static(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        bias: &Tensor,
+        cache: &mut KvCache,
+    ) -> Tensor {
+        let x = add_positions(
+            Tensor::embedding(&self.embed_tokens, ids, -1, false, false),
+            self.embed_positions.as_ref(),
+            positions,
+        );
+        self.through_layers(x, &self.rope.angles(positions), bias, Some(cache), None)
+    }
+
+    /// The decoder layers and the final norm over embedded tokens `x`.
+    fn through_layers(
+        &self,
+        mut x: Tensor,
+        angles: &RopeAngles,
+        bias: &Tensor,
+        cache: Option<&mut KvCache>,
+        queries: Option<Rows>,
+    ) -> Tensor {
         let last = self.layers.len().saturating_sub(1);
         let mut caches: Vec<Option<&mut LayerCache>> = match cache {
             Some(cache) => cache.layers_mut().iter_mut().map(Some).collect(),
@@ -228,7 +260,7 @@ impl Transformer {
         };
         for (i, (layer, layer_cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
             let rows = if i == last { queries } else { None };
-            x = layer.forward(&x, &angles, &bias, layer_cache.take(), rows);
+            x = layer.forward(&x, angles, bias, layer_cache.take(), rows);
         }
         if self.layers.is_empty()
             && let Some(rows) = queries
