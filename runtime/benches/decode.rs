@@ -65,10 +65,18 @@ fn main() {
         seed: 5,
         ..GenerateConfig::default()
     };
+    // Decode steps replay captured graphs on CUDA where the library is there (RLC_CUDA_GRAPH_LIB).
+    let graphs = common::device().is_cuda()
+        && rlc_runtime::cuda_graph::available().expect("the CUDA graph library loads");
     println!(
-        "decode figures ({} model, {parameters} parameters, {:?}, prompt {PROMPT}, {NEW} new tokens per row, {}):",
+        "decode figures ({} model, {parameters} parameters, {:?}, {}, prompt {PROMPT}, {NEW} new tokens per row, {}):",
         common::model_name(),
         common::device(),
+        if graphs {
+            "decode steps as captured CUDA graphs"
+        } else {
+            "eager decode steps"
+        },
         if calls > 1 {
             "median of 3 calls after a warm-up"
         } else {

@@ -6,6 +6,7 @@ pub use tch;
 
 pub mod checkpoint;
 pub mod collectives;
+pub mod cuda_graph;
 pub mod data;
 pub mod device;
 pub mod exec;

@@ -76,8 +76,14 @@ fn a_sampled_generation_on_cuda_gives_the_cpus_tokens() {
     let rows = |t: &Tensor| Vec::<Vec<i64>>::try_from(t.to_device(Device::Cpu)).unwrap();
     let (a, b) = (rows(&cpu.response_ids), rows(&gpu.response_ids));
     let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+    let graphs = rlc_runtime::cuda_graph::available().expect("the CUDA graph library loads");
     eprintln!(
-        "CPU and CUDA responses: {} × {} and {} × {}, {differing} of {} rows differ",
+        "CPU and CUDA ({}) responses: {} × {} and {} × {}, {differing} of {} rows differ",
+        if graphs {
+            "decode steps as captured graphs"
+        } else {
+            "eager decode"
+        },
         a.len(),
         a[0].len(),
         b.len(),

@@ -3,6 +3,7 @@
 
 pub mod philox;
 mod sampling;
+mod static_decode;
 mod turns;
 
 pub use sampling::{SamplingConfig, next_tokens, next_tokens_from};
@@ -30,6 +31,12 @@ pub trait Decode {
         mask: &Tensor,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor, GenerateError>;
+    /// The whole model, when this rank holds it: generation on a GPU then replays its decode
+    /// step as a captured graph ([`static_decode`]). `None`: a model split over ranks, decoded
+    /// eagerly.
+    fn whole_model(&self) -> Option<&Transformer> {
+        None
+    }
 }
 
 impl Decode for Transformer {
@@ -58,6 +65,10 @@ impl Decode for Transformer {
         };
         let hidden = self.hidden_states_at(ids, mask, cache, Some(last));
         Ok(self.lm_head(&hidden).squeeze_dim(1))
+    }
+
+    fn whole_model(&self) -> Option<&Transformer> {
+        Some(self)
     }
 }
 
@@ -140,6 +151,8 @@ pub enum GenerateError {
     PromptShape { ids: Vec<i64>, mask: Vec<i64> },
     #[error("generation across ranks: {0}")]
     Collective(#[from] CollectiveError),
+    #[error("{0}")]
+    Graph(String),
     #[error("token id {id} is outside the vocabulary of {vocab}")]
     TokenOutOfRange { id: i64, vocab: i64 },
     /// The environment of a multi-turn rollout gave no usable answer (its message says which).
@@ -182,8 +195,27 @@ pub fn generate<M: Decode + ?Sized>(
     config: &GenerateConfig,
 ) -> Result<Rollout, GenerateError> {
     validate(model, prompt_ids, prompt_mask, config)?;
-    let every = stop_check_interval(prompt_ids.device());
-    tch::no_grad(|| Decoder::new(model, prompt_ids, prompt_mask, config, every).run())
+    let device = prompt_ids.device();
+    let every = stop_check_interval(device);
+    tch::no_grad(|| {
+        // On a GPU a decode step is dozens of small kernels: as one captured graph per batch
+        // size, a step is one launch (when the graph library is there: crate::cuda_graph).
+        if let (Some(whole), tch::Device::Cuda(index)) = (model.whole_model(), device)
+            && config.use_kv_cache
+            && crate::cuda_graph::available().map_err(GenerateError::Graph)?
+        {
+            let mut graphs = static_decode::Graphs::new(index);
+            return static_decode::generate(
+                whole,
+                prompt_ids,
+                prompt_mask,
+                config,
+                every,
+                &mut graphs,
+            );
+        }
+        Decoder::new(model, prompt_ids, prompt_mask, config, every).run()
+    })
 }
 
 /// Decoding steps between two reads of the all-rows-stopped flag: reading it back from a GPU
@@ -542,6 +574,8 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
 
 #[cfg(test)]
 mod compaction_tests;
+#[cfg(test)]
+mod static_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
