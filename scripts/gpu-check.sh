@@ -19,6 +19,8 @@
 #      their bytes at B=512 and 4096, T=1024 (wide_kernels_against_copy_bandwidth: ms, GB/s,
 #      % of copy bandwidth); then on libtorch's CUDA tensors inside the runtime
 #      (runtime/tests/kernels_fused.rs, cuda_tensors_match_the_cpu_jit);
+#   (with librlc_cuda_graph.so built, scripts/build-cuda-graph.sh, every run below decodes with
+#   captured graphs; 2e and the decode benchmarks run again with RLC_CUDA_GRAPH_LIB=off, eagerly)
 #   2. training on the GPU: `rlc run examples/grpo_digits.rl --device cuda` for a few steps
 #      (the CPU example: models, rollouts, kernels and updates on the GPU), the same steps on
 #      the CPU, and runtime/tests/exec.rs's CUDA-vs-CPU run; sampling on the device
@@ -77,6 +79,10 @@ build() {
   for bench in train_step rollout decode kernels; do
     cp "$(echo "$out" | executable "benches/$bench.rs")" "$dir/$bench"
   done
+  # Decode steps as captured CUDA graphs: the C API over ATen's graphs, built against the same
+  # libtorch (PyTorch 2.11.0+cu130, the GPU machine's); beside the binaries, they use it.
+  echo "== the CUDA graph library" >&2
+  OUT="$dir" bash scripts/build-cuda-graph.sh >&2
   # Last, as they build the runtime with another feature: ranks as processes (MPI) and NCCL.
   rm -f "$dir/rlc-mpi" "$dir/rlc-mpi.gz" "$dir/collectives_nccl" "$dir/collectives_nccl.gz"
   if bash scripts/setup-mpi.sh; then
@@ -230,6 +236,10 @@ run() {
   "$dir/exec" --test-threads=1 || status=1
   section "2d. sampling on CUDA (Philox on the device) vs the CPU: the same numbers, the same tokens"
   "$dir/sampling_device" --nocapture --test-threads=1 || status=1
+  if [[ -f "$dir/librlc_cuda_graph.so" ]]; then
+    section "2e. the same with eager decode steps (RLC_CUDA_GRAPH_LIB=off)"
+    RLC_CUDA_GRAPH_LIB=off "$dir/sampling_device" --nocapture --test-threads=1 || status=1
+  fi
   for model in example medium; do
     section "3. benchmarks: $model model on CUDA"
     RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model "$dir/train_step" --bench || status=1
@@ -238,6 +248,9 @@ run() {
   for model in medium qwen2-0.5b; do
     section "3. decode against its roofline: $model model on CUDA, rlc then PyTorch eager (static KV cache)"
     RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_BANDWIDTH_GBS=$BANDWIDTH_GBS "$dir/decode" --bench || status=1
+    if [[ -f "$dir/librlc_cuda_graph.so" ]]; then
+      RLC_CUDA_GRAPH_LIB=off RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_BANDWIDTH_GBS=$BANDWIDTH_GBS "$dir/decode" --bench || status=1
+    fi
     python3 benches/pytorch/decode.py --model "$model" --device cuda --bandwidth-gbs "$BANDWIDTH_GBS" || status=1
   done
   for rows in 512 4096; do

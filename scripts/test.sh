@@ -43,6 +43,14 @@ df -h . | tail -n 1
 LIBTORCH="$(bash scripts/setup-libtorch.sh)"
 export LIBTORCH
 bash scripts/setup-mpi.sh
+# Decode steps as captured CUDA graphs go through a C++ library over ATen's graphs: it must build
+# against this libtorch's headers and export what runtime/src/cuda_graph.rs opens (running it
+# needs a GPU: scripts/gpu-check.sh).
+graph_library="$(bash scripts/build-cuda-graph.sh)"
+for symbol in rlc_graph_capture rlc_graph_replay rlc_graph_free; do
+  nm -D --defined-only "$graph_library" | grep -qw "$symbol" ||
+    { echo "$graph_library does not export $symbol" >&2; exit 1; }
+done
 # Everything below builds with `mpi` (ranks as processes too), so one build serves all; the
 # build without it (what the main job uses) is checked on its own.
 cargo check --locked --features rlc/runtime
