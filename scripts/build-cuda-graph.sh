@@ -8,7 +8,8 @@
 #   OUT        where the library goes (default: target/cuda-graph).
 # The CUDA runtime's headers come with PyTorch's wheels (nvidia/cu13/include); the nvcc headers
 # they include (crt/) are NVIDIA's nvidia-cuda-crt wheel (134 KB), installed under .deps/cuda-crt
-# when no copy is found. Without the library, generation on a GPU decodes eagerly.
+# when no copy is found (exit status 75 when PyPI cannot give it). Without the library,
+# generation on a GPU decodes eagerly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 torch_dir=${TORCH_DIR:-${LIBTORCH:-$(bash scripts/setup-libtorch.sh)}}
@@ -35,8 +36,12 @@ if [[ -z $crt_found ]]; then
     echo "build-cuda-graph: installing nvidia-cuda-crt 13.0.88 (nvcc's crt/ headers) into .deps/cuda-crt" >&2
     staging=$(mktemp -d)
     trap 'rm -rf "$staging"' EXIT
-    python3 -m pip install --disable-pip-version-check --no-cache-dir --no-deps --quiet \
-        --timeout 30 --retries 1 --target "$staging" nvidia-cuda-crt==13.0.88 >&2
+    if ! timeout "${RLC_CRT_TIMEOUT:-180}" python3 -m pip install --disable-pip-version-check \
+        --no-cache-dir --no-deps --quiet --timeout 30 --retries 1 --target "$staging" \
+        nvidia-cuda-crt==13.0.88 >&2; then
+        echo "build-cuda-graph: nvidia-cuda-crt could not be installed from PyPI" >&2
+        exit 75
+    fi
     mkdir -p .deps
     rm -rf .deps/cuda-crt
     mv "$staging" .deps/cuda-crt

@@ -46,11 +46,19 @@ bash scripts/setup-mpi.sh
 # Decode steps as captured CUDA graphs go through a C++ library over ATen's graphs: it must build
 # against this libtorch's headers and export what runtime/src/cuda_graph.rs opens (running it
 # needs a GPU: scripts/gpu-check.sh).
-graph_library="$(bash scripts/build-cuda-graph.sh)"
-for symbol in rlc_graph_capture rlc_graph_replay rlc_graph_free; do
-  nm -D --defined-only "$graph_library" | grep -qw "$symbol" ||
-    { echo "$graph_library does not export $symbol" >&2; exit 1; }
-done
+# Where PyPI cannot give the 134 KB of headers it needs, the check is skipped, saying so.
+graph_status=0
+graph_library="$(bash scripts/build-cuda-graph.sh)" || graph_status=$?
+if [[ $graph_status == 75 ]]; then
+  echo "skipped: the CUDA graph library's headers could not be installed from PyPI (see above)"
+elif [[ $graph_status != 0 ]]; then
+  exit "$graph_status"
+else
+  for symbol in rlc_graph_capture rlc_graph_replay rlc_graph_free; do
+    nm -D --defined-only "$graph_library" | grep -qw "$symbol" ||
+      { echo "$graph_library does not export $symbol" >&2; exit 1; }
+  done
+fi
 # Everything below builds with `mpi` (ranks as processes too), so one build serves all; the
 # build without it (what the main job uses) is checked on its own.
 cargo check --locked --features rlc/runtime
