@@ -27,6 +27,7 @@ const RUNTIME_LAYERS: &[&str] = &[
     "rng",
     "panics",
     "device",
+    "cuda_graph",
     "report",
     "kernels",
     "tensor_file",

@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 
 use tch::{Kind, Tensor};
 
-use super::{GenerateConfig, GenerateError, Rollout, next_tokens_from, philox};
+use super::{Decode, GenerateConfig, GenerateError, Rollout, next_tokens_from, philox};
 use crate::cuda_graph::Graph;
-use crate::model::{KvCache, Rows, Transformer};
+use crate::model::{KvCache, Transformer};
 
 /// How a static step runs for the first `rows` rows of the buffers.
 pub(crate) trait StepRunner {
@@ -82,7 +82,7 @@ pub(crate) fn generate(
     check_every: i64,
     runner: &mut dyn StepRunner,
 ) -> Result<Rollout, GenerateError> {
-    let mut decoder = StaticDecoder::prefill(model, prompt_ids, prompt_mask, config);
+    let mut decoder = StaticDecoder::prefill(model, prompt_ids, prompt_mask, config)?;
     decoder.decode_all(check_every, runner)?;
     Ok(decoder.into_rollout())
 }
@@ -137,30 +137,19 @@ impl<'a> StaticDecoder<'a> {
         prompt_ids: &Tensor,
         prompt_mask: &Tensor,
         config: &'a GenerateConfig,
-    ) -> Self {
+    ) -> Result<Self, GenerateError> {
         let device = prompt_ids.device();
         let (prompts, prompt_len) = (prompt_ids.size()[0], prompt_ids.size()[1]);
         let n = config.samples_per_prompt;
         let rows = prompts * n;
         let room = prompt_len + config.max_new;
         let prompt_mask = prompt_mask.to_kind(Kind::Int64);
-        let mut cache = KvCache::preallocated(model.config().layers as usize, room);
-        let hidden = model.hidden_states_at(
-            prompt_ids,
-            &prompt_mask,
-            Some(&mut cache),
-            Some(Rows {
-                first: prompt_len - 1,
-                len: 1,
-            }),
-        );
+        let mut cache = model.new_cache(room);
+        let logits = model.next_logits(prompt_ids, &prompt_mask, Some(&mut cache))?;
         let group_ids =
             Tensor::arange(prompts, (Kind::Int64, device)).repeat_interleave_self_int(n, 0, None);
         cache.select_rows(&group_ids);
-        let logits = model
-            .lm_head(&hidden)
-            .squeeze_dim(1)
-            .index_select(0, &group_ids);
+        let logits = logits.index_select(0, &group_ids);
         let prompt_mask = prompt_mask.index_select(0, &group_ids);
         let first = config.rows_of.map_or(0, |(first, _)| first);
         let uniforms = (!config.sampling.is_greedy()).then(|| {
@@ -207,7 +196,7 @@ impl<'a> StaticDecoder<'a> {
             rollout,
         };
         decoder.choose(&logits, rows);
-        decoder
+        Ok(decoder)
     }
 
     /// Decodes every response position after the first (chosen by the prefill), reading the
@@ -413,7 +402,7 @@ mod tests {
             ..GenerateConfig::default()
         };
         tch::no_grad(|| {
-            let mut decoder = StaticDecoder::prefill(&model, &ids, &mask, &config);
+            let mut decoder = StaticDecoder::prefill(&model, &ids, &mask, &config).unwrap();
             let before = decoder.addresses();
             // 40 of the 64 rows stopped: the 24 left move to the front, the step runs on 32.
             let _ = decoder.finished.narrow(0, 0, 40).fill_(1);
