@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 const RUNTIME_LAYERS: &[&str] = &[
     "rng",
     "panics",
+    "dylib",
     "device",
     "cuda_graph",
     "report",

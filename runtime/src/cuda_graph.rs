@@ -8,9 +8,11 @@
 //! `off`: no graphs), else `librlc_cuda_graph.so` beside the running executable; neither: no
 //! graphs, and generation on a GPU decodes eagerly.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use crate::dylib::{self, Library, Scope};
 
 /// The environment variable naming the library.
 pub const LIBRARY_VARIABLE: &str = "RLC_CUDA_GRAPH_LIB";
@@ -62,46 +64,23 @@ fn beside_executable() -> Option<PathBuf> {
 }
 
 fn load(path: &Path) -> Result<Api, String> {
-    use std::os::unix::ffi::OsStrExt;
-    let name = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| format!("{}: a path with a NUL byte", path.display()))?;
-    // SAFETY: `name` is a valid C string; the library's initialisers only register nothing
-    // (it defines three functions); dlerror is read at once, on this thread. The library is
-    // never closed: graphs hold its code.
-    unsafe {
-        let handle = libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        if handle.is_null() {
-            return Err(format!("cannot load {}: {}", path.display(), dl_error()));
-        }
-        let symbol = |name: &CStr| {
-            let found = libc::dlsym(handle, name.as_ptr());
-            if found.is_null() {
-                Err(format!("{}: no symbol {name:?}", path.display()))
-            } else {
-                Ok(found)
-            }
-        };
-        // SAFETY: the symbols are graph.cpp's, whose C signatures the types above spell.
-        Ok(Api {
-            capture: std::mem::transmute::<*mut c_void, Capture>(symbol(c"rlc_graph_capture")?),
-            replay: std::mem::transmute::<*mut c_void, Replay>(symbol(c"rlc_graph_replay")?),
-            free: std::mem::transmute::<*mut c_void, Free>(symbol(c"rlc_graph_free")?),
-        })
+    let library = dylib::open(path, Scope::Local)
+        .map_err(|why| format!("cannot load {}: {why}", path.display()))?;
+    /// # Safety
+    /// `F` is the C signature of `name`.
+    unsafe fn function<F: Copy>(library: Library, path: &Path, name: &str) -> Result<F, String> {
+        // SAFETY: as the caller vouches.
+        unsafe { dylib::symbol(library, name) }
+            .map_err(|why| format!("{}: no symbol {name} ({why})", path.display()))
     }
-}
-
-/// # Safety
-/// Call right after a failed dl* call, on the same thread.
-unsafe fn dl_error() -> String {
-    // SAFETY: dlerror returns null or a C string valid until the next dl* call.
-    let why = unsafe { libc::dlerror() };
-    if why.is_null() {
-        "unknown reason".into()
-    } else {
-        // SAFETY: as above.
-        unsafe { CStr::from_ptr(why) }
-            .to_string_lossy()
-            .into_owned()
+    // SAFETY: the types are graph.cpp's C signatures. The library is never closed: graphs
+    // hold its code.
+    unsafe {
+        Ok(Api {
+            capture: function(library, path, "rlc_graph_capture")?,
+            replay: function(library, path, "rlc_graph_replay")?,
+            free: function(library, path, "rlc_graph_free")?,
+        })
     }
 }
 

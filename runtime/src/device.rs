@@ -79,26 +79,10 @@ fn open_cuda() -> Result<usize, String> {
 }
 
 /// Loads a library for the rest of the process, its symbols visible to later libraries.
-/// Never unloaded: libtorch keeps pointers into it.
 fn load_global(path: &Path) -> Result<(), String> {
-    use std::ffi::{CStr, CString};
-    use std::os::unix::ffi::OsStrExt;
-    let name = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| format!("{}: a path with a NUL byte", path.display()))?;
-    // SAFETY: `name` is a valid C string; libtorch's libraries only register their back ends
-    // in their initialisers. dlerror's message is read at once, on this thread.
-    unsafe {
-        if libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL).is_null() {
-            let why = libc::dlerror();
-            let why = if why.is_null() {
-                "unknown reason".into()
-            } else {
-                CStr::from_ptr(why).to_string_lossy().into_owned()
-            };
-            return Err(format!("cannot load {}: {why}", path.display()));
-        }
-    }
-    Ok(())
+    crate::dylib::open(path, crate::dylib::Scope::Global)
+        .map(|_| ())
+        .map_err(|why| format!("cannot load {}: {why}", path.display()))
 }
 
 /// The folder of the `libtorch_cpu.so` this process runs with.

@@ -9,6 +9,7 @@ pub mod collectives;
 pub mod cuda_graph;
 pub mod data;
 pub mod device;
+mod dylib;
 pub mod exec;
 pub mod generate;
 pub mod hf;

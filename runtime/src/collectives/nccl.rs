@@ -31,8 +31,9 @@
 //! `ncclCommInitRank` fails on one rank after every rank found NCCL and its GPU, that rank's
 //! error ends the job (the others wait in NCCL's bootstrap).
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -42,6 +43,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::communicator::Communicator;
 use super::{CollectiveError, ReduceOp, wire};
+use crate::dylib::{self, Library, Scope};
 
 /// NCCL's library by the names it is installed under, its soname first.
 const LIBRARY: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
@@ -93,38 +95,26 @@ fn library() -> Result<&'static Api, String> {
         .map_err(String::clone)
 }
 
-fn dl_error() -> String {
-    // SAFETY: dlerror's message is read at once, on the thread of the failing call.
-    unsafe {
-        let why = libc::dlerror();
-        if why.is_null() {
-            "unknown reason".into()
-        } else {
-            CStr::from_ptr(why).to_string_lossy().into_owned()
-        }
-    }
-}
-
 /// Opens the first of `names` that loads (never unloaded) and looks up the API.
 fn load(names: &[&str]) -> Result<Api, String> {
     let mut failures = Vec::new();
-    let mut handle = std::ptr::null_mut();
+    let mut opened = None;
     for name in names {
-        let c_name = CString::new(*name).map_err(|_| format!("{name}: a NUL byte"))?;
-        // SAFETY: a valid C string; NCCL's initialisers only set up its own state.
-        handle = unsafe { libc::dlopen(c_name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if !handle.is_null() {
-            break;
+        match dylib::open(Path::new(name), Scope::Local) {
+            Ok(library) => {
+                opened = Some(library);
+                break;
+            }
+            Err(why) => failures.push(why),
         }
-        failures.push(dl_error());
     }
-    if handle.is_null() {
+    let Some(handle) = opened else {
         return Err(format!(
             "cannot load NCCL's library ({}); PyTorch's CUDA wheels install it \
              (nvidia-nccl-cu12): add site-packages/nvidia/nccl/lib to LD_LIBRARY_PATH",
             failures.first().map_or("no name to try", String::as_str)
         ));
-    }
+    };
     // SAFETY: each type is the function's signature in nccl.h, with cudarc's types for NCCL's
     // (an enum argument is passed as the C int it is; results are read as ints).
     unsafe {
@@ -162,24 +152,14 @@ fn load(names: &[&str]) -> Result<Api, String> {
     }
 }
 
-/// The function `name` of the library `handle`.
+/// The function `name` of NCCL's library.
 ///
 /// # Safety
 /// `F` is the function pointer type of `name`'s C signature.
-unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &str) -> Result<F, String> {
-    assert_eq!(
-        size_of::<F>(),
-        size_of::<*mut c_void>(),
-        "a function pointer"
-    );
-    let c_name = CString::new(name).map_err(|_| format!("{name}: a NUL byte"))?;
-    // SAFETY: a handle dlopen returned, a valid C string.
-    let address = unsafe { libc::dlsym(handle, c_name.as_ptr()) };
-    if address.is_null() {
-        return Err(format!("NCCL's library has no {name} ({})", dl_error()));
-    }
-    // SAFETY: the caller vouches for the type; the sizes agree.
-    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
+unsafe fn symbol<F: Copy>(handle: Library, name: &str) -> Result<F, String> {
+    // SAFETY: as the caller vouches.
+    unsafe { dylib::symbol(handle, name) }
+        .map_err(|why| format!("NCCL's library has no {name} ({why})"))
 }
 
 impl Api {
