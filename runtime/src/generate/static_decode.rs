@@ -18,7 +18,7 @@ use tch::{Kind, Tensor};
 
 use super::{Decode, GenerateConfig, GenerateError, Rollout, next_tokens_from, philox};
 use crate::cuda_graph::Graph;
-use crate::model::{KvCache, Transformer};
+use crate::model::{KvCache, Transformer, additive_bias};
 
 /// How a static step runs for the first `rows` rows of the buffers.
 pub(crate) trait StepRunner {
@@ -247,7 +247,7 @@ impl<'a> StaticDecoder<'a> {
         let positions = (first(&self.prompt_tokens) + &self.position - 1).unsqueeze(1);
         let allowed = first(&self.keys).logical_and(&self.columns.le_tensor(&column));
         let room = self.columns.size()[1];
-        let bias = Tensor::where_scalar(&allowed, 0.0, f32::MIN as f64).view([rows, 1, 1, room]);
+        let bias = additive_bias(&allowed).view([rows, 1, 1, room]);
         let buffers: Vec<(Tensor, Tensor)> = self
             .cache
             .iter()

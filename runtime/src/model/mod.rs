@@ -18,7 +18,7 @@ pub use transformer::{Heads, Transformer, token_logprobs};
 pub(crate) use cache::LayerCache;
 pub(crate) use layers::{DecoderLayer, Draw, HeadCounts, RmsNorm, grouped_attention};
 pub(crate) use rope::{Rope, RopeAngles};
-pub(crate) use transformer::{add_positions, attention_bias, token_positions};
+pub(crate) use transformer::{add_positions, additive_bias, attention_bias, token_positions};
 
 #[cfg(test)]
 mod tests;

@@ -216,11 +216,7 @@ impl Transformer {
         let positions = token_positions(&mask, past, steps);
         let angles = self.rope.angles(&positions);
         let bias = attention_bias(&mask, past, steps);
-        let x = add_positions(
-            Tensor::embedding(&self.embed_tokens, ids, -1, false, false),
-            self.embed_positions.as_ref(),
-            &positions,
-        );
+        let x = self.embed(ids, &positions);
         self.through_layers(x, &angles, &bias, cache, queries)
     }
 
@@ -236,12 +232,17 @@ impl Transformer {
         bias: &Tensor,
         cache: &mut KvCache,
     ) -> Tensor {
-        let x = add_positions(
+        let x = self.embed(ids, positions);
+        self.through_layers(x, &self.rope.angles(positions), bias, Some(cache), None)
+    }
+
+    /// The embeddings `[B, T, hidden]` of tokens `ids` at `positions` (both `[B, T]`).
+    fn embed(&self, ids: &Tensor, positions: &Tensor) -> Tensor {
+        add_positions(
             Tensor::embedding(&self.embed_tokens, ids, -1, false, false),
             self.embed_positions.as_ref(),
             positions,
-        );
-        self.through_layers(x, &self.rope.angles(positions), bias, Some(cache), None)
+        )
     }
 
     /// The decoder layers and the final norm over embedded tokens `x`.
@@ -453,14 +454,19 @@ fn last_real_index(mask: &Tensor) -> Tensor {
 }
 
 /// Additive bias `[B, 1, T, S]`: 0 where query `past + i` may attend key `j` (causal and `j` is a
-/// real token), the most negative float elsewhere. A finite value rather than -inf keeps rows of
-/// padded queries, which see no real key, at a uniform softmax instead of NaN.
+/// real token), the most negative float elsewhere ([`additive_bias`]).
 pub(crate) fn attention_bias(mask: &Tensor, past: i64, steps: i64) -> Tensor {
     let total = mask.size()[1];
     let device = mask.device();
     let keys = Tensor::arange(total, (Kind::Int64, device)).view([1, total]);
     let queries = Tensor::arange_start(past, past + steps, (Kind::Int64, device)).view([steps, 1]);
     let causal = keys.le_tensor(&queries).view([1, 1, steps, total]);
-    let allowed = causal.logical_and(&mask.view([-1, 1, 1, total]));
-    Tensor::where_scalar(&allowed, 0.0, f32::MIN as f64)
+    additive_bias(&causal.logical_and(&mask.view([-1, 1, 1, total])))
+}
+
+/// The attention bias of a boolean `allowed`: 0 where a query may attend a key, the most
+/// negative float elsewhere. A finite value rather than -inf keeps rows of padded queries, which
+/// see no real key, at a uniform softmax instead of NaN.
+pub(crate) fn additive_bias(allowed: &Tensor) -> Tensor {
+    Tensor::where_scalar(allowed, 0.0, f32::MIN as f64)
 }
