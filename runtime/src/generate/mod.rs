@@ -311,6 +311,48 @@ fn validate<M: Decode + ?Sized>(
     Ok(())
 }
 
+/// What one decoding step chose for its rows, `finished` (bool `[rows]`) the rows that had
+/// stopped before it: those take padding, response mask 0, log-prob 0 and logits 0.
+struct StepChoice {
+    /// `[rows]` int64: the token recorded and fed next.
+    token: Tensor,
+    /// `[rows]` int64: the response mask, 1 while the row generates (its EOS included).
+    alive: Tensor,
+    /// `[rows]` float32: the token's log-probability under the raw logits.
+    logprob: Tensor,
+    /// `[rows, V]` float32, when the rollout returns logits.
+    logits: Option<Tensor>,
+}
+
+impl StepChoice {
+    fn new(logits: &Tensor, chosen: &Tensor, finished: &Tensor, config: &GenerateConfig) -> Self {
+        let token = chosen.where_scalarother(&finished.logical_not(), config.pad_token_id);
+        let alive = finished.logical_not().to_kind(Kind::Int64);
+        let logprob = logits
+            .log_softmax(-1, Kind::Float)
+            .gather(1, &token.unsqueeze(1), false)
+            .squeeze_dim(1)
+            * &alive;
+        let logits = config
+            .return_logits
+            .then(|| logits.to_kind(Kind::Float) * alive.unsqueeze(1));
+        Self {
+            token,
+            alive,
+            logprob,
+            logits,
+        }
+    }
+}
+
+/// The columns of a response mask (`[R, N]`) up to the last in which a row was still
+/// generating, at least one: the width of the rollout whose steps those are, without the steps
+/// decoded after every row had stopped.
+fn generated_width(response_mask: &Tensor) -> i64 {
+    let live = response_mask.any_dim(0, false).sum(Kind::Int64);
+    live.int64_value(&[]).max(1)
+}
+
 /// The state of one generation call.
 struct Decoder<'a, M: Decode + ?Sized> {
     model: &'a M,
@@ -391,18 +433,10 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
         let mut live: Option<Tensor> = None;
         let mut finished = Tensor::zeros([rows], (Kind::Bool, device));
         for step in 0..self.config.max_new {
-            let chosen = self.sample(&next_logits, step, live.as_ref());
-            let mut token =
-                chosen.where_scalarother(&finished.logical_not(), self.config.pad_token_id);
-            let logprob = next_logits
-                .log_softmax(-1, Kind::Float)
-                .gather(1, &token.unsqueeze(1), false)
-                .squeeze_dim(1);
-            let logits = self
-                .config
-                .return_logits
-                .then(|| next_logits.to_kind(Kind::Float));
-            self.record(live.as_ref(), &token, &finished, logprob, logits);
+            let sampled = self.sample(&next_logits, step, live.as_ref());
+            let chosen = StepChoice::new(&next_logits, &sampled, &finished, self.config);
+            let mut token = chosen.token.shallow_clone();
+            self.record(live.as_ref(), chosen);
             if let Some(eos) = self.config.eos_token_id {
                 finished = finished.logical_or(&token.eq(eos));
             }
@@ -443,22 +477,16 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
 
     /// Keeps one step's tokens, masks, log-probs and logits of the rows decoded (`live`, or all),
     /// as whole-batch columns: a row that has stopped holds padding, mask 0, log-prob 0 and
-    /// logits 0 there, in the batch or out of it.
-    fn record(
-        &mut self,
-        live: Option<&Tensor>,
-        token: &Tensor,
-        finished: &Tensor,
-        logprob: Tensor,
-        logits: Option<Tensor>,
-    ) {
-        let alive = finished.logical_not().to_kind(Kind::Int64);
-        // After a row's stop its positions hold padding: 0, whether the row is still in the
-        // batch or not (and however often the stop flag is read).
-        let logprob = logprob * &alive;
-        let logits = logits.map(|l| l * alive.unsqueeze(1));
+    /// logits 0 there, in the batch or out of it (however often the stop flag is read).
+    fn record(&mut self, live: Option<&Tensor>, chosen: StepChoice) {
+        let StepChoice {
+            token,
+            alive,
+            logprob,
+            logits,
+        } = chosen;
         let Some(live) = live else {
-            self.tokens.push(token.shallow_clone());
+            self.tokens.push(token);
             self.alive.push(alive);
             self.logprobs.push(logprob);
             self.logits.extend(logits);
@@ -468,7 +496,7 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
         let whole = |part: &Tensor, fill: Tensor| fill.index_copy(0, live, part);
         let device = token.device();
         self.tokens.push(whole(
-            token,
+            &token,
             Tensor::full([rows], self.config.pad_token_id, (Kind::Int64, device)),
         ));
         self.alive
@@ -551,8 +579,7 @@ impl<'a, M: Decode + ?Sized> Decoder<'a, M> {
         // only: keep the columns up to the last in which a row was still generating, as reading
         // the flag every step would have (at least one).
         let width = if self.check_every > 1 {
-            let live = response_mask.any_dim(0, false).sum(Kind::Int64);
-            live.int64_value(&[]).max(1)
+            generated_width(&response_mask)
         } else {
             response_mask.size()[1]
         };

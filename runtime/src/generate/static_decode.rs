@@ -16,7 +16,10 @@ use std::collections::BTreeMap;
 
 use tch::{Kind, Tensor};
 
-use super::{Decode, GenerateConfig, GenerateError, Rollout, next_tokens_from, philox};
+use super::{
+    Decode, GenerateConfig, GenerateError, Rollout, StepChoice, generated_width, next_tokens_from,
+    philox,
+};
 use crate::cuda_graph::Graph;
 use crate::model::{KvCache, Transformer, additive_bias};
 
@@ -276,13 +279,12 @@ impl<'a> StaticDecoder<'a> {
             None => logits.argmax(-1, false),
         };
         let mut finished = first(&self.finished);
-        let token = chosen.where_scalarother(&finished.logical_not(), self.config.pad_token_id);
-        let alive = finished.logical_not().to_kind(Kind::Int64);
-        let logprob = logits
-            .log_softmax(-1, Kind::Float)
-            .gather(1, &token.unsqueeze(1), false)
-            .squeeze_dim(1)
-            * &alive;
+        let StepChoice {
+            token,
+            alive,
+            logprob,
+            logits,
+        } = StepChoice::new(logits, &chosen, &finished, self.config);
         let at = [
             Some(first(&self.origin)),
             Some(self.position.expand([rows], false)),
@@ -291,12 +293,8 @@ impl<'a> StaticDecoder<'a> {
         let _ = out.response_ids.index_put_(&at, &token, false);
         let _ = out.response_mask.index_put_(&at, &alive, false);
         let _ = out.token_logprobs.index_put_(&at, &logprob, false);
-        if let Some(all) = &mut out.logits {
-            let _ = all.index_put_(
-                &at,
-                &(logits.to_kind(Kind::Float) * alive.unsqueeze(1)),
-                false,
-            );
+        if let (Some(all), Some(logits)) = (&mut out.logits, logits) {
+            let _ = all.index_put_(&at, &logits, false);
         }
         first(&self.token).copy_(&token);
         if let Some(eos) = self.config.eos_token_id {
@@ -336,11 +334,7 @@ impl<'a> StaticDecoder<'a> {
         let out = self.rollout;
         let rows = self.rows;
         let response_mask = out.response_mask.narrow(0, 0, rows);
-        let width = response_mask
-            .any_dim(0, false)
-            .sum(Kind::Int64)
-            .int64_value(&[])
-            .max(1);
+        let width = generated_width(&response_mask);
         let keep = |t: Tensor| t.narrow(0, 0, rows).narrow(1, 0, width);
         Rollout {
             prompt_ids: out.prompt_ids,
