@@ -26,7 +26,7 @@
 #      the CPU, and runtime/tests/exec.rs's CUDA-vs-CPU run; sampling on the device
 #      (runtime/tests/sampling_device.rs): the Philox table computed on CUDA equals the CPU's
 #      bit for bit, and a sampled generation on CUDA (stop flag read every 8 tokens) gives the
-#      CPU's tokens;
+#      CPU's tokens, in one turn and in multi-turn episodes against an environment;
 #   3. benchmarks: the training step and generation (runtime/benches/train_step.rs, rollout.rs)
 #      on CUDA for the example's model and a GPT-2-small-sized one (`cargo bench` gives the CPU's);
 #      decode at batch 1, 16 and 256 for that one and a Qwen2-0.5B-shaped one, each beside its

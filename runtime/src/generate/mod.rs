@@ -198,11 +198,8 @@ pub fn generate<M: Decode + ?Sized>(
     let device = prompt_ids.device();
     let every = stop_check_interval(device);
     tch::no_grad(|| {
-        // On a GPU a decode step is dozens of small kernels: as one captured graph per batch
-        // size, a step is one launch (when the graph library is there: crate::cuda_graph).
-        if let (Some(whole), tch::Device::Cuda(index)) = (model.whole_model(), device)
-            && config.use_kv_cache
-            && crate::cuda_graph::available().map_err(GenerateError::Graph)?
+        if config.use_kv_cache
+            && let Some((whole, index)) = graphed(model, device)?
         {
             let mut graphs = static_decode::Graphs::new(index);
             return static_decode::generate(
@@ -216,6 +213,21 @@ pub fn generate<M: Decode + ?Sized>(
         }
         Decoder::new(model, prompt_ids, prompt_mask, config, every).run()
     })
+}
+
+/// The model and its GPU's index when decode steps run as captured graphs: on a GPU a decode
+/// step is dozens of small kernels, as one captured graph per batch size one launch. That needs
+/// the model held whole, on CUDA, and the graph library ([`crate::cuda_graph`]).
+fn graphed<M: Decode + ?Sized>(
+    model: &M,
+    device: tch::Device,
+) -> Result<Option<(&Transformer, usize)>, GenerateError> {
+    if let (Some(whole), tch::Device::Cuda(index)) = (model.whole_model(), device)
+        && crate::cuda_graph::available().map_err(GenerateError::Graph)?
+    {
+        return Ok(Some((whole, index)));
+    }
+    Ok(None)
 }
 
 /// Decoding steps between two reads of the all-rows-stopped flag: reading it back from a GPU

@@ -21,7 +21,11 @@ use super::{
     philox,
 };
 use crate::cuda_graph::Graph;
-use crate::model::{KvCache, Transformer, additive_bias};
+use crate::model::{KvCache, Rows, Transformer, additive_bias};
+
+mod multi_turn;
+
+pub(crate) use multi_turn::generate_turns;
 
 /// How a static step runs for the first `rows` rows of the buffers.
 pub(crate) trait StepRunner {
@@ -85,8 +89,14 @@ pub(crate) fn generate(
     check_every: i64,
     runner: &mut dyn StepRunner,
 ) -> Result<Rollout, GenerateError> {
-    let mut decoder = StaticDecoder::prefill(model, prompt_ids, prompt_mask, config)?;
-    decoder.decode_all(check_every, runner)?;
+    let mut decoder = StaticDecoder::prefill(
+        model,
+        prompt_ids,
+        prompt_mask,
+        config,
+        StoppedRows::Attended,
+    )?;
+    decoder.decode_tokens(config.max_new, check_every, runner)?;
     Ok(decoder.into_rollout())
 }
 
@@ -97,17 +107,22 @@ struct StaticDecoder<'a> {
     config: &'a GenerateConfig,
     rows: i64,
     prompt_len: i64,
+    /// What a row that has stopped feeds until the position is read again.
+    stopped_rows: StoppedRows,
     /// int64 `[1]`: the response position the next token is chosen for.
     position: Tensor,
     /// `[R]` int64: the token each buffer row feeds next (the last it chose).
     token: Tensor,
-    /// `[R]` int64: the real prompt tokens of each buffer row (its first response position).
-    prompt_tokens: Tensor,
-    /// `[R, P + N]` bool: the keys a row may attend, once written: its prompt's real tokens,
-    /// then every response position (tokens after EOS count as real; their outputs are dropped).
+    /// `[R]` int64: whether that token is attended to (1) or a hole (0).
+    attention: Tensor,
+    /// `[R]` int64: the real tokens each buffer row has fed (its prompt's, then its
+    /// response's): the position of its next real token, as the mask's cumulative sum gives it.
+    real_fed: Tensor,
+    /// `[R, P + N]` bool: the keys a row may attend: its prompt's real tokens, then each
+    /// response position as it is fed, if real. Columns not fed yet are false.
     keys: Tensor,
-    /// `[1, P + N]` int64: the cache's columns.
-    columns: Tensor,
+    /// `[P + N]` int64: the cache's columns, 0, 1, ….
+    every_column: Tensor,
     /// `[R]` bool: the buffer row has stopped (EOS, or it holds no rollout row).
     finished: Tensor,
     /// `[R, N]` float64 uniform numbers of each buffer row, when sampling.
@@ -118,6 +133,16 @@ struct StaticDecoder<'a> {
     /// Per layer, keys and values `[R, kv_heads, P + N, head_dim]`.
     cache: Vec<(Tensor, Tensor)>,
     rollout: Outputs,
+}
+
+/// What rows that have stopped feed (their outputs are dropped either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoppedRows {
+    /// Their padding as real tokens, as the eager single-turn decoder does: nothing comes after
+    /// a response's EOS.
+    Attended,
+    /// Holes, attention 0, as multi-turn generation does: the row's next turn comes after them.
+    Holes,
 }
 
 /// The rollout as written, one row more than it has (the scratch row), `N` columns.
@@ -140,6 +165,7 @@ impl<'a> StaticDecoder<'a> {
         prompt_ids: &Tensor,
         prompt_mask: &Tensor,
         config: &'a GenerateConfig,
+        stopped_rows: StoppedRows,
     ) -> Result<Self, GenerateError> {
         let device = prompt_ids.device();
         let (prompts, prompt_len) = (prompt_ids.size()[0], prompt_ids.size()[1]);
@@ -176,7 +202,7 @@ impl<'a> StaticDecoder<'a> {
         let keys = Tensor::cat(
             &[
                 prompt_mask.ne(0),
-                Tensor::ones([rows, config.max_new], (Kind::Bool, device)),
+                Tensor::zeros([rows, config.max_new], (Kind::Bool, device)),
             ],
             1,
         );
@@ -185,11 +211,13 @@ impl<'a> StaticDecoder<'a> {
             config,
             rows,
             prompt_len,
+            stopped_rows,
             position: Tensor::zeros([1], (Kind::Int64, device)),
             token: Tensor::zeros([rows], (Kind::Int64, device)),
-            prompt_tokens: prompt_mask.sum_dim_intlist(1, false, Kind::Int64),
+            attention: Tensor::ones([rows], (Kind::Int64, device)),
+            real_fed: prompt_mask.sum_dim_intlist(1, false, Kind::Int64),
             keys,
-            columns: Tensor::arange(room, (Kind::Int64, device)).unsqueeze(0),
+            every_column: Tensor::arange(room, (Kind::Int64, device)),
             finished: Tensor::zeros([rows], (Kind::Bool, device)),
             uniforms,
             origin: Tensor::arange(rows, (Kind::Int64, device)),
@@ -202,16 +230,21 @@ impl<'a> StaticDecoder<'a> {
         Ok(decoder)
     }
 
-    /// Decodes every response position after the first (chosen by the prefill), reading the
-    /// stop flag every `check_every` steps.
-    fn decode_all(
+    /// Decodes up to `tokens` tokens per row, the first of them chosen already (by the prefill,
+    /// or [`Self::start_turn`]), reading the stop flag every `check_every` steps; returns the
+    /// tokens chosen, fewer when every row had stopped at a read.
+    fn decode_tokens(
         &mut self,
+        tokens: i64,
         check_every: i64,
         runner: &mut dyn StepRunner,
-    ) -> Result<(), GenerateError> {
-        // Rows decoding (at the front of the buffers), and the batch the step runs on.
+    ) -> Result<i64, GenerateError> {
+        // Rows decoding (at the front of the buffers), and the batch the step runs on. Rows
+        // leave the batch only when nothing comes after their response: compaction overwrites
+        // them.
+        let compacts = self.config.compact_finished && self.stopped_rows == StoppedRows::Attended;
         let (mut live, mut batch) = (self.rows, self.rows);
-        for step in 1..self.config.max_new {
+        for step in 1..tokens {
             if self.config.eos_token_id.is_some() && step % check_every == 0 {
                 let keep = self
                     .finished
@@ -221,17 +254,17 @@ impl<'a> StaticDecoder<'a> {
                     .squeeze_dim(1);
                 let left = keep.size()[0];
                 if left == 0 {
-                    break;
+                    return Ok(step);
                 }
                 let smaller = (left as u64).next_power_of_two() as i64;
-                if self.config.compact_finished && smaller < batch {
+                if compacts && smaller < batch {
                     self.compact(&keep, live, smaller);
                     (live, batch) = (left, smaller);
                 }
             }
             runner.run(batch, &mut || self.step(batch))?;
         }
-        Ok(())
+        Ok(tokens)
     }
 
     /// One decode step for the first `rows` buffer rows: feeds their last tokens, then chooses
@@ -244,25 +277,48 @@ impl<'a> StaticDecoder<'a> {
 
     /// Logits `[rows, V]` after feeding each row's last token, written at cache column
     /// `P + position - 1`.
-    fn decode(&self, rows: i64) -> Tensor {
-        let first = |t: &Tensor| t.narrow(0, 0, rows);
+    fn decode(&mut self, rows: i64) -> Tensor {
         let column = &self.position + (self.prompt_len - 1);
-        let positions = (first(&self.prompt_tokens) + &self.position - 1).unsqueeze(1);
-        let allowed = first(&self.keys).logical_and(&self.columns.le_tensor(&column));
-        let room = self.columns.size()[1];
-        let bias = additive_bias(&allowed).view([rows, 1, 1, room]);
+        let token = self.token.narrow(0, 0, rows).unsqueeze(1);
+        let attention = self.attention.narrow(0, 0, rows).unsqueeze(1);
+        self.feed(rows, &token, &attention, &column)
+    }
+
+    /// Feeds `[rows, T]` tokens with their attention (1 real, 0 a hole) at cache columns
+    /// `columns` (int64 `[T]`, consecutive) of the first `rows` buffer rows and returns the
+    /// logits `[rows, V]` after the last: keys, positions and the attention bias from the
+    /// buffers, as the eager decoder's mask gives them.
+    fn feed(&mut self, rows: i64, ids: &Tensor, attention: &Tensor, columns: &Tensor) -> Tensor {
+        let first = |t: &Tensor| t.narrow(0, 0, rows);
+        let mut keys = first(&self.keys);
+        let _ = keys.index_copy_(1, columns, &attention.ne(0));
+        // A token's position is the real tokens up to it, less one (a hole: its last real one's).
+        let mut real_fed = first(&self.real_fed);
+        let positions = (real_fed.unsqueeze(1) + attention.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let _ = real_fed.g_add_(&attention.sum_dim_intlist(1, false, Kind::Int64));
+        // Causal within the tokens fed: each attends the keys up to its own column.
+        let (room, steps) = (keys.size()[1], columns.size()[0]);
+        let causal = self
+            .every_column
+            .view([1, room])
+            .le_tensor(&columns.view([steps, 1]));
+        let allowed = keys
+            .view([rows, 1, 1, room])
+            .logical_and(&causal.view([1, 1, steps, room]));
+        let bias = additive_bias(&allowed);
         let buffers: Vec<(Tensor, Tensor)> = self
             .cache
             .iter()
             .map(|(k, v)| (first(k), first(v)))
             .collect();
-        let mut cache = KvCache::at_column(&buffers, &column);
-        let hidden = self.model.hidden_states_static(
-            &first(&self.token).unsqueeze(1),
-            &positions,
-            &bias,
-            &mut cache,
-        );
+        let mut cache = KvCache::at_columns(&buffers, columns);
+        let last = Rows {
+            first: steps - 1,
+            len: 1,
+        };
+        let hidden =
+            self.model
+                .hidden_states_static(ids, &positions, &bias, &mut cache, Some(last));
         self.model.lm_head(&hidden).squeeze_dim(1)
     }
 
@@ -297,6 +353,9 @@ impl<'a> StaticDecoder<'a> {
             let _ = all.index_put_(&at, &logits, false);
         }
         first(&self.token).copy_(&token);
+        if self.stopped_rows == StoppedRows::Holes {
+            first(&self.attention).copy_(&alive);
+        }
         if let Some(eos) = self.config.eos_token_id {
             let _ = finished.logical_or_(&token.eq(eos));
         }
@@ -309,7 +368,8 @@ impl<'a> StaticDecoder<'a> {
         let left = keep.size()[0];
         let mut per_row: Vec<&mut Tensor> = vec![
             &mut self.token,
-            &mut self.prompt_tokens,
+            &mut self.attention,
+            &mut self.real_fed,
             &mut self.keys,
             &mut self.finished,
             &mut self.origin,
@@ -358,14 +418,15 @@ mod tests {
 
     impl StaticDecoder<'_> {
         /// Where every buffer a step reads or writes lies.
-        fn addresses(&self) -> Vec<usize> {
+        pub(super) fn addresses(&self) -> Vec<usize> {
             let out = &self.rollout;
             let mut all = vec![
                 &self.position,
                 &self.token,
-                &self.prompt_tokens,
+                &self.attention,
+                &self.real_fed,
                 &self.keys,
-                &self.columns,
+                &self.every_column,
                 &self.finished,
                 &self.origin,
                 &out.response_ids,
@@ -396,12 +457,14 @@ mod tests {
             ..GenerateConfig::default()
         };
         tch::no_grad(|| {
-            let mut decoder = StaticDecoder::prefill(&model, &ids, &mask, &config).unwrap();
+            let mut decoder =
+                StaticDecoder::prefill(&model, &ids, &mask, &config, StoppedRows::Attended)
+                    .unwrap();
             let before = decoder.addresses();
             // 40 of the 64 rows stopped: the 24 left move to the front, the step runs on 32.
             let _ = decoder.finished.narrow(0, 0, 40).fill_(1);
             let mut runner = Recording::default();
-            decoder.decode_all(1, &mut runner).unwrap();
+            decoder.decode_tokens(6, 1, &mut runner).unwrap();
             assert_eq!(runner.batches[0], 32);
             assert_eq!(decoder.addresses(), before);
         });

@@ -1,10 +1,11 @@
 //! The static decode step (the body of a captured graph on a GPU), run eagerly on the CPU: the
 //! same rollout as the eager decoder, on batch sizes that are powers of two, in buffers that
-//! never move.
+//! never move; and the same multi-turn episodes.
 
 use tch::{Device, Tensor, nn};
 
 use super::static_decode::{self, Recording};
+use super::turns_tests::{observation, scripted};
 use super::*;
 use crate::model::{Heads, ModelConfig};
 
@@ -141,4 +142,127 @@ fn stopped_rows_leave_for_power_of_two_batches_and_the_rollout_is_the_same() {
     let (kept, batches, _) = both(&model, &prompts, &whole, 1);
     assert!(kept.response_ids.equal(&fixed.response_ids));
     assert!(batches.iter().all(|&b| b == 64));
+}
+
+/// Multi-turn episodes by the static step and by the eager decoder, against the same scripted
+/// environment (rows 1 and 2 done after turn 0 and 1, the others observing 0..3 tokens), with
+/// the stop flag read every `check_every` tokens in both; and the batch sizes of the static
+/// steps.
+fn both_turns(
+    model: &Transformer,
+    config: &GenerateConfig,
+    turns: TurnsConfig,
+    check_every: i64,
+) -> ((TurnsRollout, Vec<i64>), TurnsRollout, bool) {
+    let prompts: Vec<Vec<i64>> = (0..5)
+        .map(|i| vec![2 + i, 3 + 2 * i, 4][..1 + i as usize % 3].to_vec())
+        .collect();
+    let (ids, mask) = left_pad(&prompts, config.pad_token_id);
+    let reply = |t: i64, r: i64, _: &[i64]| match (t, r) {
+        (0, 1) | (1, 2) => Reply::Done,
+        _ => Reply::Observe(observation(t, r % 6)),
+    };
+    let mut runner = Recording::default();
+    let mut env = scripted(reply);
+    let fixed = tch::no_grad(|| {
+        static_decode::generate_turns(
+            model,
+            &ids,
+            &mask,
+            config,
+            turns,
+            &mut env,
+            check_every,
+            &mut runner,
+        )
+    })
+    .unwrap();
+    let mut eager_env = scripted(reply);
+    let eager = turns::generate_turns_checking(
+        model,
+        &ids,
+        &mask,
+        config,
+        turns,
+        &mut eager_env,
+        check_every,
+    )
+    .unwrap();
+    assert_eq!(env.calls, eager_env.calls, "what the environment saw");
+    // Whether some turn ended before its budget (the test means more then).
+    let early = env
+        .calls
+        .iter()
+        .flat_map(|(_, _, responses)| responses)
+        .any(|r| (r.len() as i64) < config.max_new);
+    ((fixed, runner.batches), eager, early)
+}
+
+fn assert_same_episodes(fixed: &TurnsRollout, eager: &TurnsRollout) {
+    for (name, a, b) in [
+        ("prompt ids", &fixed.prompt_ids, &eager.prompt_ids),
+        ("prompt mask", &fixed.prompt_mask, &eager.prompt_mask),
+        ("group ids", &fixed.group_ids, &eager.group_ids),
+        ("response ids", &fixed.response_ids, &eager.response_ids),
+        ("attention", &fixed.attention, &eager.attention),
+        ("policy", &fixed.policy, &eager.policy),
+        ("turn", &fixed.turn, &eager.turn),
+        ("turns", &fixed.turns, &eager.turns),
+    ] {
+        assert_eq!(a.size(), b.size(), "{name}");
+        assert!(a.equal(b), "{name}: {a} against {b}");
+    }
+    assert!(
+        fixed
+            .token_logprobs
+            .allclose(&eager.token_logprobs, 1e-5, 1e-5, false)
+    );
+}
+
+#[test]
+fn multi_turn_static_decoding_is_the_eager_episodes() {
+    let (_vs, model) = model(6);
+    let turns = TurnsConfig {
+        max_turns: 3,
+        max_obs: 4,
+    };
+    let config = |eos: Option<i64>, sampling: SamplingConfig| GenerateConfig {
+        max_new: 10,
+        samples_per_prompt: 2,
+        eos_token_id: eos,
+        pad_token_id: 0,
+        sampling,
+        seed: 13,
+        rows_of: Some((2, 12)),
+        ..GenerateConfig::default()
+    };
+    let sampled = SamplingConfig {
+        temperature: 1.4,
+        top_k: Some(30),
+        top_p: Some(0.9),
+    };
+    // The token sampled most often, padding aside, ends turns early and late.
+    let ((probe, _), _, _) = both_turns(&model, &config(None, sampled.clone()), turns, 1);
+    let counts = probe
+        .response_ids
+        .masked_select(&probe.policy)
+        .bincount(None::<Tensor>, ModelConfig::tiny().vocab);
+    let _ = counts.narrow(0, 0, 1).fill_(0);
+    let eos = counts.argmax(0, false).int64_value(&[]);
+    for (sampling, check_every) in [
+        (sampled.clone(), 1),
+        (sampled, 4),
+        (SamplingConfig::GREEDY, 1),
+    ] {
+        let greedy = sampling.is_greedy();
+        let ((fixed, batches), eager, early) =
+            both_turns(&model, &config(Some(eos), sampling), turns, check_every);
+        assert_same_episodes(&fixed, &eager);
+        assert!(greedy || early, "no turn ended before its budget");
+        // Rows stay in place across turns: every step on all ten rows.
+        assert!(
+            !batches.is_empty() && batches.iter().all(|&b| b == 10),
+            "{batches:?}"
+        );
+    }
 }

@@ -125,7 +125,20 @@ pub(super) fn generate_turns_checking<M: Decode + ?Sized>(
     };
     super::validate(model, prompt_ids, prompt_mask, &whole)?;
     tch::no_grad(|| {
-        Episodes::new(model, prompt_ids, prompt_mask, config, turns, check_every).run(env)
+        if let Some((whole, index)) = super::graphed(model, prompt_ids.device())? {
+            let mut graphs = super::static_decode::Graphs::new(index);
+            return super::static_decode::generate_turns(
+                whole,
+                prompt_ids,
+                prompt_mask,
+                config,
+                turns,
+                env,
+                check_every,
+                &mut graphs,
+            );
+        }
+        EagerTurns::new(model, prompt_ids, prompt_mask, config, turns, check_every).run(env)
     })
 }
 
@@ -167,7 +180,7 @@ impl Columns {
     }
 }
 
-struct Episodes<'a, M: Decode + ?Sized> {
+struct EagerTurns<'a, M: Decode + ?Sized> {
     model: &'a M,
     config: &'a GenerateConfig,
     turns: TurnsConfig,
@@ -187,7 +200,7 @@ struct Episodes<'a, M: Decode + ?Sized> {
     columns: Columns,
 }
 
-impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
+impl<'a, M: Decode + ?Sized> EagerTurns<'a, M> {
     fn new(
         model: &'a M,
         prompt_ids: &Tensor,
@@ -239,14 +252,10 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
             self.config.max_new,
             self.turns.max_obs,
         );
-        let vocab = self.model.config().vocab;
         let mut logits = self.prefill()?;
-        // Rows whose episode goes on.
-        let mut playing = vec![true; rows as usize];
-        let mut turns_taken = vec![0i64; rows as usize];
+        let mut episodes = Episodes::new(rows, self.turns, self.model.config().vocab);
         for turn in 0..self.turns.max_turns {
-            let playing_t = Tensor::from_slice(&playing).to_device(device);
-            let mut alive = playing_t.shallow_clone();
+            let mut alive = episodes.playing(device);
             let mut sampled: Vec<Tensor> = Vec::new();
             let mut steps = 0;
             // The turn's last token, fed with the block after it (not at all after the last turn).
@@ -282,84 +291,17 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
                 }
                 logits = self.feed(&token.unsqueeze(1), &attention.unsqueeze(1))?;
             }
-            // What each playing row sampled in this turn.
-            let block = Tensor::stack(&sampled, 1);
             let policy = Tensor::cat(
                 &self.columns.policy[self.columns.policy.len() - sampled.len()..],
                 1,
             );
-            let block = Vec::<Vec<i64>>::try_from(block.to_device(tch::Device::Cpu))
-                .map_err(|e| GenerateError::InvalidSetting(e.to_string()))?;
-            let policy =
-                Vec::<Vec<i64>>::try_from(policy.to_kind(Kind::Int64).to_device(tch::Device::Cpu))
-                    .map_err(|e| GenerateError::InvalidSetting(e.to_string()))?;
-            let mut who = Vec::new();
-            let mut responses = Vec::new();
-            for r in 0..rows as usize {
-                if playing[r] {
-                    turns_taken[r] = turn + 1;
-                    who.push(r as i64);
-                    responses.push(
-                        block[r]
-                            .iter()
-                            .zip(&policy[r])
-                            .filter(|(_, p)| **p != 0)
-                            .map(|(t, _)| *t)
-                            .collect::<Vec<i64>>(),
-                    );
-                }
-            }
-            let replies = env.step(turn, &who, &responses)?;
-            if replies.len() != who.len() {
-                return Err(GenerateError::InvalidSetting(format!(
-                    "the environment answered {} of {} rows",
-                    replies.len(),
-                    who.len()
-                )));
-            }
-            let last = turn + 1 == self.turns.max_turns;
-            let mut observations: Vec<Option<Vec<i64>>> = vec![None; rows as usize];
-            for (&r, reply) in who.iter().zip(replies) {
-                match reply {
-                    Reply::Done => playing[r as usize] = false,
-                    Reply::Observe(ids) if !last => {
-                        if ids.len() as i64 > max_obs {
-                            return Err(GenerateError::InvalidSetting(format!(
-                                "an observation of {} tokens is longer than max_obs {max_obs}",
-                                ids.len()
-                            )));
-                        }
-                        if let Some(&id) = ids.iter().find(|&&id| !(0..vocab).contains(&id)) {
-                            return Err(GenerateError::TokenOutOfRange { id, vocab });
-                        }
-                        observations[r as usize] = Some(ids);
-                    }
-                    Reply::Observe(_) => {}
-                }
-            }
-            if last {
+            let Some((obs_ids, obs_mask)) =
+                episodes.after_turn(env, turn, &Tensor::stack(&sampled, 1), &policy, pad)?
+            else {
                 break;
-            }
-            if !playing.iter().any(|&p| p) {
-                break;
-            }
+            };
             // The rest of the turn's slot (holes) and the observation slot, fed as one block.
             let rest = max_new - steps;
-            let mut obs_ids = Vec::with_capacity((rows * max_obs) as usize);
-            let mut obs_mask = Vec::with_capacity((rows * max_obs) as usize);
-            for o in &observations {
-                let o: &[i64] = o.as_deref().unwrap_or(&[]);
-                let gap = max_obs as usize - o.len();
-                obs_ids.extend(std::iter::repeat_n(pad, gap).chain(o.iter().copied()));
-                obs_mask
-                    .extend(std::iter::repeat_n(0i64, gap).chain(std::iter::repeat_n(1, o.len())));
-            }
-            let obs_ids = Tensor::from_slice(&obs_ids)
-                .view([rows, max_obs])
-                .to_device(device);
-            let obs_mask = Tensor::from_slice(&obs_mask)
-                .view([rows, max_obs])
-                .to_device(device);
             let (last_token, last_attention) = pending.expect("a turn samples at least one token");
             let mut block_ids = vec![last_token];
             let mut block_mask = vec![last_attention];
@@ -392,7 +334,7 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
             attention: Tensor::cat(&c.attention, 1),
             policy: Tensor::cat(&c.policy, 1),
             turn: Tensor::cat(&c.turn, 1),
-            turns: Tensor::from_slice(&turns_taken).to_device(device),
+            turns: episodes.turns_taken(device),
             group_ids: self.group_ids,
             token_logprobs: Tensor::cat(&c.logprobs, 1),
         })
@@ -419,5 +361,120 @@ impl<'a, M: Decode + ?Sized> Episodes<'a, M> {
         self.mask = Tensor::cat(&[&self.mask, attention], 1);
         self.model
             .next_logits(ids, &self.mask, Some(&mut self.cache))
+    }
+}
+
+/// The host's side of a batch of episodes, whichever decoder runs them: which rows still play,
+/// the turns each took, and the environment's answers checked and laid out as observation slots.
+pub(super) struct Episodes {
+    turns: TurnsConfig,
+    vocab: i64,
+    playing: Vec<bool>,
+    turns_taken: Vec<i64>,
+}
+
+impl Episodes {
+    pub(super) fn new(rows: i64, turns: TurnsConfig, vocab: i64) -> Self {
+        Self {
+            turns,
+            vocab,
+            playing: vec![true; rows as usize],
+            turns_taken: vec![0; rows as usize],
+        }
+    }
+
+    /// `[R]` bool: the rows whose episode goes on.
+    pub(super) fn playing(&self, device: tch::Device) -> Tensor {
+        Tensor::from_slice(&self.playing).to_device(device)
+    }
+
+    /// `[R]` int64: the turns each row took.
+    pub(super) fn turns_taken(&self, device: tch::Device) -> Tensor {
+        Tensor::from_slice(&self.turns_taken).to_device(device)
+    }
+
+    /// After turn `turn`, in which each row chose `tokens` (`[R, w]`, `policy` (`[R, w]`, any
+    /// kind) marking those it sampled): asks `env` about the rows that played it. `None` when no
+    /// episode goes on (the last turn, or every row done); otherwise the observation slot,
+    /// `[R, max_obs]` ids and attention on the tokens' device, each observation right-aligned
+    /// after `pad` holes (a row without one: holes only).
+    pub(super) fn after_turn(
+        &mut self,
+        env: &mut dyn Environment,
+        turn: i64,
+        tokens: &Tensor,
+        policy: &Tensor,
+        pad: i64,
+    ) -> Result<Option<(Tensor, Tensor)>, GenerateError> {
+        let host = |t: &Tensor| {
+            Vec::<Vec<i64>>::try_from(t.to_kind(Kind::Int64).to_device(tch::Device::Cpu))
+                .map_err(|e| GenerateError::InvalidSetting(e.to_string()))
+        };
+        let (block, policy_rows) = (host(tokens)?, host(policy)?);
+        let mut who = Vec::new();
+        let mut responses = Vec::new();
+        for (r, playing) in self.playing.iter().enumerate() {
+            if *playing {
+                self.turns_taken[r] = turn + 1;
+                who.push(r as i64);
+                responses.push(
+                    block[r]
+                        .iter()
+                        .zip(&policy_rows[r])
+                        .filter(|(_, p)| **p != 0)
+                        .map(|(t, _)| *t)
+                        .collect::<Vec<i64>>(),
+                );
+            }
+        }
+        let replies = env.step(turn, &who, &responses)?;
+        if replies.len() != who.len() {
+            return Err(GenerateError::InvalidSetting(format!(
+                "the environment answered {} of {} rows",
+                replies.len(),
+                who.len()
+            )));
+        }
+        let last = turn + 1 == self.turns.max_turns;
+        let max_obs = self.turns.max_obs;
+        let mut observations: Vec<&[i64]> = vec![&[]; self.playing.len()];
+        for (&r, reply) in who.iter().zip(&replies) {
+            match reply {
+                Reply::Done => self.playing[r as usize] = false,
+                Reply::Observe(ids) if !last => {
+                    if ids.len() as i64 > max_obs {
+                        return Err(GenerateError::InvalidSetting(format!(
+                            "an observation of {} tokens is longer than max_obs {max_obs}",
+                            ids.len()
+                        )));
+                    }
+                    if let Some(&id) = ids.iter().find(|&&id| !(0..self.vocab).contains(&id)) {
+                        return Err(GenerateError::TokenOutOfRange {
+                            id,
+                            vocab: self.vocab,
+                        });
+                    }
+                    observations[r as usize] = ids;
+                }
+                Reply::Observe(_) => {}
+            }
+        }
+        if last || !self.playing.iter().any(|&p| p) {
+            return Ok(None);
+        }
+        let rows = self.playing.len() as i64;
+        let mut obs_ids = Vec::with_capacity((rows * max_obs) as usize);
+        let mut obs_mask = Vec::with_capacity((rows * max_obs) as usize);
+        for o in observations {
+            let gap = max_obs as usize - o.len();
+            obs_ids.extend(std::iter::repeat_n(pad, gap).chain(o.iter().copied()));
+            obs_mask.extend(std::iter::repeat_n(0i64, gap).chain(std::iter::repeat_n(1, o.len())));
+        }
+        let slot = |values: &[i64]| {
+            Tensor::from_slice(values)
+                .view([rows, max_obs])
+                .to_device(tokens.device())
+        };
+        Ok(Some((slot(&obs_ids), slot(&obs_mask))))
     }
 }

@@ -21,9 +21,9 @@ const PAD: i64 = 0;
 const EOS: i64 = 1;
 
 /// An environment written as a closure of (turn, row, response) → reply, recording its calls.
-struct Scripted<F: FnMut(i64, i64, &[i64]) -> Reply> {
+pub(super) struct Scripted<F: FnMut(i64, i64, &[i64]) -> Reply> {
     reply: F,
-    calls: Vec<(i64, Vec<i64>, Vec<Vec<i64>>)>,
+    pub(super) calls: Vec<(i64, Vec<i64>, Vec<Vec<i64>>)>,
 }
 
 impl<F: FnMut(i64, i64, &[i64]) -> Reply> Environment for Scripted<F> {
@@ -42,7 +42,7 @@ impl<F: FnMut(i64, i64, &[i64]) -> Reply> Environment for Scripted<F> {
     }
 }
 
-fn scripted<F: FnMut(i64, i64, &[i64]) -> Reply>(reply: F) -> Scripted<F> {
+pub(super) fn scripted<F: FnMut(i64, i64, &[i64]) -> Reply>(reply: F) -> Scripted<F> {
     Scripted {
         reply,
         calls: Vec::new(),
@@ -66,7 +66,7 @@ fn prompts() -> (Tensor, Tensor) {
 }
 
 /// Observation of row `r` after turn `t`: lengths 0..=3 (an empty one included), ids ≥ 40.
-fn observation(t: i64, r: i64) -> Vec<i64> {
+pub(super) fn observation(t: i64, r: i64) -> Vec<i64> {
     (0..(r + t) % 4).map(|i| 40 + i + r).collect()
 }
 

@@ -20,9 +20,9 @@ pub struct LayerCache {
     len: i64,
     /// Positions to allocate at the first append; 0: concatenate instead.
     capacity: i64,
-    /// A static step's cache ([`KvCache::at_column`]): each append writes its one position at
-    /// the column this int64 `[1]` tensor holds and returns the whole buffers.
-    column: Option<Tensor>,
+    /// A static step's cache ([`KvCache::at_columns`]): each append writes its `T` positions at
+    /// the columns this int64 `[T]` tensor holds and returns the whole buffers.
+    columns: Option<Tensor>,
 }
 
 impl LayerCache {
@@ -31,9 +31,9 @@ impl LayerCache {
     /// # Panics
     /// If a preallocated cache is given keys or values that require a gradient.
     pub fn append(&mut self, k: Tensor, v: Tensor) -> (Tensor, Tensor) {
-        if let (Some(column), Some((buffer_k, buffer_v))) = (&self.column, &mut self.kv) {
-            let _ = buffer_k.index_copy_(2, column, &k);
-            let _ = buffer_v.index_copy_(2, column, &v);
+        if let (Some(columns), Some((buffer_k, buffer_v))) = (&self.columns, &mut self.kv) {
+            let _ = buffer_k.index_copy_(2, columns, &k);
+            let _ = buffer_v.index_copy_(2, columns, &v);
             return (buffer_k.shallow_clone(), buffer_v.shallow_clone());
         }
         let steps = k.size()[2];
@@ -157,18 +157,19 @@ impl KvCache {
     }
 
     /// A cache over whole `buffers` (views of them: a static decoder's first rows) whose
-    /// appends write their one new position at the column `column` holds (int64 `[1]` on the
-    /// buffers' device) and return the whole buffers. Nothing of it depends on the position on
-    /// the host: the step of a static decoder, the same work at every position (on a GPU, one
-    /// captured graph replayed), attention masking the columns not written yet.
-    pub(crate) fn at_column(buffers: &[(Tensor, Tensor)], column: &Tensor) -> Self {
+    /// appends write their new positions at the columns `columns` holds (int64 `[T]` on the
+    /// buffers' device, one per new position) and return the whole buffers. Nothing of it
+    /// depends on the position on the host: the step of a static decoder, the same work at every
+    /// position (on a GPU, one captured graph replayed), attention masking the columns not
+    /// written yet.
+    pub(crate) fn at_columns(buffers: &[(Tensor, Tensor)], columns: &Tensor) -> Self {
         let layers = buffers
             .iter()
             .map(|(k, v)| LayerCache {
                 len: k.size()[2],
                 kv: Some((k.shallow_clone(), v.shallow_clone())),
                 capacity: k.size()[2],
-                column: Some(column.shallow_clone()),
+                columns: Some(columns.shallow_clone()),
             })
             .collect();
         Self { layers }
@@ -245,7 +246,7 @@ mod tests {
         let column = Tensor::from_slice(&[3i64]);
         let (k2, v2) = positions(2, 1);
         let (all_k, all_v) =
-            KvCache::at_column(&buffers, &column).layers_mut()[0].append(k2.copy(), v2.copy());
+            KvCache::at_columns(&buffers, &column).layers_mut()[0].append(k2.copy(), v2.copy());
         // The buffers themselves, written in place: positions 0..3, the new one at 3, 4 zero.
         assert_eq!(all_k.data_ptr(), buffers[0].0.data_ptr());
         let written = Tensor::cat(

@@ -220,20 +220,22 @@ impl Transformer {
         self.through_layers(x, &angles, &bias, cache, queries)
     }
 
-    /// Hidden states `[B, 1, hidden]` of one new token per row (`ids` `[B, 1]`) at `positions`
-    /// (`[B, 1]`), its keys and values written at the column of `cache` ([`KvCache::at_column`]),
-    /// attending where `bias` (`[B, 1, 1, room]`, the cache's whole buffers) allows: a decode
-    /// step whose shapes and host values do not depend on the position, so that one captured
-    /// device graph replays it for every token.
+    /// Hidden states `[B, T, hidden]` of new tokens `ids` (`[B, T]`) at `positions` (`[B, T]`),
+    /// their keys and values written at the columns of `cache` ([`KvCache::at_columns`]),
+    /// attending where `bias` (`[B, 1, T, room]`, the cache's whole buffers) allows: a decode
+    /// step (`T = 1`) whose shapes and host values do not depend on the position, so that one
+    /// captured device graph replays it for every token. `queries`: as in
+    /// [`Self::hidden_states_at`].
     pub(crate) fn hidden_states_static(
         &self,
         ids: &Tensor,
         positions: &Tensor,
         bias: &Tensor,
         cache: &mut KvCache,
+        queries: Option<Rows>,
     ) -> Tensor {
         let x = self.embed(ids, positions);
-        self.through_layers(x, &self.rope.angles(positions), bias, Some(cache), None)
+        self.through_layers(x, &self.rope.angles(positions), bias, Some(cache), queries)
     }
 
     /// The embeddings `[B, T, hidden]` of tokens `ids` at `positions` (both `[B, T]`).
