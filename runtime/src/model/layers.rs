@@ -242,10 +242,18 @@ pub fn grouped_attention(
     // Nothing to differentiate (the sampler's, a reference's or the old policy's pass): where the
     // sequences are short, plain loops beat libtorch's per-call costs. A differentiated pass keeps
     // libtorch's kernel and its backward (see `short_attention`).
-    if ![&q, &k, &v].iter().any(|t| t.requires_grad()) && short_attention::applies(&q, &k, bias) {
+    let differentiated = [&q, &k, &v].iter().any(|t| t.requires_grad());
+    if !differentiated && short_attention::applies(&q, &k, bias) {
         return short_attention::forward(&q, &k, &v, bias, scale).0;
     }
     let group = heads / kv_heads;
+    // A decode step's one query per row reads each key/value head once for its group of query
+    // heads: repeating them first would copy the whole KV cache `group` times at every token.
+    if !differentiated && group > 1 && q.size()[2] == 1 {
+        return one_query_grouped_attention(&q, &k, &v, bias, scale)
+            .transpose(1, 2)
+            .reshape([batch, steps, heads * head_dim]);
+    }
     let (k, v) = if group > 1 {
         (
             k.repeat_interleave_self_int(group, 1, None),
@@ -267,6 +275,25 @@ pub fn grouped_attention(
     };
     out.transpose(1, 2)
         .reshape([batch, steps, heads * head_dim])
+}
+
+/// `softmax(q·kᵀ·scale + bias)·v` for one query per row and head (`q` `[B, H, 1, d]`) over keys
+/// and values `[B, Hk, S, d]`, each serving `H / Hk` consecutive query heads, and an additive
+/// `bias` broadcastable to `[B, 1, 1, S]`: the query heads of a key/value head are one matrix
+/// multiplied against its keys, read once. `[B, H, 1, d]`.
+fn one_query_grouped_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: &Tensor,
+    scale: f64,
+) -> Tensor {
+    let (qs, kv_heads) = (q.size(), k.size()[1]);
+    let (batch, heads, head_dim) = (qs[0], qs[1], qs[3]);
+    let grouped = q.reshape([batch, kv_heads, heads / kv_heads, head_dim]);
+    let scores = grouped.matmul(&k.transpose(-2, -1)) * scale + bias;
+    let probs = scores.softmax(-1, Kind::Float).to_kind(q.kind());
+    probs.matmul(v).reshape([batch, heads, 1, head_dim])
 }
 
 #[derive(Debug)]
@@ -318,5 +345,45 @@ impl DecoderLayer {
         };
         let mlp_out = self.mlp.forward(&self.post_attention_layernorm.forward(&x));
         x + mlp_out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::Device;
+
+    use super::*;
+
+    /// Without repeating keys and values: the same attention as libtorch's over repeated ones,
+    /// with masked keys, for groups of 1, 2 and 7 query heads.
+    #[test]
+    fn one_query_over_grouped_heads_is_libtorchs_attention_over_repeated_ones() {
+        tch::manual_seed(5);
+        let options = (Kind::Float, Device::Cpu);
+        for (heads, kv_heads) in [(4, 4), (4, 2), (14, 2)] {
+            let (batch, keys, d) = (3, 11, 8);
+            let q = Tensor::randn([batch, heads, 1, d], options);
+            let k = Tensor::randn([batch, kv_heads, keys, d], options);
+            let v = Tensor::randn([batch, kv_heads, keys, d], options);
+            let allowed = Tensor::rand([batch, 1, 1, keys], options).gt(0.3);
+            let _ = allowed.narrow(3, 0, 1).fill_(1);
+            let bias = crate::model::additive_bias(&allowed);
+            let scale = 1.0 / (d as f64).sqrt();
+            let group = heads / kv_heads;
+            let repeated = |t: &Tensor| t.repeat_interleave_self_int(group, 1, None);
+            let expected = Tensor::scaled_dot_product_attention(
+                &q,
+                &repeated(&k),
+                &repeated(&v),
+                Some(&bias),
+                0.0,
+                false,
+                scale,
+                false,
+            );
+            let got = one_query_grouped_attention(&q, &k, &v, &bias, scale);
+            let err = (&got - &expected).abs().max().double_value(&[]);
+            assert!(err < 1e-5, "{heads} heads over {kv_heads}: {err}");
+        }
     }
 }
