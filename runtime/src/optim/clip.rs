@@ -5,18 +5,27 @@ use tch::{Kind, Tensor};
 
 /// Euclidean norm of all gradients together (parameters without a gradient count as zero).
 pub fn grad_norm(params: &[Tensor]) -> f64 {
-    params
-        .iter()
-        .map(|p| p.grad())
-        .filter(Tensor::defined)
-        .map(|g| squared_norm(&g))
-        .sum::<f64>()
-        .sqrt()
+    sum_of_squares(params.iter().map(Tensor::grad)).sqrt()
 }
 
-/// Σ x² of `t`'s elements, summed in `f64`.
-fn squared_norm(t: &Tensor) -> f64 {
-    t.pow_tensor_scalar(2).sum(Kind::Double).double_value(&[])
+/// Σ x² over the elements of every tensor of `tensors` (undefined ones count as zero): each
+/// tensor's sum in `f64` where it lies, all read back at once — on a GPU one wait for the queue
+/// rather than one a parameter — and added in order on the host.
+pub fn sum_of_squares(tensors: impl IntoIterator<Item = Tensor>) -> f64 {
+    let sums: Vec<Tensor> = tensors
+        .into_iter()
+        .filter(Tensor::defined)
+        .map(|t| t.pow_tensor_scalar(2).sum(Kind::Double))
+        .collect();
+    let Some(device) = sums.first().map(Tensor::device) else {
+        return 0.0;
+    };
+    let together: Vec<Tensor> = sums.iter().map(|s| s.to_device(device)).collect();
+    let on_host = Tensor::stack(&together, 0).to_device(tch::Device::Cpu);
+    Vec::<f64>::try_from(&on_host)
+        .expect("a float64 vector reads back")
+        .into_iter()
+        .sum()
 }
 
 /// `clip_grad_norm_`'s factor `max_norm / (norm + 1e-6)`, when it is below 1 (`None`: the
@@ -58,7 +67,7 @@ pub fn clip_to(params: &[Tensor], norm: f64, max_norm: f64) {
 /// [`clip_grad_norm`] on one flat gradient (every parameter's, concatenated): the norm is the
 /// same sum of squares in `f64`; returns it before clipping.
 pub fn clip_flat(grads: &mut Tensor, max_norm: f64) -> f64 {
-    let norm = squared_norm(grads).sqrt();
+    let norm = sum_of_squares([grads.shallow_clone()]).sqrt();
     if let Some(factor) = clip_factor(norm, max_norm) {
         tch::no_grad(|| {
             let _ = grads

@@ -16,7 +16,7 @@ use tch::{Device, Kind, Tensor, nn};
 use super::CombinedError;
 use crate::collectives::{CollectiveError, Communicator, ReduceOp};
 use crate::model::{Heads, ModelConfig};
-use crate::optim::{AdamW, AdamWConfig, clip_to};
+use crate::optim::{AdamW, AdamWConfig, clip_to, sum_of_squares};
 use crate::parallel::RankGroups;
 use crate::parallel::tape::Tape;
 use crate::parallel::tp::{Split, TpTransformer};
@@ -233,16 +233,12 @@ impl<'c> FsdpTp<'c> {
     /// rank and counted once, and replicas (`dp`) hold equal gradients.
     pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64, CollectiveError> {
         let squares = |split: fn(&Split) -> bool| -> f64 {
-            self.params
-                .iter()
-                .filter(|p| split(&p.split))
-                .map(|p| {
-                    let grad = p.shard.grad();
-                    grad.pow_tensor_scalar(2)
-                        .sum(Kind::Double)
-                        .double_value(&[])
-                })
-                .sum()
+            sum_of_squares(
+                self.params
+                    .iter()
+                    .filter(|p| split(&p.split))
+                    .map(|p| p.shard.grad()),
+            )
         };
         let local = Tensor::from_slice(&[
             squares(|s| *s != Split::Replicated),

@@ -34,7 +34,7 @@ use crate::model::{
     ConfigError, Heads, ModelConfig, RopeAngles, Transformer, add_positions, attention_bias, init,
     token_logprobs, token_positions,
 };
-use crate::optim::{AdamW, AdamWConfig, clip_to};
+use crate::optim::{AdamW, AdamWConfig, clip_to, sum_of_squares};
 use crate::parallel::RankGroups;
 use flat::ParamSpec;
 use memory::{Account, Held, Ledger, bytes_of};
@@ -450,14 +450,7 @@ impl<'c> Fsdp<'c> {
     /// disjoint over the FSDP group and equal over replicas, so squared norms are summed over the
     /// FSDP group only; padding is zero and adds nothing.
     pub fn clip_grad_norm(&mut self, max_norm: f64) -> Result<f64, FsdpError> {
-        let local = self
-            .params
-            .iter()
-            .map(|p| p.shard.grad().pow_tensor_scalar(2).sum(Kind::Double))
-            .fold(
-                Tensor::zeros([], (Kind::Double, tch::Device::Cpu)),
-                |a, b| a + b.to_device(tch::Device::Cpu),
-            );
+        let local = Tensor::from(sum_of_squares(self.params.iter().map(|p| p.shard.grad())));
         let norm = self
             .shards
             .all_reduce(&local, ReduceOp::Sum)?

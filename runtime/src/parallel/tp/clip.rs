@@ -1,18 +1,14 @@
 //! Global gradient-norm clipping over a TP group: the norm of the whole model's gradient, which
 //! no rank holds alone.
 
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 use super::shard::{ShardedParam, Split};
 use crate::collectives::{CollectiveError, Communicator, ReduceOp};
-use crate::optim::clip_to;
+use crate::optim::{clip_to, sum_of_squares};
 
 fn squared_norm<'a>(params: impl Iterator<Item = &'a ShardedParam>) -> f64 {
-    params
-        .map(|p| p.tensor.grad())
-        .filter(Tensor::defined)
-        .map(|g| g.pow_tensor_scalar(2).sum(Kind::Double).double_value(&[]))
-        .sum()
+    sum_of_squares(params.map(|p| p.tensor.grad()))
 }
 
 /// Euclidean norm of the full model's gradient, the same on every rank: shards' squared norms
