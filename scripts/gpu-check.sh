@@ -94,7 +94,7 @@ build() {
   else
     echo "warning: no MPI to build against here: step 4 (processes, NCCL) is not built" >&2
   fi
-  # Without symbols and compressed they travel in about 25 MB.
+  # Without symbols and compressed they travel in about 35 MB.
   strip "$dir"/*
   gzip -9 -f "$dir"/*
   echo "$dir"
