@@ -32,8 +32,9 @@ struct Api {
 }
 
 /// Whether graphs can be captured in this process: `Ok(false)` when no library is there (or
-/// graphs are off), `Err` when the one named cannot be used. Call only once CUDA is open ([`crate::device`]):
-/// the library needs libtorch's CUDA library loaded. The answer is computed once.
+/// graphs are off), `Err` when the one named cannot be used. Call only once CUDA is open
+/// ([`crate::device`]): the library needs libtorch's CUDA library loaded. The answer is
+/// computed once.
 pub fn available() -> Result<bool, String> {
     api().map(|api| api.is_some())
 }
