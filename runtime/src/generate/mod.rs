@@ -32,7 +32,7 @@ pub trait Decode {
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor, GenerateError>;
     /// The whole model, when this rank holds it: generation on a GPU then replays its decode
-    /// step as a captured graph ([`static_decode`]). `None`: a model split over ranks, decoded
+    /// step as a captured graph (`static_decode`). `None`: a model split over ranks, decoded
     /// eagerly.
     fn whole_model(&self) -> Option<&Transformer> {
         None
