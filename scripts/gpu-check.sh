@@ -32,10 +32,15 @@
 #      decode at batch 1, 16 and 256 for that one and a Qwen2-0.5B-shaped one, each beside its
 #      roofline (weights and KV cache over BANDWIDTH_GBS, default 4800: an H200's HBM3e) and
 #      beside PyTorch eager with a static KV cache (runtime/benches/decode.rs,
-#      benches/pytorch/decode.py);
+#      benches/pytorch/decode.py), and what bounds a step at batch 256 (its matrix products
+#      alone in float32, TF32 and bf16; the sampler's passes: benches/pytorch/decode_floor.py);
 #      and the fused kernels against libtorch eager's CUDA kernels and a device copy
 #      (runtime/benches/kernels.rs: × eager, % of copy bandwidth) at B=512 and, out of cache,
 #      B=4096 rows of T=1024 (issue #28's goals: ≥ 5× eager, ≥ 30 % of copy bandwidth);
+#      a training step of GPU size (TRAIN_SHAPE="rows prompt response", default 32 64 192) for
+#      the medium and the Qwen2-0.5B-shaped model, rlc (runtime/benches/train_step.rs) beside
+#      PyTorch eager with AdamW(fused=True) (benches/pytorch/train_step.py): ms, tokens/s and
+#      MFU against PEAK_TFLOPS (default 67: an H200's float32);
 #   4. ranks as processes on the GPU (needs `mpirun`, which PyTorch's wheels do not bring: without
 #      it these are skipped, saying so, and the other steps still count): collectives of CUDA
 #      tensors through NCCL against the host path under `mpirun -np 1` (and -np 2 on one GPU:
@@ -43,6 +48,10 @@
 #      (runtime/tests/collectives_nccl.rs); then `mpirun -np 2 rlc run examples/grpo_digits.rl
 #      --device cuda --stop-after 3` (the example has two ranks) against the same run with ranks
 #      as threads: the same metrics.
+#
+# Sections (the names RLC_GPU_CHECK_ONLY takes, in the order it gives; default all, in this
+# order): kernels (1a, 1b), training (2a–2c), sampling (2d, 2e), benches, decode, fused, mfu (3),
+# processes (4). Each command runs under RLC_GPU_STEP_TIMEOUT seconds (default 240).
 #
 # Libraries: `rlc` links libtorch_cpu.so and opens libtorch_cuda.so from the same folder when
 # CUDA is asked for; LD_LIBRARY_PATH gets PyTorch's lib folder (python3's torch, or $LIBTORCH/lib)
@@ -185,11 +194,11 @@ processes() {
   if [[ "$(id -u)" == 0 ]]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   fi
-  "$dir/collectives_nccl" --nocapture --test-threads=1 nccl_collectives_equal_the_host_path || status=1
+  limit "$dir/collectives_nccl" --nocapture --test-threads=1 nccl_collectives_equal_the_host_path || status=1
   section "4b. mpirun -np 2 rlc run examples/grpo_digits.rl --device cuda, 3 steps, vs ranks as threads"
   rm -rf /tmp/rlc-gpu-threads /tmp/rlc-gpu-processes
-  "$dir/rlc" run examples/grpo_digits.rl --device cuda --stop-after 3 --out /tmp/rlc-gpu-threads || status=1
-  mpirun --oversubscribe -np 2 "$dir/rlc-mpi" run examples/grpo_digits.rl --device cuda \
+  limit "$dir/rlc" run examples/grpo_digits.rl --device cuda --stop-after 3 --out /tmp/rlc-gpu-threads || status=1
+  limit mpirun --oversubscribe -np 2 "$dir/rlc-mpi" run examples/grpo_digits.rl --device cuda \
     --stop-after 3 --out /tmp/rlc-gpu-processes 2>&1 | tee /tmp/rlc-gpu-processes.log || status=1
   if grep -q "note: NCCL is not used" /tmp/rlc-gpu-processes.log; then
     echo "(the processes' collectives went through host memory: see the note above)"
@@ -207,6 +216,99 @@ processes() {
   return $status
 }
 
+# Each command of `run` under a time limit (a hang costs one step, not the machine's lease).
+limit() { timeout --kill-after=10 "${RLC_GPU_STEP_TIMEOUT:-240}" "$@"; }
+
+# A bench's arguments: each prints its own medians; criterion's sampled runs of every function
+# (seconds each, minutes in all) only where RLC_GPU_CRITERION_FILTER names them (`.` for all).
+bench() { limit "$1" --bench "${RLC_GPU_CRITERION_FILTER:-only-the-benches-own-medians}"; }
+
+# The sections of `run`, in their default order; RLC_GPU_CHECK_ONLY="decode kernels …" runs
+# the ones it names, in its order.
+SECTIONS="kernels training sampling benches decode fused mfu processes"
+
+section_kernels() {
+  local dir="$1" status=0
+  section "1a. kernels: CUDA C (NVRTC, driver) vs the CPU JIT"
+  limit "$dir/cuda_gpu" --nocapture --test-threads=1 || status=1
+  section "1b. kernels on libtorch CUDA tensors vs the CPU JIT"
+  limit "$dir/kernels_fused" --nocapture --test-threads=1 cuda || status=1
+  return $status
+}
+
+section_training() {
+  local dir="$1" status=0
+  section "2a. examples/grpo_digits.rl, 20 steps on CUDA"
+  limit "$dir/rlc" run examples/grpo_digits.rl --device cuda --stop-after 20 --out /tmp/rlc-gpu-run || status=1
+  section "2b. the same 20 steps on the CPU"
+  limit "$dir/rlc" run examples/grpo_digits.rl --device cpu --threads 2 --stop-after 20 --out /tmp/rlc-cpu-run || status=1
+  section "2c. runtime/tests/exec.rs, CUDA vs the CPU"
+  limit "$dir/exec" --test-threads=1 cuda || status=1
+  return $status
+}
+
+section_sampling() {
+  local dir="$1" status=0
+  section "2d. sampling on CUDA (Philox on the device) vs the CPU: the same numbers, the same tokens"
+  limit "$dir/sampling_device" --nocapture --test-threads=1 || status=1
+  if [[ -f "$dir/librlc_cuda_graph.so" ]]; then
+    section "2e. the same with eager decode steps (RLC_CUDA_GRAPH_LIB=off)"
+    RLC_CUDA_GRAPH_LIB=off limit "$dir/sampling_device" --nocapture --test-threads=1 || status=1
+  fi
+  return $status
+}
+
+section_benches() {
+  local dir="$1" status=0 model
+  for model in example medium; do
+    section "3. benchmarks: $model model on CUDA"
+    RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model bench "$dir/train_step" || status=1
+    RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model bench "$dir/rollout" || status=1
+  done
+  return $status
+}
+
+section_decode() {
+  local dir="$1" status=0 model
+  for model in medium qwen2-0.5b; do
+    section "3. decode against its roofline: $model model on CUDA, rlc then PyTorch eager (static KV cache)"
+    RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_BANDWIDTH_GBS=$BANDWIDTH_GBS bench "$dir/decode" || status=1
+    if [[ -f "$dir/librlc_cuda_graph.so" ]]; then
+      RLC_CUDA_GRAPH_LIB=off RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_BANDWIDTH_GBS=$BANDWIDTH_GBS bench "$dir/decode" || status=1
+    fi
+    limit python3 benches/pytorch/decode.py --model "$model" --device cuda --bandwidth-gbs "$BANDWIDTH_GBS" || status=1
+    # What bounds a step at batch 256: its matrix products alone, in float32, TF32 and bf16.
+    limit python3 benches/pytorch/decode_floor.py --model "$model" --batch 256 --bandwidth-gbs "$BANDWIDTH_GBS" || status=1
+  done
+  return $status
+}
+
+section_fused() {
+  local dir="$1" status=0 rows
+  for rows in 512 4096; do
+    section "3. benchmarks: fused kernels on CUDA (wide CUDA C) vs libtorch eager vs a device copy, B=$rows"
+    RLC_BENCH_DEVICE=cuda RLC_BENCH_ROWS=$rows bench "$dir/kernels" || status=1
+  done
+  return $status
+}
+
+# A training step of GPU size (TRAIN_SHAPE: rows prompt response), rlc then PyTorch eager with
+# AdamW(fused=True): ms, tokens/s and MFU against PEAK_TFLOPS (float32 matrix products).
+section_mfu() {
+  local dir="$1" status=0 model rows prompt response
+  read -r rows prompt response <<<"$TRAIN_SHAPE"
+  for model in medium qwen2-0.5b; do
+    section "3. a training step's MFU: $model model on CUDA, $rows x ($prompt + $response) tokens, rlc then PyTorch eager"
+    RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_ROWS=$rows RLC_BENCH_PROMPT=$prompt \
+      RLC_BENCH_RESPONSE=$response RLC_BENCH_PEAK_TFLOPS=$PEAK_TFLOPS bench "$dir/train_step" || status=1
+    limit python3 benches/pytorch/train_step.py --model "$model" --device cuda --rows "$rows" \
+      --prompt "$prompt" --response "$response" --peak-tflops "$PEAK_TFLOPS" || status=1
+  done
+  return $status
+}
+
+section_processes() { processes "$@"; }
+
 run() {
   local dir="${1:-.gpu}" shim
   [[ -f "$dir/rlc.gz" ]] || { echo "no binaries in $dir (run '$0 build' where cargo is)" >&2; exit 1; }
@@ -221,43 +323,19 @@ run() {
   export LD_LIBRARY_PATH RLC_REQUIRE_GPU=1
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-  local status=0
-  # The decode rooflines' memory bandwidth, GB/s (an H200's HBM3e unless set).
+  local status=0 name
+  # The decode rooflines' memory bandwidth, GB/s, and the float32 peak MFU is counted against,
+  # TFLOP/s (an H200's HBM3e and CUDA cores, unless set); the MFU section's batch.
   BANDWIDTH_GBS="${BANDWIDTH_GBS:-4800}"
-  section "1a. kernels: CUDA C (NVRTC, driver) vs the CPU JIT"
-  "$dir/cuda_gpu" --nocapture --test-threads=1 || status=1
-  section "1b. kernels on libtorch CUDA tensors vs the CPU JIT"
-  "$dir/kernels_fused" --nocapture --test-threads=1 cuda || status=1
-  section "2a. examples/grpo_digits.rl, 20 steps on CUDA"
-  "$dir/rlc" run examples/grpo_digits.rl --device cuda --stop-after 20 --out /tmp/rlc-gpu-run || status=1
-  section "2b. the same 20 steps on the CPU"
-  "$dir/rlc" run examples/grpo_digits.rl --device cpu --threads 2 --stop-after 20 --out /tmp/rlc-cpu-run || status=1
-  section "2c. runtime/tests/exec.rs"
-  "$dir/exec" --test-threads=1 || status=1
-  section "2d. sampling on CUDA (Philox on the device) vs the CPU: the same numbers, the same tokens"
-  "$dir/sampling_device" --nocapture --test-threads=1 || status=1
-  if [[ -f "$dir/librlc_cuda_graph.so" ]]; then
-    section "2e. the same with eager decode steps (RLC_CUDA_GRAPH_LIB=off)"
-    RLC_CUDA_GRAPH_LIB=off "$dir/sampling_device" --nocapture --test-threads=1 || status=1
-  fi
-  for model in example medium; do
-    section "3. benchmarks: $model model on CUDA"
-    RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model "$dir/train_step" --bench || status=1
-    RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model "$dir/rollout" --bench || status=1
-  done
-  for model in medium qwen2-0.5b; do
-    section "3. decode against its roofline: $model model on CUDA, rlc then PyTorch eager (static KV cache)"
-    RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_BANDWIDTH_GBS=$BANDWIDTH_GBS "$dir/decode" --bench || status=1
-    if [[ -f "$dir/librlc_cuda_graph.so" ]]; then
-      RLC_CUDA_GRAPH_LIB=off RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_BANDWIDTH_GBS=$BANDWIDTH_GBS "$dir/decode" --bench || status=1
+  PEAK_TFLOPS="${PEAK_TFLOPS:-67}"
+  TRAIN_SHAPE="${TRAIN_SHAPE:-32 64 192}"
+  for name in ${RLC_GPU_CHECK_ONLY:-$SECTIONS}; do
+    if [[ " $SECTIONS " != *" $name "* ]]; then
+      echo "unknown section '$name' (sections: $SECTIONS)" >&2
+      return 2
     fi
-    python3 benches/pytorch/decode.py --model "$model" --device cuda --bandwidth-gbs "$BANDWIDTH_GBS" || status=1
+    "section_$name" "$dir" || status=1
   done
-  for rows in 512 4096; do
-    section "3. benchmarks: fused kernels on CUDA (wide CUDA C) vs libtorch eager vs a device copy, B=$rows"
-    RLC_BENCH_DEVICE=cuda RLC_BENCH_ROWS=$rows "$dir/kernels" --bench || status=1
-  done
-  processes "$dir" || status=1
   section "done: $([[ $status == 0 ]] && echo 'all passed' || echo 'SOME FAILED')"
   return $status
 }
