@@ -91,6 +91,11 @@ struct StepCoefficients {
 
 impl StepCoefficients {
     /// The moments' update and the parameter's, in `torch.optim.AdamW`'s order (after decay).
+    ///
+    /// Two temporaries the size of `param`, each operation done in place on them: written as
+    /// expressions the update made seven, which on the flat buffers are the whole model each
+    /// (fresh pages from the system every step on the CPU; the peak memory on a GPU). The
+    /// same operations in the same order: the same bits.
     fn apply(
         &self,
         param: &mut Tensor,
@@ -102,12 +107,25 @@ impl StepCoefficients {
             .f_lerp_(grad, 1.0 - self.beta1)
             .expect("first moment");
         let _ = exp_avg_sq.f_mul_scalar_(self.beta2).expect("second moment");
-        let _ = exp_avg_sq
-            .f_add_(&(grad * grad * (1.0 - self.beta2)))
+        // `grad · grad · (1 − β₂)`, then (the same buffer) `exp_avg / denom · step_size`.
+        let mut scratch = grad * grad;
+        let _ = scratch
+            .f_mul_scalar_(1.0 - self.beta2)
             .expect("second moment");
-        let denom = exp_avg_sq.sqrt() / self.bias_correction2_sqrt + self.eps;
-        let update = &*exp_avg / denom * self.step_size;
-        let _ = param.f_sub_(&update).expect("parameter update");
+        let _ = exp_avg_sq.f_add_(&scratch).expect("second moment");
+        // `sqrt(exp_avg_sq) / sqrt(1 − β₂ᵗ) + ε`
+        let mut denom = exp_avg_sq.sqrt();
+        let _ = denom
+            .f_div_scalar_(self.bias_correction2_sqrt)
+            .expect("denominator");
+        let _ = denom.f_add_scalar_(self.eps).expect("denominator");
+        let _ = exp_avg
+            .f_div_out(&scratch, &denom)
+            .expect("parameter update");
+        let _ = scratch
+            .f_mul_scalar_(self.step_size)
+            .expect("parameter update");
+        let _ = param.f_sub_(&scratch).expect("parameter update");
     }
 }
 
