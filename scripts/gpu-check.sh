@@ -176,7 +176,7 @@ EOF
 }
 
 # Step 4: ranks as processes on the GPU; skipped, saying why, where this machine cannot start them.
-processes() {
+section_processes() {
   local dir="$1" status=0
   section "4a. NCCL: collectives of CUDA tensors between processes vs the host path"
   if [[ ! -x "$dir/collectives_nccl" ]]; then
@@ -306,8 +306,6 @@ section_mfu() {
   done
   return $status
 }
-
-section_processes() { processes "$@"; }
 
 run() {
   local dir="${1:-.gpu}" shim
