@@ -101,6 +101,15 @@ class Decoder(torch.nn.Module):
         return x @ self.embed.weight.T
 
 
+def bench_model(name, device):
+    """The model `name` names (random weights, seed 0) on `device`, with its shape; libtorch on
+    one thread, as the runtime's benches run it."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    shape = MODELS[name]
+    return shape, Decoder(**shape).to(device)
+
+
 @torch.no_grad()
 def generate(model, ids, mask):
     b = ids.shape[0]
@@ -133,11 +142,8 @@ def main():
     ap.add_argument("--bandwidth-gbs", type=float, help="memory bandwidth for the roofline")
     ap.add_argument("--calls", type=int, default=3, help="timed calls per batch (median)")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
     device = torch.device(args.device)
-    shape = MODELS[args.model]
-    model = Decoder(**shape).to(device)
+    shape, model = bench_model(args.model, device)
     parameters = sum(p.numel() for p in model.parameters())
     print(f"PyTorch {torch.__version__} eager decode ({args.model} model, {parameters} parameters, "
           f"{device}, prompt {PROMPT}, {NEW} new tokens per row, static KV cache, median of "

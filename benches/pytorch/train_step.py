@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from decode import MODELS, Decoder  # noqa: E402
+from decode import MODELS, bench_model  # noqa: E402
 
 LR = 1e-3
 
@@ -81,11 +81,8 @@ def main():
     ap.add_argument("--peak-tflops", type=float, help="the device's float32 peak, for MFU")
     ap.add_argument("--seconds", type=float, default=3.0, help="time to measure (median step)")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
     device = torch.device(args.device)
-    shape = MODELS[args.model]
-    model = Decoder(**shape).to(device)
+    shape, model = bench_model(args.model, device)
     cuda = device.type == "cuda"
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999), eps=1e-8,
                                   weight_decay=0.01, fused=cuda, foreach=not cuda)
