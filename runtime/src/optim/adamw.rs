@@ -1,11 +1,17 @@
 //! AdamW with decoupled weight decay, following `torch.optim.AdamW` step for step.
+//!
+//! The optimiser steps float32 whatever the model's precision: the variables of a model held in
+//! bfloat16 or float16 get float32 master copies ([`AdamW::for_var_store`]), which the steps
+//! update and which are then written back into the variables, rounded — mixed precision as
+//! Megatron-LM and FSDP's `MixedPrecision` keep it (an update smaller than half a bfloat16 ulp
+//! of its weight would otherwise be lost every step).
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
-use tch::{Tensor, nn};
+use tch::{Kind, Tensor, nn};
 
-use super::flat::FlatLayout;
+use super::flat::{FlatLayout, into_one_buffer};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AdamWConfig {
@@ -54,7 +60,11 @@ pub enum OptimError {
 #[derive(Debug)]
 struct ParamState {
     name: String,
+    /// The weights stepped: the model's variable, or its float32 master copy (`compute`).
     param: Tensor,
+    /// Under mixed precision, the model's variable in its lower precision: the gradients come
+    /// from it, and it receives `param`, rounded, after each step.
+    compute: Option<Tensor>,
     exp_avg: Tensor,
     exp_avg_sq: Tensor,
     decay: bool,
@@ -75,6 +85,9 @@ struct Flat {
     layout: FlatLayout,
     exp_avg: Tensor,
     exp_avg_sq: Tensor,
+    /// Under mixed precision, the buffer the model's lower-precision variables are views of
+    /// (the master weights rounded, written by one copy a step).
+    compute: Option<Tensor>,
 }
 
 /// One step's numbers, shared by the per-parameter and the flat paths.
@@ -129,6 +142,13 @@ impl StepCoefficients {
     }
 }
 
+impl ParamState {
+    /// The model's variable: the tensor whose gradient the step reads.
+    fn variable(&self) -> &Tensor {
+        self.compute.as_ref().unwrap_or(&self.param)
+    }
+}
+
 #[cfg(test)]
 impl Flat {
     fn layout_params(&self) -> &Tensor {
@@ -161,6 +181,7 @@ impl AdamW {
                 decay,
                 name,
                 param,
+                compute: None,
             })
             .collect();
         Self {
@@ -169,6 +190,21 @@ impl AdamW {
             steps: 0,
             flat: None,
         }
+    }
+
+    /// Mixed precision: steps float32 master copies of `params`, the model's variables in a
+    /// lower precision (bfloat16, float16), reading the gradients of the variables and writing
+    /// each step's weights back into them. Flat, as [`AdamW::flattened`] makes it.
+    pub fn with_master_weights(params: Vec<(String, Tensor)>, config: AdamWConfig) -> Self {
+        let masters = params
+            .iter()
+            .map(|(name, p)| (name.clone(), p.detach().to_kind(Kind::Float)))
+            .collect();
+        let mut adam = Self::new(masters, config);
+        for (state, (_, variable)) in adam.params.iter_mut().zip(params) {
+            state.compute = Some(variable);
+        }
+        adam.flattened()
     }
 
     /// Moves the parameters' data and the moments into flat buffers, so that a step is a few
@@ -188,23 +224,28 @@ impl AdamW {
             state.exp_avg = layout.view(&exp_avg, i);
             state.exp_avg_sq = layout.view(&exp_avg_sq, i);
         }
+        let variables: Option<Vec<&Tensor>> =
+            self.params.iter().map(|s| s.compute.as_ref()).collect();
+        let compute = variables.map(|variables| into_one_buffer(&variables));
         self.flat = Some(Flat {
             layout,
             exp_avg,
             exp_avg_sq,
+            compute,
         });
         self
     }
 
-    /// Every gradient in one flat tensor, in the parameters' order (a copy), when the
+    /// Every gradient in one flat float32 tensor, in the parameters' order (a copy), when the
     /// parameters are flat and all have one: reduce and clip it, then [`AdamW::step_flat`].
     pub fn flat_grads(&self) -> Option<Tensor> {
         let flat = self.flat.as_ref()?;
-        let params: Vec<&Tensor> = self.params.iter().map(|s| &s.param).collect();
+        let params: Vec<&Tensor> = self.params.iter().map(ParamState::variable).collect();
         flat.layout.gather_grads(&params)
     }
 
-    /// All trainable variables of `vs`, in name order so the state layout is deterministic.
+    /// All trainable variables of `vs`, in name order so the state layout is deterministic;
+    /// with float32 master weights when the variables are of a lower precision.
     pub fn for_var_store(vs: &nn::VarStore, config: AdamWConfig) -> Self {
         let mut params: Vec<(String, Tensor)> = vs
             .variables()
@@ -212,14 +253,49 @@ impl AdamW {
             .filter(|(_, t)| t.requires_grad())
             .collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
+        if params
+            .iter()
+            .any(|(_, p)| matches!(p.kind(), Kind::BFloat16 | Kind::Half))
+        {
+            return Self::with_master_weights(params, config);
+        }
         Self::new(params, config).flattened()
     }
 
+    /// The model's tensors that carry the gradients (the variables, not master copies).
     pub fn params(&self) -> Vec<Tensor> {
         self.params
             .iter()
-            .map(|p| p.param.shallow_clone())
+            .map(|p| p.variable().shallow_clone())
             .collect()
+    }
+
+    /// The float32 master weights by name (views), under mixed precision: what a checkpoint
+    /// stores, so that a resumed run continues from the weights the optimiser holds.
+    pub fn master_weights(&self) -> Option<Vec<(String, Tensor)>> {
+        self.params
+            .iter()
+            .map(|s| {
+                s.compute
+                    .as_ref()
+                    .map(|_| (s.name.clone(), s.param.detach()))
+            })
+            .collect()
+    }
+
+    /// Sets parameter `name`'s master weights (under mixed precision) and variable to
+    /// `value`; `false` when there is no such parameter.
+    pub fn overwrite(&mut self, name: &str, value: &Tensor) -> bool {
+        let Some(state) = self.params.iter_mut().find(|s| s.name == name) else {
+            return false;
+        };
+        tch::no_grad(|| {
+            state.param.copy_(value);
+            if let Some(variable) = &mut state.compute {
+                variable.copy_(value);
+            }
+        });
+        true
     }
 
     /// Optimiser steps taken so far.
@@ -229,7 +305,10 @@ impl AdamW {
 
     pub fn zero_grad(&mut self) {
         for state in &mut self.params {
-            state.param.zero_grad();
+            match &mut state.compute {
+                Some(variable) => variable.zero_grad(),
+                None => state.param.zero_grad(),
+            }
         }
     }
 
@@ -241,10 +320,11 @@ impl AdamW {
         let step = self.next_step(lr);
         tch::no_grad(|| {
             for state in &mut self.params {
-                let grad = state.param.grad();
+                let grad = state.variable().grad();
                 if !grad.defined() {
                     continue;
                 }
+                let grad = grad.to_kind(state.param.kind());
                 if state.decay && step.decay != 1.0 {
                     let _ = state.param.f_mul_scalar_(step.decay).expect("weight decay");
                 }
@@ -254,6 +334,9 @@ impl AdamW {
                     &mut state.exp_avg_sq,
                     &grad,
                 );
+                if let Some(variable) = &mut state.compute {
+                    variable.copy_(&state.param);
+                }
             }
         });
     }
@@ -275,8 +358,12 @@ impl AdamW {
                 layout,
                 exp_avg,
                 exp_avg_sq,
+                compute,
             } = flat;
             step.apply(layout.params_mut(), exp_avg, exp_avg_sq, grads);
+            if let Some(compute) = compute {
+                compute.copy_(layout.params_mut());
+            }
         });
     }
 
@@ -638,5 +725,102 @@ mod tests {
             assert!(p.equal(q), "{name}");
         }
         assert!(flat_params[1].1.equal(&mixed_params()[1].1), "skipped");
+    }
+
+    /// `mixed_params` in bfloat16, as a model held in that precision has them.
+    fn bfloat16_params() -> Vec<(String, Tensor)> {
+        mixed_params()
+            .into_iter()
+            .map(|(n, p)| {
+                let p = p.detach().to_kind(Kind::BFloat16).set_requires_grad(true);
+                (n, p)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn master_weights_step_as_float32_adamw_does_and_round_into_the_variables() {
+        let variables = bfloat16_params();
+        let float: Vec<(String, Tensor)> = variables
+            .iter()
+            .map(|(n, p)| (n.clone(), p.detach().to_kind(Kind::Float)))
+            .collect();
+        let mut mixed = AdamW::with_master_weights(shallow(&variables), decayed());
+        let mut reference = AdamW::new(shallow(&float), decayed()).flattened();
+        for step in 0..4 {
+            mixed.zero_grad();
+            wavy_loss(&variables).backward();
+            let grads = mixed.flat_grads().unwrap();
+            assert_eq!(grads.kind(), Kind::Float);
+            let lr = 0.05 / (1.0 + step as f64);
+            reference.step_flat(lr, &grads);
+            mixed.step_flat(lr, &grads);
+        }
+        let masters = mixed.master_weights().unwrap();
+        let mut kept_below_an_ulp = false;
+        for (((name, variable), (_, master)), (_, expected)) in
+            variables.iter().zip(&masters).zip(&float)
+        {
+            assert!(
+                master.equal(expected),
+                "{name}: not float32 AdamW's weights"
+            );
+            assert_eq!(variable.kind(), Kind::BFloat16, "{name}");
+            let rounded = expected.to_kind(Kind::BFloat16);
+            assert!(
+                variable.detach().equal(&rounded),
+                "{name}: not the master rounded"
+            );
+            kept_below_an_ulp |= !rounded.to_kind(Kind::Float).equal(master);
+        }
+        // What the rounded variables lose, the master weights keep for the next step.
+        assert!(kept_below_an_ulp);
+    }
+
+    #[test]
+    fn the_per_parameter_path_of_master_weights_equals_the_flat_one() {
+        let (flat_vars, plain_vars) = (bfloat16_params(), bfloat16_params());
+        let mut flat = AdamW::with_master_weights(shallow(&flat_vars), decayed());
+        let mut plain = AdamW::with_master_weights(shallow(&plain_vars), decayed());
+        // Only the first parameter enters the loss: no flat gradient, each stepped alone.
+        wavy_loss(&flat_vars).backward();
+        flat.step(0.05);
+        wavy_loss(&plain_vars[..1]).backward();
+        assert!(plain.flat_grads().is_none());
+        plain.step(0.05);
+        assert!(flat_vars[0].1.equal(&plain_vars[0].1));
+        assert!(
+            flat.master_weights().unwrap()[0]
+                .1
+                .equal(&plain.master_weights().unwrap()[0].1)
+        );
+        assert!(plain_vars[1].1.equal(&bfloat16_params()[1].1), "skipped");
+    }
+
+    #[test]
+    fn a_bfloat16_var_store_gets_master_weights_which_overwrite_sets() {
+        let mut vs = nn::VarStore::new(tch::Device::Cpu);
+        let w = vs.root().var_copy("w", &Tensor::from_slice(&[1.0f32, 2.0]));
+        vs.bfloat16();
+        let mut adam = AdamW::for_var_store(&vs, decayed());
+        let masters = adam.master_weights().unwrap();
+        assert_eq!(masters[0].1.kind(), Kind::Float);
+        // 1 + 2⁻¹⁰ is a float32 but not a bfloat16 (8 bits of mantissa).
+        let value = Tensor::from_slice(&[1.0f32 + 1.0 / 1024.0, -3.0]);
+        assert!(adam.overwrite("w", &value));
+        assert!(adam.master_weights().unwrap()[0].1.equal(&value));
+        assert!(
+            w.detach()
+                .equal(&Tensor::from_slice(&[1.0f32, -3.0]).to_kind(Kind::BFloat16))
+        );
+        assert!(!adam.overwrite("v", &value));
+        // A float32 store keeps its variables as the weights stepped.
+        let float = nn::VarStore::new(tch::Device::Cpu);
+        let _ = float.root().var_copy("w", &value);
+        assert!(
+            AdamW::for_var_store(&float, decayed())
+                .master_weights()
+                .is_none()
+        );
     }
 }

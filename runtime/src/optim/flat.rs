@@ -37,20 +37,9 @@ impl FlatLayout {
             spans.push((start, n));
             start += n;
         }
-        let flat = tch::no_grad(|| {
-            Tensor::cat(
-                &params
-                    .iter()
-                    .map(|(p, _)| p.detach().reshape([-1]))
-                    .collect::<Vec<_>>(),
-                0,
-            )
-        });
+        let tensors: Vec<&Tensor> = params.iter().map(|(p, _)| *p).collect();
+        let flat = into_one_buffer(&tensors);
         let shapes: Vec<Vec<i64>> = params.iter().map(|(p, _)| p.size()).collect();
-        for ((p, _), (&(s, n), shape)) in params.iter().zip(spans.iter().zip(&shapes)) {
-            let mut p = p.shallow_clone();
-            p.set_data(&flat.narrow(0, s, n).view(shape.as_slice()));
-        }
         let decayed = params.iter().filter(|(_, d)| *d).count();
         let decay_mask = (decayed != 0 && decayed != params.len()).then(|| {
             Tensor::cat(
@@ -82,8 +71,9 @@ impl FlatLayout {
         flat.narrow(0, s, n).view(self.shapes[i].as_slice())
     }
 
-    /// The gradients of `params` (in the layout's order) as one flat tensor; `None` when one
-    /// has none (the per-parameter path skips it).
+    /// The gradients of `params` (in the layout's order) as one flat tensor of the buffer's
+    /// kind (float32 gradients of lower-precision weights, under mixed precision); `None` when
+    /// one has none (the per-parameter path skips it).
     pub(super) fn gather_grads(&self, params: &[&Tensor]) -> Option<Tensor> {
         let grads: Vec<Tensor> = params.iter().map(|p| p.grad()).collect();
         if grads.iter().any(|g| !g.defined()) {
@@ -94,6 +84,7 @@ impl FlatLayout {
                 &grads.iter().map(|g| g.reshape([-1])).collect::<Vec<_>>(),
                 0,
             )
+            .to_kind(self.params.kind())
         }))
     }
 
@@ -124,4 +115,26 @@ impl FlatLayout {
     pub(super) fn params_mut(&mut self) -> &mut Tensor {
         &mut self.params
     }
+}
+
+/// Moves the data of `params` (one kind and device) into one new buffer, in their order, and
+/// points each at its span: the buffer, whose views they now are.
+pub(super) fn into_one_buffer(params: &[&Tensor]) -> Tensor {
+    let flat = tch::no_grad(|| {
+        Tensor::cat(
+            &params
+                .iter()
+                .map(|p| p.detach().reshape([-1]))
+                .collect::<Vec<_>>(),
+            0,
+        )
+    });
+    let mut start = 0;
+    for p in params {
+        let (n, shape) = (p.numel() as i64, p.size());
+        let mut p = p.shallow_clone();
+        p.set_data(&flat.narrow(0, start, n).view(shape.as_slice()));
+        start += n;
+    }
+    flat
 }
