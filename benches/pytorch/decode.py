@@ -3,7 +3,8 @@
 figures, the same roofline.
 
 A Llama/Qwen2 decoder written plainly in PyTorch (RMSNorm, rotary positions, grouped-query
-attention with optional q/k/v biases, SwiGLU MLP, a tied LM head; float32, random weights) and
+attention with optional q/k/v biases, SwiGLU MLP, a tied LM head; float32 or `--dtype bfloat16`,
+random weights) and
 generation as Hugging Face's `generate` runs it with a static KV cache: the prompt prefilled
 once, then one token per row a step, each step writing its keys and values into a
 preallocated `[batch, kv_heads, prompt + new, head_dim]` buffer at its position and attending
@@ -70,14 +71,15 @@ class Decoder(torch.nn.Module):
         angles = positions[:, None, :, None].float() * self.inv_freq.to(x.device)
         cos, sin = angles.cos(), angles.sin()
         x1, x2 = x[..., ::2], x[..., 1::2]
-        return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
+        return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2).to(x.dtype)
 
     def forward(self, ids, positions, cache, at, keys_mask):
         """Logits after the last of `ids` [B, T]; writes the keys and values of these positions
         into `cache` (per layer [B, Hk, C, d] pairs) at columns at..at+T; `keys_mask` [B, C]."""
         b, t = ids.shape
         x = self.embed(ids)
-        bias = torch.zeros(keys_mask.shape, device=ids.device).masked_fill(keys_mask == 0, -1e30)
+        bias = torch.zeros(keys_mask.shape, device=ids.device, dtype=x.dtype)
+        bias = bias.masked_fill(keys_mask == 0, -1e30)
         causal = torch.ones(t, keys_mask.shape[1], device=ids.device, dtype=torch.bool).tril(at)
         bias = bias[:, None, None, :].masked_fill(~causal, -1e30)
         group = self.heads // self.kv_heads
@@ -101,13 +103,13 @@ class Decoder(torch.nn.Module):
         return x @ self.embed.weight.T
 
 
-def bench_model(name, device):
-    """The model `name` names (random weights, seed 0) on `device`, with its shape; libtorch on
-    one thread, as the runtime's benches run it."""
+def bench_model(name, device, dtype=torch.float32):
+    """The model `name` names (random weights, seed 0) on `device` in `dtype`, with its shape;
+    libtorch on one thread, as the runtime's benches run it."""
     torch.manual_seed(0)
     torch.set_num_threads(1)
     shape = MODELS[name]
-    return shape, Decoder(**shape).to(device)
+    return shape, Decoder(**shape).to(device=device, dtype=dtype)
 
 
 @torch.no_grad()
@@ -115,7 +117,9 @@ def generate(model, ids, mask):
     b = ids.shape[0]
     capacity = PROMPT + NEW
     shape = (b, model.kv_heads, capacity, model.head_dim)
-    cache = [(torch.zeros(shape, device=ids.device), torch.zeros(shape, device=ids.device))
+    dtype = model.embed.weight.dtype
+    cache = [(torch.zeros(shape, device=ids.device, dtype=dtype),
+              torch.zeros(shape, device=ids.device, dtype=dtype))
              for _ in model.blocks]
     keys_mask = torch.zeros(b, capacity, dtype=torch.long, device=ids.device)
     keys_mask[:, :PROMPT] = mask
@@ -124,7 +128,7 @@ def generate(model, ids, mask):
     next_position = positions[:, -1:] + 1
     out = []
     for step in range(NEW):
-        token = torch.multinomial(torch.softmax(logits, -1), 1)
+        token = torch.multinomial(torch.softmax(logits.float(), -1), 1)
         out.append(token)
         if step + 1 == NEW:
             break
@@ -141,11 +145,15 @@ def main():
     ap.add_argument("--batches", default="1,16,256")
     ap.add_argument("--bandwidth-gbs", type=float, help="memory bandwidth for the roofline")
     ap.add_argument("--calls", type=int, default=3, help="timed calls per batch (median)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="the weights' and KV cache's dtype")
     args = ap.parse_args()
     device = torch.device(args.device)
-    shape, model = bench_model(args.model, device)
+    dtype = getattr(torch, args.dtype)
+    shape, model = bench_model(args.model, device, dtype)
     parameters = sum(p.numel() for p in model.parameters())
-    print(f"PyTorch {torch.__version__} eager decode ({args.model} model, {parameters} parameters, "
+    print(f"PyTorch {torch.__version__} eager decode ({args.model} model, {parameters} parameters "
+          f"in {args.dtype}, "
           f"{device}, prompt {PROMPT}, {NEW} new tokens per row, static KV cache, median of "
           f"{args.calls} calls after a warm-up):")
     for batch in [int(b) for b in args.batches.split(",")]:
@@ -167,7 +175,7 @@ def main():
         if args.bandwidth_gbs:
             head_dim = shape["hidden"] // shape["heads"]
             kv = 2 * shape["layers"] * shape["kv_heads"] * head_dim * (PROMPT + NEW // 2) * batch
-            bytes_ = 4.0 * (parameters + kv)
+            bytes_ = dtype.itemsize * (parameters + kv)
             floor = bytes_ / (args.bandwidth_gbs * 1e9)
             roofline = batch / floor
             line += (f"; roofline {roofline:.0f} tokens/s ({floor * 1e3:.3f} ms a step: "

@@ -1,8 +1,10 @@
 //! Decoding against its roofline: `generate` from the KV cache (prompts of 8 tokens, 64 new
 //! tokens per row, no EOS, temperature 1.0) at batch 1, 16 and 256 (`RLC_BENCH_BATCHES`, comma
 //! separated) for the model `RLC_BENCH_MODEL` names (`common`: example, medium, qwen2-0.5b) on
-//! `RLC_BENCH_DEVICE`. Beside each figure, its roofline: a decode step reads every weight once
-//! (float32) and the keys and values of every position so far, so with memory bandwidth
+//! `RLC_BENCH_DEVICE`, in the precision `RLC_BENCH_PRECISION` names (`f32`, the default, or
+//! `bf16`: the model as `precision = bf16` holds it). Beside each figure, its roofline: a decode
+//! step reads every weight once and the keys and values of every position so far (4 bytes each
+//! in float32, 2 in bfloat16), so with memory bandwidth
 //! `RLC_BENCH_BANDWIDTH_GBS` (GB/s; H200: 4800, unset on the CPU: no roofline) no step can take
 //! less than those bytes over it. `benches/pytorch/decode.py` measures PyTorch eager (a static
 //! KV cache, as Hugging Face's generate uses) on the same shapes. Asserts nothing about time.
@@ -15,17 +17,32 @@ mod common;
 use rlc_runtime::generate::{GenerateConfig, SamplingConfig, generate, left_pad};
 use rlc_runtime::model::{ModelConfig, Transformer};
 use std::time::Instant;
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
 const PROMPT: i64 = 8;
 const NEW: i64 = 64;
 
 /// Bytes one decode step reads at batch `batch` with `context` positions cached: every
-/// parameter once, and each layer's keys and values of those positions, all float32.
-fn bytes_per_step(config: &ModelConfig, parameters: i64, batch: i64, context: i64) -> f64 {
+/// parameter once, and each layer's keys and values of those positions, `width` bytes each.
+fn bytes_per_step(
+    config: &ModelConfig,
+    parameters: i64,
+    batch: i64,
+    context: i64,
+    width: f64,
+) -> f64 {
     let head_dim = config.hidden / config.heads;
     let kv = 2 * config.layers * config.kv_heads * head_dim * context * batch;
-    4.0 * (parameters + kv) as f64
+    width * (parameters + kv) as f64
+}
+
+/// `RLC_BENCH_PRECISION`: the kind the model is held in, its name and its bytes per value.
+fn precision() -> (Kind, &'static str, f64) {
+    match std::env::var("RLC_BENCH_PRECISION").as_deref() {
+        Err(_) | Ok("f32") => (Kind::Float, "f32", 4.0),
+        Ok("bf16") => (Kind::BFloat16, "bf16", 2.0),
+        Ok(other) => panic!("RLC_BENCH_PRECISION: `f32` or `bf16`, not `{other}`"),
+    }
 }
 
 /// Seconds of one `generate` call, the device's queued work included.
@@ -39,7 +56,9 @@ fn seconds(model: &Transformer, ids: &Tensor, mask: &Tensor, config: &GenerateCo
 
 fn main() {
     tch::set_num_threads(1);
-    let (vs, model, config) = common::example_model_up_to(PROMPT + NEW);
+    let (kind, precision, width) = precision();
+    let (mut vs, model, config) = common::example_model_up_to(PROMPT + NEW);
+    vs.set_kind(kind);
     let parameters: i64 = vs
         .trainable_variables()
         .iter()
@@ -69,7 +88,7 @@ fn main() {
     let graphs = common::device().is_cuda()
         && rlc_runtime::cuda_graph::available().expect("the CUDA graph library loads");
     println!(
-        "decode figures ({} model, {parameters} parameters, {:?}, {}, prompt {PROMPT}, {NEW} new tokens per row, {}):",
+        "decode figures ({} model, {parameters} parameters in {precision}, {:?}, {}, prompt {PROMPT}, {NEW} new tokens per row, {}):",
         common::model_name(),
         common::device(),
         if graphs {
@@ -111,7 +130,7 @@ fn main() {
         );
         if let Some(bandwidth) = bandwidth {
             // The mean context of the decode steps: the prompt, then half the new tokens.
-            let bytes = bytes_per_step(&config, parameters, batch, PROMPT + NEW / 2);
+            let bytes = bytes_per_step(&config, parameters, batch, PROMPT + NEW / 2, width);
             let floor = bytes / bandwidth;
             let roofline = batch as f64 / floor;
             line += &format!(

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use rlc_plan::Plan;
-use rlc_plan::model::{Init, Layout, Role, RoleKind};
-use tch::{Device, Tensor, nn};
+use rlc_plan::model::{Init, Layout, Precision, Role, RoleKind};
+use tch::{Device, Kind, Tensor, nn};
 
 use super::error::{Result, RunError};
 use crate::collectives::Communicator;
@@ -158,7 +158,12 @@ impl<'c> RoleState<'c> {
             })?;
             (vs, Model::Tp(model), Some(groups))
         } else {
-            let (whole_vs, whole) = initial.into_whole(role, heads, device)?;
+            let (mut whole_vs, whole) = initial.into_whole(role, heads, device)?;
+            // Drawn or read in float32, then held (and run) in the role's precision; a trained
+            // role's optimizer keeps float32 master weights of it (`AdamW::for_var_store`).
+            if let Some(kind) = lower_precision(role.precision) {
+                whole_vs.set_kind(kind);
+            }
             (whole_vs, Model::Whole(whole), None)
         };
         let training = match settings.training {
@@ -260,7 +265,15 @@ impl<'c> RoleState<'c> {
                 target.copy_(&value.reshape(target.size()));
             }
             Ok(())
-        })
+        })?;
+        if matches!(self.model, Model::Whole(_)) {
+            let whole: Vec<(&str, Tensor)> = shards
+                .iter()
+                .filter_map(|(n, t)| Some((n.as_str(), t.view(self.shapes.get(n)?.as_slice()))))
+                .collect();
+            self.overwrite_master_weights(whole.iter().map(|(n, t)| (*n, t)));
+        }
+        Ok(())
     }
 
     /// The role's optimizer (none when it does not train).
@@ -321,7 +334,13 @@ impl<'c> RoleState<'c> {
     pub fn weights(&self) -> Result<Vec<(String, Tensor)>> {
         Ok(match &self.model {
             Model::Whole(_) => {
-                let mut vars: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+                // Under mixed precision the optimizer's float32 weights, from which a resumed
+                // run continues exactly; otherwise the variables.
+                let mut vars: Vec<(String, Tensor)> =
+                    match self.adam().and_then(AdamW::master_weights) {
+                        Some(masters) => masters,
+                        None => self.vs.variables().into_iter().collect(),
+                    };
                 vars.sort_by(|a, b| a.0.cmp(&b.0));
                 vars
             }
@@ -447,7 +466,7 @@ impl<'c> RoleState<'c> {
             )));
         }
         let mut parts = Vec::with_capacity(weights.len());
-        for (name, value) in weights {
+        for (name, value) in &weights {
             parts.push((name, self.local_part(name, value, what)?));
         }
         tch::no_grad(|| {
@@ -465,7 +484,24 @@ impl<'c> RoleState<'c> {
                 var.shallow_clone().copy_(&value);
             }
             Ok(())
-        })
+        })?;
+        self.overwrite_master_weights(weights.iter().map(|(n, t)| (n.as_str(), t)));
+        Ok(())
+    }
+
+    /// Sets the optimizer's float32 master weights (mixed precision) from full-precision
+    /// `values`, which a role's variables alone would have rounded.
+    fn overwrite_master_weights<'a>(
+        &mut self,
+        values: impl Iterator<Item = (&'a str, &'a Tensor)>,
+    ) {
+        if let Some(adam) = self.adam_mut()
+            && adam.master_weights().is_some()
+        {
+            for (name, value) in values {
+                adam.overwrite(name, value);
+            }
+        }
     }
 
     /// Restores the optimizer from full moments (what [`RoleState::optimizer_state`] gave).
@@ -510,6 +546,15 @@ impl<'c> RoleState<'c> {
                 .map_err(|e| RunError::Plan(format!("{what}: {e}")))?;
         }
         Ok(())
+    }
+}
+
+/// The kind a role of `precision` holds its weights in, when lower than float32.
+fn lower_precision(precision: Precision) -> Option<Kind> {
+    match precision {
+        Precision::F32 => None,
+        Precision::Bf16 => Some(Kind::BFloat16),
+        Precision::F16 => Some(Kind::Half),
     }
 }
 

@@ -305,7 +305,7 @@ impl<'a> StaticDecoder<'a> {
         let allowed = keys
             .view([rows, 1, 1, room])
             .logical_and(&causal.view([1, 1, steps, room]));
-        let bias = additive_bias(&allowed);
+        let bias = additive_bias(&allowed, self.model.kind());
         let buffers: Vec<(Tensor, Tensor)> = self
             .cache
             .iter()

@@ -269,3 +269,31 @@ fn multi_turn_static_decoding_is_the_eager_episodes() {
         );
     }
 }
+
+/// A bfloat16 model's static decode step (its attention bias in bfloat16, over the whole
+/// cache) samples the eager decoder's tokens.
+#[test]
+fn a_bfloat16_models_static_decoding_is_the_eager_rollout() {
+    let (mut vs, model) = model(6);
+    vs.bfloat16();
+    let prompts = [vec![5, 9, 2, 7, 1], vec![4], vec![8, 3, 3], vec![2, 2]];
+    let config = GenerateConfig {
+        max_new: 10,
+        samples_per_prompt: 2,
+        sampling: SamplingConfig {
+            temperature: 0.9,
+            top_k: None,
+            top_p: None,
+        },
+        seed: 11,
+        ..GenerateConfig::default()
+    };
+    let (fixed, _, eager) = both(&model, &prompts, &config, 1);
+    assert!(fixed.response_ids.equal(&eager.response_ids));
+    assert_eq!(fixed.token_logprobs.kind(), tch::Kind::Float);
+    let diff = (&fixed.token_logprobs - &eager.token_logprobs)
+        .abs()
+        .max()
+        .double_value(&[]);
+    assert!(diff < 0.05, "{diff}");
+}

@@ -367,7 +367,7 @@ mod tests {
             let v = Tensor::randn([batch, kv_heads, keys, d], options);
             let allowed = Tensor::rand([batch, 1, 1, keys], options).gt(0.3);
             let _ = allowed.narrow(3, 0, 1).fill_(1);
-            let bias = crate::model::additive_bias(&allowed);
+            let bias = crate::model::additive_bias(&allowed, Kind::Float);
             let scale = 1.0 / (d as f64).sqrt();
             let group = heads / kv_heads;
             let repeated = |t: &Tensor| t.repeat_interleave_self_int(group, 1, None);

@@ -72,7 +72,9 @@ impl RopeAngles {
         let first = x.narrow(-1, 0, half);
         let second = x.narrow(-1, half, half);
         let rotated = Tensor::cat(&[&second.neg(), &first], -1);
-        x * cos + rotated * sin
+        // Angles in float32 (exact positions), the result in `x`'s kind (a bfloat16 model's
+        // queries and keys stay bfloat16).
+        (x * cos + rotated * sin).to_kind(x.kind())
     }
 }
 

@@ -145,6 +145,12 @@ impl Transformer {
         &self.config
     }
 
+    /// The kind the weights are held in (float32, or bfloat16 under `precision = bf16`): the
+    /// kind of the activations, while log-probabilities, values and scores come out float32.
+    pub fn kind(&self) -> Kind {
+        self.embed_tokens.kind()
+    }
+
     /// The token embedding matrix `[vocab, hidden]`.
     pub(crate) fn embedding(&self) -> &Tensor {
         &self.embed_tokens
@@ -215,7 +221,7 @@ impl Transformer {
         );
         let positions = token_positions(&mask, past, steps);
         let angles = self.rope.angles(&positions);
-        let bias = attention_bias(&mask, past, steps);
+        let bias = attention_bias(&mask, past, steps, self.kind());
         let x = self.embed(ids, &positions);
         self.through_layers(x, &angles, &bias, cache, queries)
     }
@@ -288,7 +294,10 @@ impl Transformer {
     /// If the model has no value head.
     pub fn value_head(&self, hidden: &Tensor) -> Tensor {
         let weight = self.value_head.as_ref().expect("model has no value head");
-        hidden.linear(weight, None::<&Tensor>).squeeze_dim(-1)
+        hidden
+            .linear(weight, None::<&Tensor>)
+            .squeeze_dim(-1)
+            .to_kind(Kind::Float)
     }
 
     /// Scores `[B]` read at each row's last real token (right or left padding alike).
@@ -308,7 +317,10 @@ impl Transformer {
                 false,
             )
             .squeeze_dim(1);
-        picked.linear(weight, None::<&Tensor>).squeeze_dim(-1)
+        picked
+            .linear(weight, None::<&Tensor>)
+            .squeeze_dim(-1)
+            .to_kind(Kind::Float)
     }
 
     pub fn logits(&self, ids: &Tensor, mask: &Tensor) -> Tensor {
@@ -455,20 +467,27 @@ fn last_real_index(mask: &Tensor) -> Tensor {
     (mask.ne(0).to_kind(Kind::Int64) * positions).argmax(-1, false)
 }
 
-/// Additive bias `[B, 1, T, S]`: 0 where query `past + i` may attend key `j` (causal and `j` is a
-/// real token), the most negative float elsewhere ([`additive_bias`]).
-pub(crate) fn attention_bias(mask: &Tensor, past: i64, steps: i64) -> Tensor {
+/// Additive bias `[B, 1, T, S]` of `kind`: 0 where query `past + i` may attend key `j` (causal
+/// and `j` is a real token), the most negative value elsewhere ([`additive_bias`]).
+pub(crate) fn attention_bias(mask: &Tensor, past: i64, steps: i64, kind: Kind) -> Tensor {
     let total = mask.size()[1];
     let device = mask.device();
     let keys = Tensor::arange(total, (Kind::Int64, device)).view([1, total]);
     let queries = Tensor::arange_start(past, past + steps, (Kind::Int64, device)).view([steps, 1]);
     let causal = keys.le_tensor(&queries).view([1, 1, steps, total]);
-    additive_bias(&causal.logical_and(&mask.view([-1, 1, 1, total])))
+    additive_bias(&causal.logical_and(&mask.view([-1, 1, 1, total])), kind)
 }
 
-/// The attention bias of a boolean `allowed`: 0 where a query may attend a key, the most
-/// negative float elsewhere. A finite value rather than -inf keeps rows of padded queries, which
-/// see no real key, at a uniform softmax instead of NaN.
-pub(crate) fn additive_bias(allowed: &Tensor) -> Tensor {
-    Tensor::where_scalar(allowed, 0.0, f32::MIN as f64)
+/// The attention bias of a boolean `allowed`, in `kind` (the activations', so that attention is
+/// one fused op): 0 where a query may attend a key, the most negative finite value of `kind`
+/// elsewhere. A finite value rather than -inf keeps rows of padded queries, which see no real
+/// key, at a uniform softmax instead of NaN.
+pub(crate) fn additive_bias(allowed: &Tensor, kind: Kind) -> Tensor {
+    let lowest = match kind {
+        // `torch.finfo(torch.bfloat16).min`: f32::MIN would round to -inf.
+        Kind::BFloat16 => -3.389_531_389_251_535_5e38,
+        Kind::Half => -65504.0,
+        _ => f32::MIN as f64,
+    };
+    Tensor::where_scalar(allowed, 0.0, lowest).to_kind(kind)
 }

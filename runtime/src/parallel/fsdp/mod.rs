@@ -679,7 +679,7 @@ impl<'c> Fsdp<'c> {
         let positions = token_positions(&mask, past, steps);
         Context {
             angles: self.skeleton.rope().angles(&positions),
-            bias: attention_bias(&mask, past, steps),
+            bias: attention_bias(&mask, past, steps, Kind::Float),
             positions,
         }
     }

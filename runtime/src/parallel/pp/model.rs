@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use tch::{Device, Tensor, nn};
+use tch::{Device, Kind, Tensor, nn};
 
 use super::parts::{StageParts, plain_parts};
 use super::{PipelineError, Stage};
@@ -239,7 +239,7 @@ impl<'c> PipelineModel<'c> {
         let mask = mask.ne(0);
         let cached = cache.as_ref().map_or(0, |cache| cache.len());
         let angles = self.rope.angles(&token_positions(&mask, cached, steps));
-        let bias = attention_bias(&mask, cached, steps);
+        let bias = attention_bias(&mask, cached, steps, Kind::Float);
         let mut x = x.shallow_clone();
         match cache {
             Some(cache) => {

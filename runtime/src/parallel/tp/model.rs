@@ -236,7 +236,11 @@ impl<'c> TpTransformer<'c> {
         let mask = mask.ne(0);
         let positions = token_positions(&mask, past, steps);
         let angles = self.rope.angles(&positions);
-        Ok((angles, attention_bias(&mask, past, steps), positions))
+        Ok((
+            angles,
+            attention_bias(&mask, past, steps, Kind::Float),
+            positions,
+        ))
     }
 
     fn head(&self) -> Result<&VocabParallelHead<'c>, TpError> {
