@@ -32,7 +32,7 @@
 #      decode at batch 1, 16 and 256 for that one and a Qwen2-0.5B-shaped one, each beside its
 #      roofline (weights and KV cache over BANDWIDTH_GBS, default 4800: an H200's HBM3e) and
 #      beside PyTorch eager with a static KV cache (runtime/benches/decode.rs,
-#      benches/pytorch/decode.py), and what bounds a step at batch 256 (its matrix products
+#      benches/pytorch/decode.py), in float32 and in bfloat16 (`precision = bf16`), and what bounds a step at batch 256 (its matrix products
 #      alone in float32, TF32 and bf16; the sampler's passes: benches/pytorch/decode_floor.py);
 #      and the fused kernels against libtorch eager's CUDA kernels and a device copy
 #      (runtime/benches/kernels.rs: × eager, % of copy bandwidth) at B=512 and, out of cache,
@@ -277,6 +277,9 @@ section_decode() {
       RLC_CUDA_GRAPH_LIB=off RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_BANDWIDTH_GBS=$BANDWIDTH_GBS bench "$dir/decode" || status=1
     fi
     limit python3 benches/pytorch/decode.py --model "$model" --device cuda --bandwidth-gbs "$BANDWIDTH_GBS" || status=1
+    section "3. the same in bfloat16 (precision = bf16): rlc, then PyTorch eager"
+    RLC_BENCH_PRECISION=bf16 RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_BANDWIDTH_GBS=$BANDWIDTH_GBS bench "$dir/decode" || status=1
+    limit python3 benches/pytorch/decode.py --model "$model" --device cuda --bandwidth-gbs "$BANDWIDTH_GBS" --dtype bfloat16 || status=1
     # What bounds a step at batch 256: its matrix products alone, in float32, TF32 and bf16.
     limit python3 benches/pytorch/decode_floor.py --model "$model" --batch 256 --bandwidth-gbs "$BANDWIDTH_GBS" || status=1
   done

@@ -551,6 +551,15 @@ fn setting_cases() -> Vec<Case> {
         ..c
     };
     vec![
+        // A model's precision: the kind its weights are held in.
+        case(
+            "model",
+            "precision",
+            "init  = random(seed: 3)",
+            "init  = random(seed: 3)\n  precision = bf16",
+            |r| format!("{:?}", r.policy.weights),
+            "Some(BFloat16)",
+        ),
         // A model's architecture: the random init's model configuration.
         case(
             "arch",

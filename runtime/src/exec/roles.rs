@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use rlc_plan::Plan;
-use rlc_plan::model::{Init, Layout, Precision, Role, RoleKind};
-use tch::{Device, Kind, Tensor, nn};
+use rlc_plan::model::{Init, Layout, Role, RoleKind};
+use tch::{Device, Tensor, nn};
 
 use super::error::{Result, RunError};
 use crate::collectives::Communicator;
@@ -161,7 +161,7 @@ impl<'c> RoleState<'c> {
             let (mut whole_vs, whole) = initial.into_whole(role, heads, device)?;
             // Drawn or read in float32, then held (and run) in the role's precision; a trained
             // role's optimizer keeps float32 master weights of it (`AdamW::for_var_store`).
-            if let Some(kind) = lower_precision(role.precision) {
+            if let Some(kind) = settings.weights {
                 whole_vs.set_kind(kind);
             }
             (whole_vs, Model::Whole(whole), None)
@@ -546,15 +546,6 @@ impl<'c> RoleState<'c> {
                 .map_err(|e| RunError::Plan(format!("{what}: {e}")))?;
         }
         Ok(())
-    }
-}
-
-/// The kind a role of `precision` holds its weights in, when lower than float32.
-fn lower_precision(precision: Precision) -> Option<Kind> {
-    match precision {
-        Precision::F32 => None,
-        Precision::Bf16 => Some(Kind::BFloat16),
-        Precision::F16 => Some(Kind::Half),
     }
 }
 

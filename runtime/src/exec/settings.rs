@@ -1,10 +1,11 @@
 //! The runtime's reading of a plan's settings, in one place: each role's model configuration,
-//! optimizer, learning-rate schedule and clipping, and each `generate` op's sampling. The role
+//! precision, optimizer, learning-rate schedule and clipping, and each `generate` op's sampling. The role
 //! states and the generate op are built from these, and `tests/settings.rs` checks that every
 //! parameter a program can state arrives here with the value the program gave it.
 
 use rlc_plan::Plan;
-use rlc_plan::model::{Arch, Init, OpKind, OptimizerName, Role};
+use rlc_plan::model::{Arch, Init, OpKind, OptimizerName, Precision, Role};
+use tch::Kind;
 
 use super::error::{Result, RunError};
 use crate::generate::SamplingConfig;
@@ -19,6 +20,9 @@ pub struct RoleSettings {
     pub model: Option<ModelConfig>,
     /// How the role trains; `None` when it is frozen or has no optimizer.
     pub training: Option<TrainingSettings>,
+    /// The kind its weights are held in when lower than float32 (`precision`; a trained role
+    /// keeps float32 master weights in its optimizer); `None`: float32.
+    pub weights: Option<Kind>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -63,6 +67,11 @@ pub fn role(plan: &Plan, name: &str, optimizer_steps: u64) -> Result<RoleSetting
     Ok(RoleSettings {
         model: random_init_config(plan, role, 0)?,
         training,
+        weights: match role.precision {
+            Precision::F32 => None,
+            Precision::Bf16 => Some(Kind::BFloat16),
+            Precision::F16 => Some(Kind::Half),
+        },
     })
 }
 
