@@ -20,7 +20,8 @@ const MAX_WORK_PER_HEAD: i64 = 16 * 1024;
 pub fn applies(q: &Tensor, k: &Tensor, bias: &Tensor) -> bool {
     let (qs, ks) = (q.size(), k.size());
     q.device() == Device::Cpu
-        && [q.kind(), k.kind(), bias.kind()] == [Kind::Float; 3]
+        && matches!(q.kind(), Kind::Float | Kind::BFloat16 | Kind::Half)
+        && [k.kind(), bias.kind()] == [q.kind(); 2]
         && qs.len() == 4
         && ks.len() == 4
         && qs[2] * ks[2] * qs[3] <= MAX_WORK_PER_HEAD
@@ -30,8 +31,15 @@ pub fn applies(q: &Tensor, k: &Tensor, bias: &Tensor) -> bool {
 /// `[B, Hk, S, d]` (query head `h` reads key/value head `h / (H / Hk)`) and an additive `bias`
 /// broadcastable to `[B, 1, T, S]`: the output as `[B, T, H·d]` (heads side by side, the
 /// layout the output projection reads) and the attention probabilities `[B, H, T, S]`, which
-/// a backward pass would need. No autograd graph is recorded.
+/// a backward pass would need. No autograd graph is recorded. A bfloat16 or float16 pass runs
+/// in float32 on copies (attention accumulated in float32, as flash kernels do) and gets its
+/// output back in its own kind.
 pub fn forward(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, scale: f64) -> (Tensor, Tensor) {
+    if q.kind() != Kind::Float {
+        let wide = |t: &Tensor| t.to_kind(Kind::Float);
+        let (out, probs) = forward(&wide(q), &wide(k), &wide(v), &wide(bias), scale);
+        return (out.to_kind(q.kind()), probs);
+    }
     let (qs, ks) = (q.size(), k.size());
     assert!(
         qs.len() == 4 && ks.len() == 4 && qs[0] == ks[0] && qs[3] == ks[3],
@@ -181,11 +189,31 @@ mod tests {
         let f = |t: i64, s: i64, d: i64, kind: Kind| {
             let q = Tensor::zeros([1, 1, t, d], (kind, Device::Cpu));
             let k = Tensor::zeros([1, 1, s, d], (kind, Device::Cpu));
-            let bias = Tensor::zeros([1, 1, t, s], (Kind::Float, Device::Cpu));
+            let bias = Tensor::zeros([1, 1, t, s], (kind, Device::Cpu));
             applies(&q, &k, &bias)
         };
         assert!(f(10, 10, 16, Kind::Float));
+        assert!(f(10, 10, 16, Kind::BFloat16));
         assert!(!f(10, 10, 16, Kind::Double));
         assert!(!f(256, 256, 64, Kind::Float));
+    }
+
+    #[test]
+    fn a_bfloat16_pass_runs_in_float32_and_keeps_its_kind() {
+        let (b, h, t, s, d) = (2, 2, 3, 6, 8);
+        let options = (Kind::Float, Device::Cpu);
+        let half = |t: Tensor| t.to_kind(Kind::BFloat16);
+        let (q, k, v) = (
+            half(Tensor::randn([b, h, t, d], options)),
+            half(Tensor::randn([b, h, s, d], options)),
+            half(Tensor::randn([b, h, s, d], options)),
+        );
+        let allowed = Tensor::rand([b, 1, t, s], options).gt(0.3);
+        let bias = crate::model::additive_bias(&allowed, Kind::BFloat16);
+        let (out, _) = forward(&q, &k, &v, &bias, 0.5);
+        assert_eq!(out.kind(), Kind::BFloat16);
+        let wide = |t: &Tensor| t.to_kind(Kind::Float);
+        let (expected, _) = forward(&wide(&q), &wide(&k), &wide(&v), &wide(&bias), 0.5);
+        assert!(wide(&out).equal(&expected.to_kind(Kind::BFloat16).to_kind(Kind::Float)));
     }
 }
