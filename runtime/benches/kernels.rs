@@ -41,10 +41,7 @@ use tch::{Device, Kind, Tensor};
 /// Rows: 512, the size, unless `RLC_BENCH_ROWS` says otherwise (larger batches move
 /// the data out of cache, where the copy reference runs at memory bandwidth).
 fn rows() -> i64 {
-    std::env::var("RLC_BENCH_ROWS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(512)
+    common::positive_from_env("RLC_BENCH_ROWS", 512)
 }
 const T: i64 = 1024;
 const THREADS: usize = 2;

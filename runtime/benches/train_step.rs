@@ -41,13 +41,7 @@ struct Shape {
 impl Shape {
     /// The example's minibatch, or what `RLC_BENCH_ROWS` / `_PROMPT` / `_RESPONSE` say.
     fn from_env() -> Self {
-        let read = |name: &str, default: i64| match std::env::var(name) {
-            Ok(text) => match text.parse::<i64>() {
-                Ok(n) if n > 0 => n,
-                _ => panic!("{name}={text}: a positive whole number"),
-            },
-            Err(_) => default,
-        };
+        let read = common::positive_from_env;
         Self {
             rows: read("RLC_BENCH_ROWS", 128),
             prompt: read("RLC_BENCH_PROMPT", 6),

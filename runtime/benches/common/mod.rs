@@ -100,3 +100,15 @@ pub fn benchmarking() -> bool {
     let has = |flag: &str| args.iter().any(|a| a == flag);
     has("--bench") && !has("--test") && !has("--list")
 }
+
+/// The positive whole number the environment variable `name` holds, `default` when unset; any
+/// other value stops the bench with the reason (a bench never measures another shape than asked).
+pub fn positive_from_env(name: &str, default: i64) -> i64 {
+    match std::env::var(name) {
+        Ok(text) => match text.parse::<i64>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("{name}={text}: a positive whole number"),
+        },
+        Err(_) => default,
+    }
+}
