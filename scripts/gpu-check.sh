@@ -40,7 +40,8 @@
 #      a training step of GPU size (TRAIN_SHAPE="rows prompt response", default 32 64 192) for
 #      the medium and the Qwen2-0.5B-shaped model, rlc (runtime/benches/train_step.rs) beside
 #      PyTorch eager with AdamW(fused=True) (benches/pytorch/train_step.py): ms, tokens/s and
-#      MFU against PEAK_TFLOPS (default 67: an H200's float32);
+#      MFU against PEAK_TFLOPS (default 67: an H200's float32), and in bfloat16 against
+#      PEAK_BF16_TFLOPS (default 989: its dense bfloat16);
 #   4. ranks as processes on the GPU (needs `mpirun`, which PyTorch's wheels do not bring: without
 #      it these are skipped, saying so, and the other steps still count): collectives of CUDA
 #      tensors through NCCL against the host path under `mpirun -np 1` (and -np 2 on one GPU:
@@ -306,6 +307,12 @@ section_mfu() {
       RLC_BENCH_RESPONSE=$response RLC_BENCH_PEAK_TFLOPS=$PEAK_TFLOPS bench "$dir/train_step" || status=1
     limit python3 benches/pytorch/train_step.py --model "$model" --device cuda --rows "$rows" \
       --prompt "$prompt" --response "$response" --peak-tflops "$PEAK_TFLOPS" || status=1
+    section "3. the same in bfloat16: rlc's precision = bf16, then PyTorch under autocast (MFU of $PEAK_BF16_TFLOPS TFLOP/s)"
+    RLC_BENCH_PRECISION=bf16 RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=$model RLC_BENCH_ROWS=$rows \
+      RLC_BENCH_PROMPT=$prompt RLC_BENCH_RESPONSE=$response RLC_BENCH_PEAK_TFLOPS=$PEAK_BF16_TFLOPS \
+      bench "$dir/train_step" || status=1
+    limit python3 benches/pytorch/train_step.py --model "$model" --device cuda --rows "$rows" \
+      --prompt "$prompt" --response "$response" --peak-tflops "$PEAK_BF16_TFLOPS" --bf16 || status=1
   done
   return $status
 }
@@ -325,10 +332,12 @@ run() {
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   local status=0 name
-  # The decode rooflines' memory bandwidth, GB/s, and the float32 peak MFU is counted against,
-  # TFLOP/s (an H200's HBM3e and CUDA cores, unless set); the MFU section's batch.
+  # The decode rooflines' memory bandwidth, GB/s, and the float32 and bfloat16 peaks MFU is
+  # counted against, TFLOP/s (an H200's HBM3e, CUDA cores and tensor cores, unless set); the
+  # MFU section's batch.
   BANDWIDTH_GBS="${BANDWIDTH_GBS:-4800}"
   PEAK_TFLOPS="${PEAK_TFLOPS:-67}"
+  PEAK_BF16_TFLOPS="${PEAK_BF16_TFLOPS:-989}"
   TRAIN_SHAPE="${TRAIN_SHAPE:-32 64 192}"
   for name in ${RLC_GPU_CHECK_ONLY:-$SECTIONS}; do
     if [[ " $SECTIONS " != *" $name "* ]]; then

@@ -8,7 +8,9 @@ head; float32, random weights) run over whole sequences with causal attention
 (`scaled_dot_product_attention`), the head at the positions whose next token the loss reads,
 the PPO clipped loss of `std.algo.ppo_clip` (dual clip, eps 0.2) averaged over the response
 tokens, backward, `clip_grad_norm_` to 1 and `torch.optim.AdamW(fused=True)` on CUDA (the
-multi-tensor `foreach` path on the CPU), with the runtime's AdamW settings.
+multi-tensor `foreach` path on the CPU), with the runtime's AdamW settings. `--bf16` runs the
+forward pass and the loss under `torch.autocast(dtype=torch.bfloat16)`, mixed precision as a
+hand-written PyTorch loop does it (float32 weights, gradients and optimiser).
 
     python benches/pytorch/train_step.py --model medium --device cuda --rows 32 --prompt 64 \
         --response 192 --peak-tflops 67
@@ -78,8 +80,11 @@ def main():
     ap.add_argument("--rows", type=int, default=128)
     ap.add_argument("--prompt", type=int, default=6)
     ap.add_argument("--response", type=int, default=4)
-    ap.add_argument("--peak-tflops", type=float, help="the device's float32 peak, for MFU")
+    ap.add_argument("--peak-tflops", type=float,
+                    help="the device's peak for matrix products (float32; bfloat16 with --bf16)")
     ap.add_argument("--seconds", type=float, default=3.0, help="time to measure (median step)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="forward and loss under torch.autocast(bfloat16)")
     args = ap.parse_args()
     device = torch.device(args.device)
     shape, model = bench_model(args.model, device)
@@ -88,16 +93,19 @@ def main():
                                   weight_decay=0.01, fused=cuda, foreach=not cuda)
     rows, prompt, response = args.rows, args.prompt, args.response
     ids = torch.randint(shape["vocab"], (rows, prompt + response), device=device)
-    with torch.no_grad():
-        old_logp = response_logprobs(model, ids, prompt, response)
+    def autocast():
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    with torch.no_grad(), autocast():
+        old_logp = response_logprobs(model, ids, prompt, response).float()
     adv = torch.randn(rows, response, device=device)
     mask = torch.ones(rows, response, device=device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def step():
         optimizer.zero_grad()
-        logp = response_logprobs(model, ids, prompt, response)
-        loss = (ppo_clip(logp, old_logp, adv, 0.2) * mask).sum() / mask.sum()
+        with autocast():
+            logp = response_logprobs(model, ids, prompt, response)
+            loss = (ppo_clip(logp, old_logp, adv, 0.2) * mask).sum() / mask.sum()
         value = loss.item()
         assert value == value, "the loss is NaN"
         loss.backward()
@@ -114,7 +122,8 @@ def main():
         times.append(time.perf_counter() - t)
     seconds = statistics.median(times)
     line = (f"PyTorch {torch.__version__} eager train step ({rows} rows x ({prompt} prompt + "
-            f"{response} response) tokens, {args.model} model, {device}, AdamW "
+            f"{response} response) tokens, {args.model} model, {device}, "
+            f"{'bfloat16 autocast, ' if args.bf16 else ''}AdamW "
             f"{'fused' if cuda else 'foreach'}, median of {len(times)} steps): "
             f"{seconds * 1e3:.1f} ms/step, {rows * response / seconds:.0f} tokens/s trained")
     if args.peak_tflops:

@@ -16,7 +16,7 @@ mod common;
 use rlc_runtime::generate::{GenerateConfig, SamplingConfig, generate, left_pad};
 use rlc_runtime::model::{ModelConfig, Transformer};
 use std::time::Instant;
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 const PROMPT: i64 = 8;
 const NEW: i64 = 64;
@@ -35,15 +35,6 @@ fn bytes_per_step(
     width * (parameters + kv) as f64
 }
 
-/// `RLC_BENCH_PRECISION`: the kind the model is held in, its name and its bytes per value.
-fn precision() -> (Kind, &'static str, f64) {
-    match std::env::var("RLC_BENCH_PRECISION").as_deref() {
-        Err(_) | Ok("f32") => (Kind::Float, "f32", 4.0),
-        Ok("bf16") => (Kind::BFloat16, "bf16", 2.0),
-        Ok(other) => panic!("RLC_BENCH_PRECISION: `f32` or `bf16`, not `{other}`"),
-    }
-}
-
 /// Seconds of one `generate` call, the device's queued work included.
 fn seconds(model: &Transformer, ids: &Tensor, mask: &Tensor, config: &GenerateConfig) -> f64 {
     let start = Instant::now();
@@ -55,7 +46,7 @@ fn seconds(model: &Transformer, ids: &Tensor, mask: &Tensor, config: &GenerateCo
 
 fn main() {
     tch::set_num_threads(1);
-    let (kind, precision, width) = precision();
+    let (kind, precision, width) = common::precision();
     let (mut vs, model, config) = common::example_model_up_to(PROMPT + NEW);
     vs.set_kind(kind);
     let parameters: i64 = vs

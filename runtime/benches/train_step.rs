@@ -8,8 +8,9 @@
 //! that feeds it).
 //!
 //! `RLC_BENCH_ROWS`, `RLC_BENCH_PROMPT` and `RLC_BENCH_RESPONSE` change the batch (a GPU wants
-//! thousands of tokens a step); with `RLC_BENCH_PEAK_TFLOPS` (the device's peak for float32
-//! matrix products) it also prints the model FLOPs utilisation, counted as
+//! thousands of tokens a step); `RLC_BENCH_PRECISION=bf16` holds the model in bfloat16 with
+//! float32 master weights, as `precision = bf16` does; with `RLC_BENCH_PEAK_TFLOPS` (the
+//! device's peak for matrix products in that precision) it also prints the model FLOPs utilisation, counted as
 //! `benches/pytorch/train_step.py` counts it for PyTorch eager on the same shapes (see
 //! [`model_flops`]).
 //!
@@ -156,7 +157,9 @@ fn main() {
         .measurement_time(Duration::from_secs(3))
         .configure_from_args();
     let shape = Shape::from_env();
-    let (vs, model, config) = common::example_model_up_to(shape.width().max(32));
+    let (kind, precision, _) = common::precision();
+    let (mut vs, model, config) = common::example_model_up_to(shape.width().max(32));
+    vs.set_kind(kind);
     let mut optimizer = AdamW::for_var_store(&vs, AdamWConfig::default());
     let batch = Batch::new(&model, config.vocab, shape);
     let tokens = shape.rows * shape.response;
@@ -206,7 +209,7 @@ fn main() {
         Err(_) => String::new(),
     };
     println!(
-        "train step ({rows} rows x ({prompt} prompt + {response} response) tokens, {} model, {:?}, 1 libtorch thread, {}): {:.1} ms/step, {:.0} tokens/s trained{utilisation}",
+        "train step ({rows} rows x ({prompt} prompt + {response} response) tokens, {} model in {precision}, {:?}, 1 libtorch thread, {}): {:.1} ms/step, {:.0} tokens/s trained{utilisation}",
         common::model_name(),
         common::device(),
         if budget.is_zero() {

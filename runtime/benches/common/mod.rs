@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use rlc_runtime::model::{Heads, ModelConfig, Transformer};
-use tch::{Device, nn};
+use tch::{Device, Kind, nn};
 
 /// `tiny_gpt(layers: 2, hidden: 64, heads: 4, vocab: 16)`, the policy of examples/grpo_digits.rl
 /// (or the model `RLC_BENCH_MODEL` names, see above), on the bench's device.
@@ -110,5 +110,16 @@ pub fn positive_from_env(name: &str, default: i64) -> i64 {
             _ => panic!("{name}={text}: a positive whole number"),
         },
         Err(_) => default,
+    }
+}
+
+/// `RLC_BENCH_PRECISION` (`f32`, the default, or `bf16`): the kind the model is held in, as
+/// `precision = …` holds it (set it on the var store before building the optimizer, which then
+/// keeps float32 master weights), its name and its bytes per value.
+pub fn precision() -> (Kind, &'static str, f64) {
+    match std::env::var("RLC_BENCH_PRECISION").as_deref() {
+        Err(_) | Ok("f32") => (Kind::Float, "f32", 4.0),
+        Ok("bf16") => (Kind::BFloat16, "bf16", 2.0),
+        Ok(other) => panic!("RLC_BENCH_PRECISION={other}: `f32` or `bf16`"),
     }
 }
