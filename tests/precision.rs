@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use common::{refused, rlc, scratch, text};
+use common::{metric_records, refused, rlc, scratch, text};
 
 mod common;
 
@@ -41,19 +41,7 @@ fn run(
     args.extend_from_slice(extra);
     let out = rlc(&args);
     assert!(out.status.success(), "{}", text(&out));
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let mut record: serde_json::Map<String, serde_json::Value> =
-                serde_json::from_str(line).unwrap();
-            // The fields that time the step are the only ones that may differ between runs.
-            record.retain(|key, _| {
-                !(key == "seconds" || key == "tokens_per_s" || key.starts_with("time/"))
-            });
-            record
-        })
-        .collect()
+    metric_records(run)
 }
 
 fn field(records: &[serde_json::Map<String, serde_json::Value>], name: &str) -> Vec<f64> {

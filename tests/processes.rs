@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{scratch, text};
+use common::{metric_records as metrics, scratch, text};
 use rlc_runtime::collectives::processes::local_mpirun;
 
 mod common;
@@ -52,22 +52,6 @@ fn run(processes: Option<usize>, source: &Path, out: &Path, extra: &[&str]) -> O
         .args(extra)
         .output()
         .unwrap()
-}
-
-/// Each step's metrics without the fields that time the step (the only ones that may differ).
-fn metrics(run: &Path) -> Vec<serde_json::Map<String, serde_json::Value>> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let mut record: serde_json::Map<String, serde_json::Value> =
-                serde_json::from_str(line).unwrap();
-            record.retain(|key, _| {
-                !(key == "seconds" || key == "tokens_per_s" || key.starts_with("time/"))
-            });
-            record
-        })
-        .collect()
 }
 
 #[test]

@@ -3,7 +3,7 @@
 // Each test crate that includes this module uses a part of it.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// An empty folder for `name` under the system's temporary folder, unique to this test
@@ -65,4 +65,21 @@ pub fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// Each step's line of a run's `metrics.jsonl`, without the fields that time the step (the only
+/// ones that may differ between runs of one job).
+pub fn metric_records(run: &Path) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut record: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(line).unwrap();
+            record.retain(|key, _| {
+                !(key == "seconds" || key == "tokens_per_s" || key.starts_with("time/"))
+            });
+            record
+        })
+        .collect()
 }
