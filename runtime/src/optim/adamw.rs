@@ -103,12 +103,17 @@ struct StepCoefficients {
 }
 
 impl StepCoefficients {
-    /// The moments' update and the parameter's, in `torch.optim.AdamW`'s order (after decay).
+    /// The moments' update and the parameter's: `torch.optim.AdamW`'s single-tensor step (after
+    /// decay), operation for operation, so the same bits —
+    /// `exp_avg.lerp_(grad, 1 − β₁)`, `exp_avg_sq.mul_(β₂).addcmul_(grad, grad, value=1 − β₂)`,
+    /// `denom = (exp_avg_sq.sqrt() / sqrt(1 − β₂ᵗ)).add_(ε)`,
+    /// `param.addcdiv_(exp_avg, denom, value=−step_size)`. tch's `addcmul_` and `addcdiv_` take
+    /// no `value`: libtorch computes `self + value·t1·t2` and `self + value·t1 / t2` with `value`
+    /// multiplied in first, so `t1` is given already multiplied by it (in one scratch buffer).
     ///
-    /// Two temporaries the size of `param`, each operation done in place on them: written as
-    /// expressions the update made seven, which on the flat buffers are the whole model each
-    /// (fresh pages from the system every step on the CPU; the peak memory on a GPU). The
-    /// same operations in the same order: the same bits.
+    /// Two temporaries the size of `param`, every other operation in place: on the flat buffers
+    /// each is the whole model (fresh pages from the system every step on the CPU; the peak
+    /// memory on a GPU).
     fn apply(
         &self,
         param: &mut Tensor,
@@ -120,25 +125,21 @@ impl StepCoefficients {
             .f_lerp_(grad, 1.0 - self.beta1)
             .expect("first moment");
         let _ = exp_avg_sq.f_mul_scalar_(self.beta2).expect("second moment");
-        // `grad · grad · (1 − β₂)`, then (the same buffer) `exp_avg / denom · step_size`.
-        let mut scratch = grad * grad;
-        let _ = scratch
-            .f_mul_scalar_(1.0 - self.beta2)
+        let scratch = grad * (1.0 - self.beta2);
+        let _ = exp_avg_sq
+            .f_addcmul_(&scratch, grad)
             .expect("second moment");
-        let _ = exp_avg_sq.f_add_(&scratch).expect("second moment");
-        // `sqrt(exp_avg_sq) / sqrt(1 − β₂ᵗ) + ε`
         let mut denom = exp_avg_sq.sqrt();
         let _ = denom
             .f_div_scalar_(self.bias_correction2_sqrt)
             .expect("denominator");
         let _ = denom.f_add_scalar_(self.eps).expect("denominator");
         let _ = exp_avg
-            .f_div_out(&scratch, &denom)
+            .f_mul_scalar_out(&scratch, -self.step_size)
             .expect("parameter update");
-        let _ = scratch
-            .f_mul_scalar_(self.step_size)
+        let _ = param
+            .f_addcdiv_(&scratch, &denom)
             .expect("parameter update");
-        let _ = param.f_sub_(&scratch).expect("parameter update");
     }
 }
 
