@@ -7,6 +7,13 @@
 //! `RLC_BENCH_MODEL=qwen2-0.5b` by one of Qwen2-0.5B's shape.
 #![allow(dead_code)]
 
+/// The allocator `rlc-run` runs jobs with — mimalloc, for Rust's allocations and, by symbol
+/// interposition, for libtorch's (`src/bin/rlc-run/memory.rs`) —, so that a bench measures what
+/// a run does: with glibc's `malloc` every allocation over 32 MB is mapped afresh, and a large
+/// model's optimizer step faulted in new pages for each of its whole-model temporaries.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use rlc_runtime::model::{Heads, ModelConfig, Transformer};
 use tch::{Device, Kind, nn};
 
