@@ -224,7 +224,8 @@ impl<'c> RoleState<'c> {
     }
 
     /// Overwrites the parameters in place with this rank's flat parts `shards` (what
-    /// [`RoleState::local_shards`] gives under this layout: the destination of a weight sync).
+    /// [`RoleState::local_shards`] gives under this layout: the destination of a weight sync,
+    /// which serves and does not train, so has no master weights to set).
     pub fn set_local_shards(
         &mut self,
         shards: &BTreeMap<String, Tensor>,
@@ -265,15 +266,7 @@ impl<'c> RoleState<'c> {
                 target.copy_(&value.reshape(target.size()));
             }
             Ok(())
-        })?;
-        if matches!(self.model, Model::Whole(_)) {
-            let whole: Vec<(&str, Tensor)> = shards
-                .iter()
-                .filter_map(|(n, t)| Some((n.as_str(), t.view(self.shapes.get(n)?.as_slice()))))
-                .collect();
-            self.overwrite_master_weights(whole.iter().map(|(n, t)| (*n, t)));
-        }
-        Ok(())
+        })
     }
 
     /// The role's optimizer (none when it does not train).
@@ -485,23 +478,16 @@ impl<'c> RoleState<'c> {
             }
             Ok(())
         })?;
-        self.overwrite_master_weights(weights.iter().map(|(n, t)| (n.as_str(), t)));
-        Ok(())
-    }
-
-    /// Sets the optimizer's float32 master weights (mixed precision) from full-precision
-    /// `values`, which a role's variables alone would have rounded.
-    fn overwrite_master_weights<'a>(
-        &mut self,
-        values: impl Iterator<Item = (&'a str, &'a Tensor)>,
-    ) {
+        // Under mixed precision the optimizer's float32 master weights too, from the
+        // full-precision values the variables alone would have rounded.
         if let Some(adam) = self.adam_mut()
             && adam.master_weights().is_some()
         {
-            for (name, value) in values {
+            for (name, value) in &weights {
                 adam.overwrite(name, value);
             }
         }
+        Ok(())
     }
 
     /// Restores the optimizer from full moments (what [`RoleState::optimizer_state`] gave).

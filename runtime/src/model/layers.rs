@@ -262,17 +262,11 @@ pub fn grouped_attention(
     } else {
         (k, v)
     };
-    let out = if q.kind() == bias.kind() {
-        // One libtorch op for the five of softmax(q·kᵀ / √d + bias)·v below (on the CPU its
-        // flash kernel, forward and backward), the same function of its inputs: at the main
-        // job's size (rows of ten keys) the separate softmax alone cost more than it.
-        Tensor::scaled_dot_product_attention(&q, &k, &v, Some(bias), 0.0, false, scale, false)
-    } else {
-        // A bias of another kind than the activations (the attention bias is float32).
-        let scores = q.matmul(&k.transpose(-2, -1)) / (head_dim as f64).sqrt() + bias;
-        let probs = scores.softmax(-1, Kind::Float).to_kind(q.kind());
-        probs.matmul(&v)
-    };
+    // One libtorch op for softmax(q·kᵀ / √d + bias)·v (on the CPU its flash kernel, forward and
+    // backward): at the main job's size (rows of ten keys) a separate softmax alone cost more
+    // than it. Every model builds `bias` in its activations' kind (`additive_bias`).
+    let out =
+        Tensor::scaled_dot_product_attention(&q, &k, &v, Some(bias), 0.0, false, scale, false);
     out.transpose(1, 2)
         .reshape([batch, steps, heads * head_dim])
 }
