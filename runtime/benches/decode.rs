@@ -5,8 +5,9 @@
 //! `bf16`: the model as `precision = bf16` holds it). Beside each figure, its roofline: a decode
 //! step reads every weight once and the keys and values of every position so far (4 bytes each
 //! in float32, 2 in bfloat16), so with memory bandwidth `RLC_BENCH_BANDWIDTH_GBS` (GB/s; H200:
-//! 4800, unset on the CPU: no roofline) no step can take less than those bytes over it. `benches/pytorch/decode.py` measures PyTorch eager (a static
-//! KV cache, as Hugging Face's generate uses) on the same shapes. Asserts nothing about time.
+//! 4800, unset on the CPU: no roofline) no step can take less than those bytes over it.
+//! `benches/pytorch/decode.py` measures PyTorch eager (a static KV cache, as Hugging Face's
+//! generate uses) on the same shapes. Asserts nothing about time.
 //!
 //! `RLC_BENCH_DEVICE=cuda RLC_BENCH_MODEL=qwen2-0.5b RLC_BENCH_BANDWIDTH_GBS=4800 cargo bench -p
 //! rlc-runtime --bench decode` (`scripts/gpu-check.sh` runs it on a GPU)

@@ -10,9 +10,9 @@
 //! `RLC_BENCH_ROWS`, `RLC_BENCH_PROMPT` and `RLC_BENCH_RESPONSE` change the batch (a GPU wants
 //! thousands of tokens a step); `RLC_BENCH_PRECISION=bf16` holds the model in bfloat16 with
 //! float32 master weights, as `precision = bf16` does; with `RLC_BENCH_PEAK_TFLOPS` (the
-//! device's peak for matrix products in that precision) it also prints the model FLOPs utilisation, counted as
-//! `benches/pytorch/train_step.py` counts it for PyTorch eager on the same shapes (see
-//! [`model_flops`]).
+//! device's peak for matrix products in that precision) it also prints the model FLOPs
+//! utilisation, counted as `benches/pytorch/train_step.py` counts it for PyTorch eager on the
+//! same shapes (see [`model_flops`]).
 //!
 //! libtorch runs on one thread, as one rank of the example's two ranks does on a 2-core machine
 //! (in the example each rank takes half of a minibatch; here one thread takes all 128 rows).

@@ -1,7 +1,8 @@
 //! The runtime's reading of a plan's settings, in one place: each role's model configuration,
-//! precision, optimizer, learning-rate schedule and clipping, and each `generate` op's sampling. The role
-//! states and the generate op are built from these, and `tests/settings.rs` checks that every
-//! parameter a program can state arrives here with the value the program gave it.
+//! precision, optimizer, learning-rate schedule and clipping, and each `generate` op's
+//! sampling. The role states and the generate op are built from these, and
+//! `tests/settings.rs` checks that every parameter a program can state arrives here with the
+//! value the program gave it.
 
 use rlc_plan::Plan;
 use rlc_plan::model::{Arch, Init, OpKind, OptimizerName, Precision, Role};
