@@ -71,3 +71,6 @@ INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test run
 INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test recipes
 INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test plan_calibrate
 INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test processes
+# The CLI tests whose cases need `rlc-run` (gated on the `runtime` feature, so skipped above).
+INSTA_UPDATE=no cargo test --locked -p rlc --features mpi --test precision --test front \
+  --test packages
