@@ -355,36 +355,17 @@ fn machine_cpus() -> usize {
     available
 }
 
-/// `precision = bf16` runs on whole models (`dp`): weights, activations and gradients in
-/// bfloat16, float32 master weights and moments in the optimizer, log-probabilities and values
-/// float32. The sharded layouts keep float32 only, and float16 would need loss scaling.
-fn lower_precision_supported(plan: &Plan, role: &rlc_plan::model::Role) -> Result<()> {
+/// `precision = bf16` runs under every layout: weights, activations and gradients in
+/// bfloat16, float32 master weights and moments in the optimizer (an FSDP model's float32
+/// shards), log-probabilities and values float32. float16 would need loss scaling.
+fn lower_precision_supported(role: &rlc_plan::model::Role) -> Result<()> {
     match role.precision {
-        Precision::F32 => Ok(()),
+        Precision::F32 | Precision::Bf16 => Ok(()),
         Precision::F16 => Err(RunError::Unsupported(format!(
             "`{}` is declared with `precision = f16`: float16 training needs loss scaling, which \
              `rlc run` does not do; write `precision = bf16` (the same memory, float32's range)",
             role.name
         ))),
-        Precision::Bf16 => {
-            let sharded = plan.instances.iter().find(|i| {
-                i.role.split('.').next() == Some(role.name.as_str())
-                    && (i.layout.tp > 1 || i.layout.fsdp > 1 || i.layout.pp > 1)
-            });
-            match sharded {
-                Some(instance) => Err(RunError::Unsupported(format!(
-                    "`{}` is declared with `precision = bf16` and `{}` is placed sharded (tp {}, \
-                     fsdp {}, pp {}): `rlc run` runs bfloat16 on whole models (`dp`) only; place \
-                     it with `dp`, or write `precision = f32`",
-                    role.name,
-                    instance.role,
-                    instance.layout.tp,
-                    instance.layout.fsdp,
-                    instance.layout.pp
-                ))),
-                None => Ok(()),
-            }
-        }
     }
 }
 
@@ -502,7 +483,7 @@ fn supported(plan: &Plan) -> Result<()> {
         }
     }
     for role in &plan.roles {
-        lower_precision_supported(plan, role)?;
+        lower_precision_supported(role)?;
         // FSDP recomputes each unit in its backward pass; the other layouts keep activations.
         let trained_with_fsdp = plan.ops.iter().any(|op| {
             matches!(&op.kind, OpKind::Update { role: r, .. } if *r == role.name)

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use rlc_plan::Plan;
 use rlc_plan::model::{Init, Layout, Role, RoleKind};
-use tch::{Device, Tensor, nn};
+use tch::{Device, Kind, Tensor, nn};
 
 use super::error::{Result, RunError};
 use crate::collectives::Communicator;
@@ -28,7 +28,7 @@ use crate::parallel::fsdp::Fsdp;
 use crate::parallel::materialise::{Cut, Seeded, WeightSource, coord_of, rank_shards};
 use crate::parallel::pp::PipelineModel;
 use crate::parallel::shards::{Coord, stage_holds};
-use crate::parallel::tp::{Split, TpTransformer};
+use crate::parallel::tp::{Split, TpTransformer, tp_norm_of};
 
 /// A role's model on one rank, in the layout of its instance.
 pub enum Model<'c> {
@@ -116,8 +116,11 @@ impl<'c> RoleState<'c> {
             let weights = initial
                 .shards(&stages, coord, device)
                 .map_err(weights_refused)?;
-            let model = PipelineModel::from_owned(weights, initial.config(), &groups.pp)
+            let mut model = PipelineModel::from_owned(weights, initial.config(), &groups.pp)
                 .map_err(|e| RunError::Unsupported(format!("`{name}` under pipelining: {e}")))?;
+            if let Some(kind) = settings.weights {
+                model.set_kind(kind);
+            }
             (
                 nn::VarStore::new(device),
                 Model::Pp(model, &groups.pp),
@@ -134,8 +137,11 @@ impl<'c> RoleState<'c> {
             let local = initial
                 .shards(&layout, coord_of(groups), device)
                 .map_err(weights_refused)?;
+            // The shards stay float32 (they are the optimizer's master weights); the model
+            // gathers and computes in the role's precision.
             let model = Fsdp::from_shards(local, initial.config(), groups, adamw.clone())
-                .map_err(|e| RunError::Unsupported(format!("`{name}` under FSDP: {e}")))?;
+                .map_err(|e| RunError::Unsupported(format!("`{name}` under FSDP: {e}")))?
+                .computing_in(settings.weights.unwrap_or(Kind::Float));
             (
                 nn::VarStore::new(device),
                 Model::Fsdp(Box::new(model)),
@@ -145,7 +151,7 @@ impl<'c> RoleState<'c> {
             let local = initial
                 .shards(&layout, coord_of(groups), device)
                 .map_err(weights_refused)?;
-            let vs = nn::VarStore::new(device);
+            let mut vs = nn::VarStore::new(device);
             let model = TpTransformer::from_owned_shards(
                 &vs.root(),
                 local,
@@ -156,6 +162,11 @@ impl<'c> RoleState<'c> {
             .map_err(|e| {
                 RunError::Unsupported(format!("`{name}` under tensor parallelism: {e}"))
             })?;
+            // The model's layers hold views of the variables, which `set_kind` converts in
+            // place.
+            if let Some(kind) = settings.weights {
+                vs.set_kind(kind);
+            }
             (vs, Model::Tp(model), Some(groups))
         } else {
             let (mut whole_vs, whole) = initial.into_whole(role, heads, device)?;
@@ -322,25 +333,54 @@ impl<'c> RoleState<'c> {
         })
     }
 
+    /// The global norm of `grads`, a flat gradient in the optimizer's layout (what
+    /// [`AdamW::flat_grads`] gave, reduced over the data ranks), over the whole model whatever
+    /// the layout: a tensor-parallel shard's squared norm summed over the TP group, a pipeline
+    /// stage's over the stages. Every rank of the instance must call it.
+    pub fn flat_grad_norm(&self, grads: &Tensor) -> Result<f64> {
+        let adam = self.adam().ok_or_else(|| {
+            RunError::Plan("a gradient norm of a role that does not train".into())
+        })?;
+        let views = adam.flat_views(grads);
+        Ok(match &self.model {
+            Model::Whole(_) => crate::optim::sum_of_squares([grads.shallow_clone()]).sqrt(),
+            Model::Tp(m) => {
+                let mut split = Vec::with_capacity(views.len());
+                for (name, grad) in views {
+                    split.push((grad, self.split(name)?));
+                }
+                tp_norm_of(split, m.tp())?
+            }
+            Model::Pp(m, _) => m.grad_norm_of(views)?,
+            Model::Fsdp(_) => {
+                return Err(RunError::Plan(
+                    "an FSDP model's gradient is its shards' (`Fsdp::clip_grad_norm`)".into(),
+                ));
+            }
+        })
+    }
+
     /// The full parameters by name, in name order (what a checkpoint stores). Under a sharded
     /// layout every rank of the instance must call it.
     pub fn weights(&self) -> Result<Vec<(String, Tensor)>> {
-        Ok(match &self.model {
-            Model::Whole(_) => {
-                // Under mixed precision the optimizer's float32 weights, from which a resumed
-                // run continues exactly; otherwise the variables.
-                let mut vars: Vec<(String, Tensor)> =
-                    match self.adam().and_then(AdamW::master_weights) {
-                        Some(masters) => masters,
-                        None => self.vs.variables().into_iter().collect(),
-                    };
-                vars.sort_by(|a, b| a.0.cmp(&b.0));
-                vars
-            }
-            Model::Tp(m) => m.full_weights()?.into_iter().collect(),
-            Model::Fsdp(m) => m.full_weights()?.into_iter().collect(),
-            Model::Pp(m, _) => m.full_weights()?.into_iter().collect(),
-        })
+        // Under mixed precision the optimizer's float32 master weights (this rank's part), from
+        // which a resumed run continues exactly; otherwise the variables. An FSDP model's
+        // shards are float32 whatever it computes in.
+        let masters = self.adam().and_then(AdamW::master_weights);
+        let mut weights: Vec<(String, Tensor)> = match (&self.model, masters) {
+            (Model::Fsdp(m), _) => m.full_weights()?.into_iter().collect(),
+            (Model::Whole(_), Some(masters)) => masters,
+            (Model::Whole(_), None) => self.vs.variables().into_iter().collect(),
+            (Model::Tp(_), Some(masters)) => self.whole_over_tp(masters)?,
+            (Model::Tp(m), None) => m.full_weights()?.into_iter().collect(),
+            (Model::Pp(m, _), Some(masters)) => m
+                .full_weights_of(&masters.into_iter().collect())?
+                .into_iter()
+                .collect(),
+            (Model::Pp(m, _), None) => m.full_weights()?.into_iter().collect(),
+        };
+        weights.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(weights)
     }
 
     /// The optimizer's moments as full tensors (`{param}.exp_avg`, `{param}.exp_avg_sq`) and
@@ -351,9 +391,9 @@ impl<'c> RoleState<'c> {
         };
         let steps = adam.steps();
         let tensors = adam.state_tensors();
-        let Some(groups) = self.groups else {
+        if self.groups.is_none() {
             return Ok((tensors, steps));
-        };
+        }
         if let Model::Pp(m, pp) = &self.model {
             // Each moment from the first stage that holds its parameter, in name order.
             let mine: BTreeMap<String, Tensor> = tensors.into_iter().collect();
@@ -385,15 +425,22 @@ impl<'c> RoleState<'c> {
             }
             return Ok((full, steps));
         }
-        let mut full = Vec::with_capacity(tensors.len());
-        for (name, t) in tensors {
-            let whole = match self.split(moment_of(&name))? {
-                Split::Replicated => t,
-                Split::Along(dim) => Tensor::cat(&groups.tp.all_gather(&t)?, dim),
+        Ok((self.whole_over_tp(tensors)?, steps))
+    }
+
+    /// Full tensors from this rank's parts of parameters or of their moments (named
+    /// `{param}[.moment]`), gathered over the TP group where the parameter is split: every
+    /// rank of the group must call it.
+    fn whole_over_tp(&self, parts: Vec<(String, Tensor)>) -> Result<Vec<(String, Tensor)>> {
+        let mut full = Vec::with_capacity(parts.len());
+        for (name, t) in parts {
+            let whole = match (self.split(moment_of(&name))?, self.groups) {
+                (Split::Along(dim), Some(groups)) => Tensor::cat(&groups.tp.all_gather(&t)?, dim),
+                _ => t,
             };
             full.push((name, whole));
         }
-        Ok((full, steps))
+        Ok(full)
     }
 
     /// How the parameter `name` is split over the TP group.
@@ -435,7 +482,8 @@ impl<'c> RoleState<'c> {
                 .map(|(n, t)| (n.clone(), t.shallow_clone()))
                 .collect();
             let model = Fsdp::for_rank(&full, m.config(), groups, self.adamw.clone())
-                .map_err(|e| RunError::Plan(format!("{what}: {e}")))?;
+                .map_err(|e| RunError::Plan(format!("{what}: {e}")))?
+                .computing_in(m.compute_kind());
             self.model = Model::Fsdp(Box::new(model));
             return Ok(());
         }
@@ -463,8 +511,8 @@ impl<'c> RoleState<'c> {
             parts.push((name, self.local_part(name, value, what)?));
         }
         tch::no_grad(|| {
-            for (name, value) in parts {
-                let Some(var) = vars.get(name) else {
+            for (name, value) in &parts {
+                let Some(var) = vars.get(*name) else {
                     return Err(RunError::Plan(format!("{what}: the model has no `{name}`")));
                 };
                 if var.size() != value.size() {
@@ -474,7 +522,7 @@ impl<'c> RoleState<'c> {
                         var.size()
                     )));
                 }
-                var.shallow_clone().copy_(&value);
+                var.shallow_clone().copy_(value);
             }
             Ok(())
         })?;
@@ -483,7 +531,7 @@ impl<'c> RoleState<'c> {
         if let Some(adam) = self.adam_mut()
             && adam.master_weights().is_some()
         {
-            for (name, value) in &weights {
+            for (name, value) in &parts {
                 adam.overwrite(name, value);
             }
         }

@@ -25,6 +25,7 @@ use crate::kernels::args::Bound;
 use crate::kernels::eager::Eager;
 use crate::kernels::fused::{Fused, FusedError};
 use crate::model::token_logprobs;
+use crate::optim::AdamW;
 use crate::parallel::Tape;
 use crate::parallel::pp::PipelineModel;
 use rlc_kernel::KernelError;
@@ -164,17 +165,20 @@ impl Rank<'_> {
                         continue;
                     };
                     let comm = self.comm(op)?;
-                    // A whole model's flat gradient: one all-reduce, one norm, one fused step.
-                    if matches!(state.model, Model::Whole(_))
-                        && let Some(adam) = state.adam_mut()
-                        && let Some(mut grads) = adam.flat_grads()
+                    // One flat gradient (float32 under mixed precision, whatever the model
+                    // computes in): one all-reduce over the data ranks, one norm over the
+                    // layout, one fused step. FSDP reduces and clips its own shards.
+                    if !matches!(state.model, Model::Fsdp(_))
+                        && let Some(mut grads) = state.adam().and_then(AdamW::flat_grads)
                     {
                         if comm.world_size() > 1 {
                             grads = comm.all_reduce(&grads, ReduceOp::Mean)?;
                         }
-                        crate::optim::clip_flat(&mut grads, clip);
-                        let lr = schedule.lr(adam.steps());
-                        adam.step_flat(lr, &grads);
+                        let norm = state.flat_grad_norm(&grads)?;
+                        crate::optim::clip_flat_to(&mut grads, norm, clip);
+                        if let Some(adam) = state.adam_mut() {
+                            adam.step_flat(schedule.lr(adam.steps()), &grads);
+                        }
                         continue;
                     }
                     let params = state

@@ -245,6 +245,24 @@ impl AdamW {
         flat.layout.gather_grads(&params)
     }
 
+    /// Each parameter's span of a flat tensor laid out as [`AdamW::flat_grads`] gives it, by
+    /// name (views, in the parameter's shape): to weigh parameters differently in a norm.
+    ///
+    /// # Panics
+    /// When the parameters are not flat (a caller's bug: `flat_grads` returned `None`).
+    pub fn flat_views<'a>(&'a self, flat: &Tensor) -> Vec<(&'a str, Tensor)> {
+        let layout = &self
+            .flat
+            .as_ref()
+            .expect("flat_views of flat parameters")
+            .layout;
+        self.params
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), layout.view(flat, i)))
+            .collect()
+    }
+
     /// All trainable variables of `vs`, in name order so the state layout is deterministic;
     /// with float32 master weights when the variables are of a lower precision.
     pub fn for_var_store(vs: &nn::VarStore, config: AdamWConfig) -> Self {

@@ -64,10 +64,9 @@ pub fn clip_to(params: &[Tensor], norm: f64, max_norm: f64) {
     }
 }
 
-/// [`clip_grad_norm`] on one flat gradient (every parameter's, concatenated): the norm is the
-/// same sum of squares in `f64`; returns it before clipping.
-pub fn clip_flat(grads: &mut Tensor, max_norm: f64) -> f64 {
-    let norm = sum_of_squares([grads.shallow_clone()]).sqrt();
+/// [`clip_to`] on one flat gradient (every parameter's, concatenated) whose global norm is
+/// `norm` (summed over ranks however the layout spreads the parameters).
+pub fn clip_flat_to(grads: &mut Tensor, norm: f64, max_norm: f64) {
     if let Some(factor) = clip_factor(norm, max_norm) {
         tch::no_grad(|| {
             let _ = grads
@@ -75,7 +74,6 @@ pub fn clip_flat(grads: &mut Tensor, max_norm: f64) -> f64 {
                 .expect("scaling a gradient in place");
         });
     }
-    norm
 }
 
 #[cfg(test)]

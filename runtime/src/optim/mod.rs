@@ -7,5 +7,5 @@ mod flat;
 mod schedule;
 
 pub use adamw::{AdamW, AdamWConfig, OptimError};
-pub use clip::{clip_flat, clip_grad_norm, clip_to, grad_norm, scale_grads, sum_of_squares};
+pub use clip::{clip_flat_to, clip_grad_norm, clip_to, grad_norm, scale_grads, sum_of_squares};
 pub use schedule::Schedule;

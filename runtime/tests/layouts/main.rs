@@ -12,6 +12,7 @@ mod combined;
 mod fixture;
 mod fsdp;
 mod pp;
+mod precision;
 mod ranks;
 mod reshard;
 mod tp;

@@ -110,6 +110,9 @@ pub struct Fsdp<'c> {
     /// Set while a [`Pass`] lives: its graph reads the head's gathered parameters, which any
     /// other gather of the head would replace.
     in_flight: Rc<Cell<bool>>,
+    /// The kind parameters are gathered and computed in (float32, or bfloat16 under
+    /// `precision = bf16`); the shards, their gradients and the optimizer stay float32.
+    compute: Kind,
 }
 
 /// Clears `Fsdp::in_flight` when the pass ends.
@@ -312,7 +315,22 @@ impl<'c> Fsdp<'c> {
             adam,
             ledger: Rc::default(),
             in_flight: Rc::default(),
+            compute: Kind::Float,
         })
+    }
+
+    /// Mixed precision, as PyTorch FSDP's `MixedPrecision(param_dtype=kind,
+    /// reduce_dtype=float32)`: every all-gather sends the shards in `kind` (half the bytes for
+    /// bfloat16), the layers compute in it, and the gradients are reduce-scattered in float32
+    /// into the float32 shards, which are the master weights the optimizer steps.
+    pub fn computing_in(mut self, kind: Kind) -> Self {
+        self.compute = kind;
+        self
+    }
+
+    /// The kind parameters are gathered and computed in.
+    pub fn compute_kind(&self) -> Kind {
+        self.compute
     }
 
     /// [`Fsdp::new`] over a rank's `fsdp` group, with its `dp` group as replicas.
@@ -615,7 +633,9 @@ impl<'c> Fsdp<'c> {
             .iter()
             .map(|&p| self.params[p].shard.detach())
             .collect();
-        let parts = self.shards.all_gather(&Tensor::cat(&local, 0))?;
+        let parts = self
+            .shards
+            .all_gather(&Tensor::cat(&local, 0).to_kind(self.compute))?;
         let received = self.ledger.hold(Account::Unsharded, bytes_of(&parts));
         let fulls = flat::unflatten(&parts, &self.specs(unit));
         let held = self.ledger.hold(Account::Unsharded, bytes_of(&fulls));
@@ -642,7 +662,8 @@ impl<'c> Fsdp<'c> {
             .map(|(g, &p)| {
                 let param = &self.params[p];
                 if g.defined() {
-                    g
+                    // Summed in the shards' float32, whatever the layers computed in.
+                    g.to_kind(param.shard.kind())
                 } else {
                     // A parameter the loss does not reach.
                     let like = &param.shard;
@@ -679,7 +700,7 @@ impl<'c> Fsdp<'c> {
         let positions = token_positions(&mask, past, steps);
         Context {
             angles: self.skeleton.rope().angles(&positions),
-            bias: attention_bias(&mask, past, steps, Kind::Float),
+            bias: attention_bias(&mask, past, steps, self.compute),
             positions,
         }
     }

@@ -147,6 +147,13 @@ impl<'c> PipelineModel<'c> {
         &self.vs
     }
 
+    /// Holds (and runs) the stage in `kind` from now on (`precision = bf16`): its blocks read
+    /// the variables, which are converted in place; activations and their gradients travel
+    /// between stages in it.
+    pub fn set_kind(&mut self, kind: Kind) {
+        self.vs.set_kind(kind);
+    }
+
     /// Whether `name` is this stage's copy of a tied embedding that the first stage also holds
     /// (the last stage's LM head): a whole-model gradient norm counts it once, on the first.
     pub(crate) fn is_second_embedding_copy(&self, name: &str) -> bool {
@@ -175,8 +182,16 @@ impl<'c> PipelineModel<'c> {
     /// Every stage's weights under their Hugging Face names, on every stage (for checkpoints and
     /// tests).
     pub fn full_weights(&self) -> Result<BTreeMap<String, Tensor>, PipelineError> {
-        let own: BTreeMap<String, Tensor> = self.vs.variables().into_iter().collect();
-        gather_stages(&own, self.stage.index, self.pp)
+        self.full_weights_of(&self.vs.variables().into_iter().collect())
+    }
+
+    /// Every stage's `own` tensors by parameter name (a stage's variables, or its optimizer's
+    /// float32 master weights), on every stage.
+    pub fn full_weights_of(
+        &self,
+        own: &BTreeMap<String, Tensor>,
+    ) -> Result<BTreeMap<String, Tensor>, PipelineError> {
+        gather_stages(own, self.stage.index, self.pp)
     }
 
     /// Checks `ids` `[B, T]` and `mask` `[B, cached + T]`; every stage checks the same inputs, so
@@ -239,7 +254,7 @@ impl<'c> PipelineModel<'c> {
         let mask = mask.ne(0);
         let cached = cache.as_ref().map_or(0, |cache| cache.len());
         let angles = self.rope.angles(&token_positions(&mask, cached, steps));
-        let bias = attention_bias(&mask, cached, steps, Kind::Float);
+        let bias = attention_bias(&mask, cached, steps, x.kind());
         let mut x = x.shallow_clone();
         match cache {
             Some(cache) => {

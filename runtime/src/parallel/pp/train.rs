@@ -8,7 +8,7 @@ use tch::{Kind, Tensor};
 use super::model::EMBEDDING;
 use super::{Op, PipelineError, PipelineModel, one_f_one_b};
 use crate::collectives::ReduceOp;
-use crate::optim::{clip_to, grad_norm};
+use crate::optim::{clip_to, sum_of_squares};
 use crate::parallel::Tape;
 
 /// The rows of one micro-batch, as the loss sees them.
@@ -192,19 +192,28 @@ impl<'c> PipelineModel<'c> {
             .into_iter()
             .filter(|(_, t)| t.requires_grad())
             .collect();
-        let counted: Vec<Tensor> = params
-            .iter()
-            .filter(|(name, _)| !self.is_second_embedding_copy(name))
-            .map(|(_, t)| t.shallow_clone())
-            .collect();
-        let squared = Tensor::from(grad_norm(&counted).powi(2));
-        let norm = self
-            .pp()
-            .all_reduce(&squared, ReduceOp::Sum)?
-            .double_value(&[])
-            .sqrt();
+        let norm = self.grad_norm_of(params.iter().map(|(name, t)| (name.as_str(), t.grad())))?;
         let all: Vec<Tensor> = params.into_iter().map(|(_, t)| t).collect();
         clip_to(&all, norm, max_norm);
         Ok(norm)
+    }
+
+    /// The norm of all stages' gradients together, from this stage's gradients by parameter
+    /// name (its variables', or spans of one flat gradient), the tied embedding counted once;
+    /// every stage must call it.
+    pub fn grad_norm_of<'a>(
+        &self,
+        grads: impl IntoIterator<Item = (&'a str, Tensor)>,
+    ) -> Result<f64, PipelineError> {
+        let counted = grads
+            .into_iter()
+            .filter(|(name, _)| !self.is_second_embedding_copy(name))
+            .map(|(_, g)| g);
+        let squared = Tensor::from(sum_of_squares(counted));
+        Ok(self
+            .pp()
+            .all_reduce(&squared, ReduceOp::Sum)?
+            .double_value(&[])
+            .sqrt())
     }
 }

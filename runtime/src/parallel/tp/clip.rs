@@ -7,15 +7,23 @@ use super::shard::{ShardedParam, Split};
 use crate::collectives::{CollectiveError, Communicator, ReduceOp};
 use crate::optim::{clip_to, sum_of_squares};
 
-fn squared_norm<'a>(params: impl Iterator<Item = &'a ShardedParam>) -> f64 {
-    sum_of_squares(params.map(|p| p.tensor.grad()))
-}
-
 /// Euclidean norm of the full model's gradient, the same on every rank: shards' squared norms
 /// summed over `tp`, replicated parameters (whose gradients every rank holds identically) once.
 pub fn tp_grad_norm(params: &[ShardedParam], tp: &Communicator) -> Result<f64, CollectiveError> {
-    let sharded = squared_norm(params.iter().filter(|p| p.split != Split::Replicated));
-    let replicated = squared_norm(params.iter().filter(|p| p.split == Split::Replicated));
+    tp_norm_of(params.iter().map(|p| (p.tensor.grad(), p.split)), tp)
+}
+
+/// [`tp_grad_norm`] of gradients given with their parameters' splits (e.g. spans of one flat
+/// gradient).
+pub fn tp_norm_of(
+    grads: impl IntoIterator<Item = (Tensor, Split)>,
+    tp: &Communicator,
+) -> Result<f64, CollectiveError> {
+    let (sharded, replicated): (Vec<_>, Vec<_>) = grads
+        .into_iter()
+        .partition(|(_, split)| *split != Split::Replicated);
+    let squared = |grads: Vec<(Tensor, Split)>| sum_of_squares(grads.into_iter().map(|(g, _)| g));
+    let (sharded, replicated) = (squared(sharded), squared(replicated));
     let sharded = tp
         .all_reduce(&Tensor::from(sharded), ReduceOp::Sum)?
         .double_value(&[]);

@@ -21,7 +21,7 @@ mod model;
 mod shard;
 mod vocab;
 
-pub use clip::{tp_clip_grad_norm, tp_grad_norm};
+pub use clip::{tp_clip_grad_norm, tp_grad_norm, tp_norm_of};
 pub use layers::{ColumnParallelLinear, RowParallelLinear, TpAttention, TpDecoderLayer, TpMlp};
 pub use model::TpTransformer;
 pub use shard::{ShardLoader, ShardedParam, Split, check_divisible, gather_full_weights, split_of};

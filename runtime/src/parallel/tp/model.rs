@@ -141,6 +141,12 @@ impl<'c> TpTransformer<'c> {
         &self.config
     }
 
+    /// The kind the weights are held in (float32, or bfloat16 under `precision = bf16`): the
+    /// activations', while log-probabilities, values and scores come out float32.
+    pub fn kind(&self) -> Kind {
+        self.embedding.weight().kind()
+    }
+
     pub fn heads(&self) -> Heads {
         Heads {
             lm: self.lm_head.is_some(),
@@ -238,7 +244,7 @@ impl<'c> TpTransformer<'c> {
         let angles = self.rope.angles(&positions);
         Ok((
             angles,
-            attention_bias(&mask, past, steps, Kind::Float),
+            attention_bias(&mask, past, steps, self.kind()),
             positions,
         ))
     }
@@ -271,7 +277,10 @@ impl<'c> TpTransformer<'c> {
     pub fn values(&self, tape: &Tape<'c>, ids: &Tensor, mask: &Tensor) -> Result<Tensor, TpError> {
         let weight = self.value_head.as_ref().ok_or(TpError::NoHead("value"))?;
         let hidden = self.hidden_states(tape, ids, mask, None)?;
-        Ok(hidden.linear(weight, None::<&Tensor>).squeeze_dim(-1))
+        Ok(hidden
+            .linear(weight, None::<&Tensor>)
+            .squeeze_dim(-1)
+            .to_kind(Kind::Float))
     }
 
     /// Scores `[B]` read at each row's last real token.
@@ -288,7 +297,15 @@ impl<'c> TpTransformer<'c> {
                 false,
             )
             .squeeze_dim(1);
-        Ok(picked.linear(weight, None::<&Tensor>).squeeze_dim(-1))
+        Ok(picked
+            .linear(weight, None::<&Tensor>)
+            .squeeze_dim(-1)
+            .to_kind(Kind::Float))
+    }
+
+    /// The TP group the model is split over.
+    pub fn tp(&self) -> &'c Communicator {
+        self.tp
     }
 
     /// Clips the gradients to a global norm of `max_norm` over the whole model (see
