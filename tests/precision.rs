@@ -129,34 +129,56 @@ fn a_bfloat16_run_resumes_bit_exactly_from_float32_master_weights_under_every_la
     }
 }
 
-/// The sharded layouts compute what the whole model computes, to bfloat16's rounding: the first
-/// step's entropy (the mean of the trained instance's log-probabilities of the first rollout,
-/// which every layout samples from the same weights) is within 1e-4 of the `dp` run's, and its
-/// KL to the reference (the same weights, computed by a `dp` instance) within 1e-5 of zero.
-/// Measured: `fsdp` and `pp` give `dp`'s numbers exactly here, `tp` an entropy 1.3e-6 off and
-/// a KL of 2.5e-7 (its matrix products sum in another order). Whether each layout computes in
-/// bfloat16 at all is `runtime/tests/layouts/precision.rs`'s to show: here float32 and bfloat16
-/// entropies differ by 3e-6 only.
+/// The frozen copy of the policy in the examples, which computes in the policy's precision.
+const FROZEN_REFERENCE: &str = "model reference: CausalLM = frozen(policy)";
+
+/// `examples/grpo_digits_by_hand.rl` with its policy in `precision`, `policy.train` placed
+/// with `layout`, and the reference its own float32 model of the policy's architecture and
+/// initial weights (on `dp`).
+fn against_float32_reference(dir: &Path, precision: &str, layout: &str) -> PathBuf {
+    let path = dir.join(format!("{precision}-{layout}-f32-reference.rl"));
+    example(&path, "grpo_digits_by_hand.rl", precision, |text| {
+        let arch = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("arch"))
+            .expect("the policy's architecture");
+        assert!(text.contains(FROZEN_REFERENCE) && text.contains(TRAIN_PLACEMENT));
+        let reference =
+            format!("model reference: CausalLM {{\n{arch}\n  init  = random(seed: 7)\n}}");
+        text.replace(FROZEN_REFERENCE, &reference)
+            .replace(TRAIN_PLACEMENT, &TRAIN_PLACEMENT.replace("dp(2)", layout))
+    })
+}
+
+/// Every layout computes in bfloat16, and what the whole model computes, to bfloat16's
+/// rounding. The first step's KL between the trained instance's log-probabilities of the first
+/// rollout and a float32 reference's (the same weights) is half the mean square of their
+/// difference: bfloat16's rounding when the policy computes in it (3.7e-7–4.2e-7 measured),
+/// zero when it computes in float32 (measured: 0 under every layout). The first step's entropy
+/// (the mean of the same log-probabilities) is within 1e-4 of the `dp` run's (measured: `fsdp`
+/// and `pp` give `dp`'s exactly, `tp` 1.3e-6 off: its matrix products sum in another order).
 #[test]
-fn sharded_layouts_compute_in_bfloat16_what_the_whole_model_computes() {
+fn every_layout_computes_in_bfloat16_what_the_whole_model_computes() {
     let dir = scratch("layouts");
-    let first_step = |layout: &str| {
-        let source = by_hand(&dir, "bf16", layout);
-        let records = run(
-            &source,
-            &dir.join(format!("run-{layout}")),
-            &["--stop-after", "1"],
-        );
+    let first_step = |precision: &str, layout: &str| {
+        let source = against_float32_reference(&dir, precision, layout);
+        let out = dir.join(format!("run-{precision}-{layout}"));
+        let records = run(&source, &out, &["--stop-after", "1"]);
         (field(&records, "entropy")[0], field(&records, "kl")[0])
     };
-    let (whole, _) = first_step("dp(2)");
-    for layout in &LAYOUTS[1..] {
-        let (entropy, kl) = first_step(layout);
+    let (whole, _) = first_step("bf16", "dp(2)");
+    for layout in LAYOUTS {
+        let (entropy, kl) = first_step("bf16", layout);
+        assert!(
+            (1e-8..1e-5).contains(&kl),
+            "{layout}: KL {kl} of bfloat16 log-probs to float32 ones"
+        );
         assert!(
             (entropy - whole).abs() < 1e-4 * whole,
             "{layout}: entropy {entropy}, dp's {whole}"
         );
-        assert!(kl.abs() < 1e-5, "{layout}: KL {kl} to the same weights");
+        let (_, float_kl) = first_step("f32", layout);
+        assert!(float_kl < 1e-9, "{layout}: KL {float_kl} in float32");
     }
 }
 

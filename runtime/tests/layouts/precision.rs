@@ -75,23 +75,42 @@ fn sum_of_live(logprobs: &Tensor) -> Tensor {
     (logprobs * fixture::target_mask(&fixture::batch().1)).sum(Kind::Float)
 }
 
-#[test]
-fn tensor_parallel_ranks_compute_in_bfloat16() {
-    let layout = fixture::layout(1, 1, 2, 1);
+/// What a rank's body gives: its log-probabilities and the kind of its activations (where it
+/// has the head) and its parameters' gradients.
+type RankOutputs = (Option<Tensor>, Option<Kind>, Vec<Tensor>);
+
+/// Runs `body` on every rank of `layout` (not at all where the job has too few ranks) and
+/// checks what it computed with [`assert_bfloat16_close`].
+fn check_ranks(
+    what: &str,
+    layout: rlc_plan::model::Layout,
+    gradients: &str,
+    body: impl Fn(&RankGroups) -> RankOutputs + Sync,
+) {
     if !fixture::fits(layout) {
         return;
     }
-    let config = fixture::config();
     let ranks = fixture::run_ranks(layout, |groups: RankGroups| -> Computed {
-        let mut vs = nn::VarStore::new(Device::Cpu);
-        let model = TpTransformer::new(
-            &vs.root(),
-            &whole_weights(&config),
-            &config,
-            Heads::POLICY,
-            &groups.tp,
+        let (logprobs, kind, grads) = body(&groups);
+        let (grads, every) = kinds_of(&grads);
+        (
+            logprobs.map(|t| t.detach()),
+            kind.map(|k| format!("{k:?}")),
+            grads,
+            every,
         )
-        .expect("divisible layout");
+    });
+    assert_bfloat16_close(what, &ranks, "BFloat16", gradients);
+}
+
+#[test]
+fn tensor_parallel_ranks_compute_in_bfloat16() {
+    let config = fixture::config();
+    check_ranks("tp 2", fixture::layout(1, 1, 2, 1), "BFloat16", |groups| {
+        let mut vs = nn::VarStore::new(Device::Cpu);
+        let weights = whole_weights(&config);
+        let model = TpTransformer::new(&vs.root(), &weights, &config, Heads::POLICY, &groups.tp)
+            .expect("divisible layout");
         vs.set_kind(Kind::BFloat16);
         let (ids, mask) = fixture::batch();
         let tape = Tape::new();
@@ -102,66 +121,45 @@ fn tensor_parallel_ranks_compute_in_bfloat16() {
         tape.clear();
         let logprobs = model.logprobs(&tape, &ids, &mask).unwrap();
         tape.backward(&[(&sum_of_live(&logprobs), None)]).unwrap();
-        let grads: Vec<Tensor> = model.params().iter().map(|p| p.tensor.grad()).collect();
-        let (grads, every) = kinds_of(&grads);
-        (
-            Some(logprobs.detach()),
-            Some(format!("{kind:?}")),
-            grads,
-            every,
-        )
+        let grads = model.params().iter().map(|p| p.tensor.grad()).collect();
+        (Some(logprobs), Some(kind), grads)
     });
-    assert_bfloat16_close("tp 2", &ranks, "BFloat16", "BFloat16");
 }
 
 #[test]
 fn fsdp_ranks_gather_and_compute_in_bfloat16_into_float32_shards() {
-    let layout = fixture::layout(1, 2, 1, 1);
-    if !fixture::fits(layout) {
-        return;
-    }
     let config = fixture::config();
-    let ranks = fixture::run_ranks(layout, |groups: RankGroups| -> Computed {
-        let mut model = Fsdp::for_rank(
-            &whole_weights(&config),
-            &config,
-            &groups,
-            fixture::adamw_config(),
-        )
-        .expect("sharded model")
-        .computing_in(Kind::BFloat16);
+    check_ranks("fsdp 2", fixture::layout(1, 2, 1, 1), "Float", |groups| {
+        let weights = whole_weights(&config);
+        let mut model = Fsdp::for_rank(&weights, &config, groups, fixture::adamw_config())
+            .expect("sharded model")
+            .computing_in(Kind::BFloat16);
         let (ids, mask) = fixture::batch();
         let kind = model.logits(&ids, &mask).unwrap().kind();
         let pass = model.forward(&ids, &mask).unwrap();
         let logprobs = pass.logprobs().detach();
         let loss = sum_of_live(pass.logprobs());
         model.backward(pass, &loss).unwrap();
-        let grads: Vec<Tensor> = model
+        let grads = model
             .optimizer()
             .params()
             .iter()
             .map(Tensor::grad)
             .collect();
-        let (grads, every) = kinds_of(&grads);
-        (Some(logprobs), Some(format!("{kind:?}")), grads, every)
+        (Some(logprobs), Some(kind), grads)
     });
-    assert_bfloat16_close("fsdp 2", &ranks, "BFloat16", "Float");
 }
 
 #[test]
 fn pipeline_stages_compute_in_bfloat16() {
-    let layout = fixture::layout(1, 1, 1, 2);
-    if !fixture::fits(layout) {
-        return;
-    }
     let config = fixture::config();
-    let ranks = fixture::run_ranks(layout, |groups: RankGroups| -> Computed {
-        let mut model =
-            PipelineModel::new(&whole_weights(&config), &config, &groups.pp).expect("stage");
+    check_ranks("pp 2", fixture::layout(1, 1, 1, 2), "BFloat16", |groups| {
+        let weights = whole_weights(&config);
+        let mut model = PipelineModel::new(&weights, &config, &groups.pp).expect("stage");
         model.set_kind(Kind::BFloat16);
         let (ids, mask) = fixture::batch();
         let logits = model.logits(&ids, &mask).unwrap();
-        let kind = logits.as_ref().map(|l| format!("{:?}", l.kind()));
+        let kind = logits.as_ref().map(Tensor::kind);
         let logprobs = logits.as_ref().map(|l| token_logprobs(l, &ids));
         model
             .forward_backward(&ids, &mask, 2, |logits, micro| {
@@ -169,14 +167,12 @@ fn pipeline_stages_compute_in_bfloat16() {
                 (token_logprobs(logits, &micro.ids) * live).sum(Kind::Float)
             })
             .unwrap();
-        let grads: Vec<Tensor> = model
+        let grads = model
             .var_store()
             .variables()
             .values()
             .map(Tensor::grad)
             .collect();
-        let (grads, every) = kinds_of(&grads);
-        (logprobs, kind, grads, every)
+        (logprobs, kind, grads)
     });
-    assert_bfloat16_close("pp 2", &ranks, "BFloat16", "BFloat16");
 }
