@@ -2,7 +2,7 @@
 //! float32 model computes, to bfloat16's rounding, with log-probabilities in float32; the
 //! gradients reach every parameter — bfloat16 on a tensor-parallel rank or a pipeline stage
 //! (the optimizer keeps float32 master weights of them), float32 in an FSDP rank's shards
-//! (which are the master weights).
+//! (which are the master weights), whose all-gathers carry half the bytes.
 
 use std::collections::BTreeMap;
 
@@ -131,9 +131,14 @@ fn fsdp_ranks_gather_and_compute_in_bfloat16_into_float32_shards() {
     let config = fixture::config();
     check_ranks("fsdp 2", fixture::layout(1, 2, 1, 1), "Float", |groups| {
         let weights = whole_weights(&config);
-        let mut model = Fsdp::for_rank(&weights, &config, groups, fixture::adamw_config())
-            .expect("sharded model")
-            .computing_in(Kind::BFloat16);
+        let build = || Fsdp::for_rank(&weights, &config, groups, fixture::adamw_config());
+        let float_unit = build().expect("sharded model").largest_unit_bytes();
+        let mut model = build().expect("sharded model").computing_in(Kind::BFloat16);
+        assert_eq!(
+            2 * model.largest_unit_bytes(),
+            float_unit,
+            "an all-gather's bytes"
+        );
         let (ids, mask) = fixture::batch();
         let kind = model.logits(&ids, &mask).unwrap().kind();
         let pass = model.forward(&ids, &mask).unwrap();

@@ -593,12 +593,17 @@ impl<'c> Fsdp<'c> {
         self.ledger.reset_peaks();
     }
 
-    /// Bytes of the largest unit's full parameters, padding included: one all-gather's worth.
+    /// Bytes of the largest unit's full parameters, padding included, in the kind they are
+    /// gathered in: one all-gather's worth.
     pub fn largest_unit_bytes(&self) -> u64 {
         let world = self.shards.world_size() as u64;
+        let gathered = self.compute.elt_size_in_bytes() as u64;
         self.units
             .iter()
-            .map(|u| world * bytes_of(u.params.iter().map(|&p| &self.params[p].shard)))
+            .map(|u| {
+                let elements: i64 = u.params.iter().map(|&p| self.params[p].spec.shard).sum();
+                world * elements as u64 * gathered
+            })
             .max()
             .unwrap_or(0)
     }
