@@ -26,7 +26,8 @@
 #      the CPU, and runtime/tests/exec.rs's CUDA-vs-CPU run; sampling on the device
 #      (runtime/tests/sampling_device.rs): the Philox table computed on CUDA equals the CPU's
 #      bit for bit, and a sampled generation on CUDA (stop flag read every 8 tokens) gives the
-#      CPU's tokens, in one turn and in multi-turn episodes against an environment;
+#      CPU's tokens, in one turn and in multi-turn episodes against an environment; the example
+#      with `precision = bf16` and `policy.train` placed with dp, tp, fsdp and pp, 5 steps each;
 #   3. benchmarks: the training step and generation (runtime/benches/train_step.rs, rollout.rs)
 #      on CUDA for the example's model and a GPT-2-small-sized one (`cargo bench` gives the CPU's);
 #      decode at batch 1, 16 and 256 for that one and a Qwen2-0.5B-shaped one, each beside its
@@ -51,8 +52,8 @@
 #      as threads: the same metrics.
 #
 # Sections (the names RLC_GPU_CHECK_ONLY takes, in the order it gives; default all, in this
-# order): kernels (1a, 1b), training (2a–2c), sampling (2d, 2e), benches, decode, fused, mfu (3),
-# processes (4). Each command runs under RLC_GPU_STEP_TIMEOUT seconds (default 240).
+# order): kernels (1a, 1b), training (2a–2c), precision (2f), sampling (2d, 2e), benches,
+# decode, fused, mfu (3), processes (4). Each command runs under RLC_GPU_STEP_TIMEOUT seconds (default 240).
 #
 # Libraries: `rlc` links libtorch_cpu.so and opens libtorch_cuda.so from the same folder when
 # CUDA is asked for; LD_LIBRARY_PATH gets PyTorch's lib folder (python3's torch, or $LIBTORCH/lib)
@@ -226,7 +227,7 @@ bench() { limit "$1" --bench "${RLC_GPU_CRITERION_FILTER:-only-the-benches-own-m
 
 # The sections of `run`, in their default order; RLC_GPU_CHECK_ONLY="decode kernels …" runs
 # the ones it names, in its order.
-SECTIONS="kernels training sampling benches decode fused mfu processes"
+SECTIONS="kernels training precision sampling benches decode fused mfu processes"
 
 section_kernels() {
   local dir="$1" status=0
@@ -245,6 +246,27 @@ section_training() {
   limit "$dir/rlc" run examples/grpo_digits.rl --device cpu --threads 2 --stop-after 20 --out /tmp/rlc-cpu-run || status=1
   section "2c. runtime/tests/exec.rs, CUDA vs the CPU"
   limit "$dir/exec" --test-threads=1 cuda || status=1
+  return $status
+}
+
+# `precision = bf16` under every layout: the example with its policy in bfloat16 and
+# `policy.train` placed with each layout (the CPU's tests check the numbers:
+# runtime/tests/layouts/precision.rs, tests/precision.rs; this checks that they run on CUDA).
+section_precision() {
+  local dir="$1" status=0 layout source
+  for layout in dp tp fsdp pp; do
+    source="/tmp/rlc-gpu-bf16-$layout.rl"
+    sed -e 's/^  init  = random(seed: 7)$/&\n  precision = bf16/' \
+      -e "s/^\(place policy.train  *on local\[0..2\] with \)dp(2)$/\1$layout(2)/" \
+      examples/grpo_digits.rl >"$source"
+    if ! grep -q "precision = bf16" "$source" || ! grep -q "with $layout(2)" "$source"; then
+      echo "examples/grpo_digits.rl no longer has the lines this section edits" >&2
+      return 1
+    fi
+    section "2f. precision = bf16, policy.train placed with $layout(2): 5 steps on CUDA"
+    limit "$dir/rlc" run "$source" --device cuda --stop-after 5 --out "/tmp/rlc-gpu-bf16-$layout" ||
+      status=1
+  done
   return $status
 }
 
