@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
-use tch::{Kind, Tensor, nn};
+use tch::{Device, Kind, Tensor, nn};
 
 use super::flat::{FlatLayout, into_one_buffer};
 
@@ -88,6 +88,35 @@ struct Flat {
     /// Under mixed precision, the buffer the model's lower-precision variables are views of
     /// (the master weights rounded, written by one copy a step).
     compute: Option<Tensor>,
+}
+
+/// Elements a flat step on the CPU updates at a time. The step is ten element-wise operations;
+/// over the whole model each would stream every buffer through memory, and its two temporaries
+/// would be the model's size (fresh pages every step). A chunk's buffers (parameters, gradient,
+/// moments, temporaries: 1.5 MiB at 2¹⁶ float32 elements) stay in the core's cache from one
+/// operation to the next. The same arithmetic element for element, so the same bits. On a GPU
+/// the step runs over the whole buffers: one kernel an operation.
+const CPU_CHUNK: i64 = 1 << 16;
+
+impl Flat {
+    /// The step on elements `span` (start, length) of the flat buffers.
+    fn step_span(&mut self, step: &StepCoefficients, grads: &Tensor, span: (i64, i64)) {
+        let (start, len) = span;
+        let part = |t: &Tensor| t.narrow(0, start, len);
+        if step.decay != 1.0 {
+            self.layout.decay(step.decay, span);
+        }
+        let mut params = part(self.layout.params());
+        step.apply(
+            &mut params,
+            &mut part(&self.exp_avg),
+            &mut part(&self.exp_avg_sq),
+            &part(grads),
+        );
+        if let Some(compute) = &self.compute {
+            part(compute).copy_(&params);
+        }
+    }
 }
 
 /// One step's numbers, shared by the per-parameter and the flat paths.
@@ -369,19 +398,14 @@ impl AdamW {
     pub fn step_flat(&mut self, lr: f64, grads: &Tensor) {
         let step = self.next_step(lr);
         let flat = self.flat.as_mut().expect("step_flat on flat parameters");
+        let total = flat.layout.numel();
+        let chunk = match grads.device() {
+            Device::Cpu => CPU_CHUNK,
+            _ => total.max(1),
+        };
         tch::no_grad(|| {
-            if step.decay != 1.0 {
-                flat.layout.decay(step.decay);
-            }
-            let Flat {
-                layout,
-                exp_avg,
-                exp_avg_sq,
-                compute,
-            } = flat;
-            step.apply(layout.params_mut(), exp_avg, exp_avg_sq, grads);
-            if let Some(compute) = compute {
-                compute.copy_(layout.params_mut());
+            for start in (0..total).step_by(chunk as usize) {
+                flat.step_span(&step, grads, (start, chunk.min(total - start)));
             }
         });
     }
@@ -626,16 +650,22 @@ mod tests {
     /// A matrix, a vector and a 3-d tensor with fixed values; the matrix and the 3-d tensor
     /// are decayed, the vector is not.
     fn mixed_params() -> Vec<(String, Tensor)> {
-        let make = |n: i64, shape: &[i64], offset: f64| {
+        mixed_params_of(&[3, 4], 5, &[2, 3, 4])
+    }
+
+    /// [`mixed_params`] in the given shapes.
+    fn mixed_params_of(matrix: &[i64], vector: i64, cube: &[i64]) -> Vec<(String, Tensor)> {
+        let make = |shape: &[i64], offset: f64| {
+            let n: i64 = shape.iter().product();
             (Tensor::arange(n, (Kind::Float, tch::Device::Cpu)) * 0.37 + offset)
                 .sin()
                 .view(shape)
                 .set_requires_grad(true)
         };
         vec![
-            ("a.weight".into(), make(12, &[3, 4], 0.1)),
-            ("b.bias".into(), make(5, &[5], 0.7)),
-            ("c.kernel".into(), make(24, &[2, 3, 4], -0.4)),
+            ("a.weight".into(), make(matrix, 0.1)),
+            ("b.bias".into(), make(&[vector], 0.7)),
+            ("c.kernel".into(), make(cube, -0.4)),
         ]
     }
 
@@ -679,6 +709,31 @@ mod tests {
         train(&mut flat, &flat_params, 6);
         for ((name, p), (_, q)) in plain_params.iter().zip(&flat_params) {
             assert_eq!(p.size(), q.size(), "{name}");
+            assert!(p.equal(q), "{name} differs after flat steps");
+        }
+        for ((name, m), (_, n)) in plain.state_tensors().iter().zip(flat.state_tensors()) {
+            assert!(m.equal(&n), "moment {name} differs");
+        }
+    }
+
+    /// On the CPU a flat step runs a chunk at a time: over buffers of several chunks, whose
+    /// boundaries fall inside parameters and between decayed and undecayed ones, it still
+    /// gives the per-parameter steps' bits.
+    #[test]
+    fn flat_steps_over_many_chunks_equal_the_per_parameter_steps_bit_for_bit() {
+        let shapes = (&[301, 257][..], 70_001, &[3, 101, 97][..]);
+        let plain_params = mixed_params_of(shapes.0, shapes.1, shapes.2);
+        let flat_params = mixed_params_of(shapes.0, shapes.1, shapes.2);
+        let total: i64 = flat_params.iter().map(|(_, p)| p.numel() as i64).sum();
+        assert!(
+            total > 2 * CPU_CHUNK && total % CPU_CHUNK != 0,
+            "{total} elements"
+        );
+        let mut plain = AdamW::new(shallow(&plain_params), decayed());
+        let mut flat = AdamW::new(shallow(&flat_params), decayed()).flattened();
+        train(&mut plain, &plain_params, 3);
+        train(&mut flat, &flat_params, 3);
+        for ((name, p), (_, q)) in plain_params.iter().zip(&flat_params) {
             assert!(p.equal(q), "{name} differs after flat steps");
         }
         for ((name, m), (_, n)) in plain.state_tensors().iter().zip(flat.state_tensors()) {

@@ -88,32 +88,33 @@ impl FlatLayout {
         }))
     }
 
-    /// Multiplies the decayed parameters by `factor` (the others by exactly 1).
-    pub(super) fn decay(&mut self, factor: f64) {
+    /// Elements in the buffers.
+    pub(super) fn numel(&self) -> i64 {
+        self.params.numel() as i64
+    }
+
+    /// Multiplies the decayed parameters among elements `span` (start, length) by `factor`
+    /// (the others by exactly 1).
+    pub(super) fn decay(&mut self, factor: f64, (start, len): (i64, i64)) {
+        let mut params = self.params.narrow(0, start, len);
         match &self.decay_mask {
             Some(mask) => {
-                let scale =
-                    Tensor::scalar_tensor(factor, (self.params.kind(), self.params.device()))
-                        .where_self(
-                            mask,
-                            &Tensor::scalar_tensor(1.0, (self.params.kind(), self.params.device())),
-                        );
-                let _ = self.params.f_mul_(&scale).expect("weight decay");
+                let options = (params.kind(), params.device());
+                let scale = Tensor::scalar_tensor(factor, options).where_self(
+                    &mask.narrow(0, start, len),
+                    &Tensor::scalar_tensor(1.0, options),
+                );
+                let _ = params.f_mul_(&scale).expect("weight decay");
             }
             None if self.all_decayed => {
-                let _ = self.params.f_mul_scalar_(factor).expect("weight decay");
+                let _ = params.f_mul_scalar_(factor).expect("weight decay");
             }
             None => {}
         }
     }
 
-    #[cfg(test)]
     pub(super) fn params(&self) -> &Tensor {
         &self.params
-    }
-
-    pub(super) fn params_mut(&mut self) -> &mut Tensor {
-        &mut self.params
     }
 }
 
