@@ -140,9 +140,8 @@ impl StepCoefficients {
     /// no `value`: libtorch computes `self + value·t1·t2` and `self + value·t1 / t2` with `value`
     /// multiplied in first, so `t1` is given already multiplied by it (in one scratch buffer).
     ///
-    /// Two temporaries the size of `param`, every other operation in place: on the flat buffers
-    /// each is the whole model (fresh pages from the system every step on the CPU; the peak
-    /// memory on a GPU).
+    /// Two temporaries the size of `param`, every other operation in place: a chunk of the flat
+    /// buffers on the CPU ([`CPU_CHUNK`]), the whole model on a GPU (its peak memory).
     fn apply(
         &self,
         param: &mut Tensor,
