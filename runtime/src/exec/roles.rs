@@ -28,7 +28,7 @@ use crate::parallel::fsdp::Fsdp;
 use crate::parallel::materialise::{Cut, Seeded, WeightSource, coord_of, rank_shards};
 use crate::parallel::pp::PipelineModel;
 use crate::parallel::shards::{Coord, stage_holds};
-use crate::parallel::tp::{Split, TpTransformer, tp_norm_of};
+use crate::parallel::tp::{Split, TpTransformer, split_of, tp_norm_of};
 
 /// A role's model on one rank, in the layout of its instance.
 pub enum Model<'c> {
@@ -341,17 +341,16 @@ impl<'c> RoleState<'c> {
         let adam = self.adam().ok_or_else(|| {
             RunError::Plan("a gradient norm of a role that does not train".into())
         })?;
-        let views = adam.flat_views(grads);
         Ok(match &self.model {
             Model::Whole(_) => crate::optim::sum_of_squares([grads.shallow_clone()]).sqrt(),
-            Model::Tp(m) => {
-                let mut split = Vec::with_capacity(views.len());
-                for (name, grad) in views {
-                    split.push((grad, self.split(name)?));
-                }
-                tp_norm_of(split, m.tp())?
-            }
-            Model::Pp(m, _) => m.grad_norm_of(views)?,
+            // Each span's split by its name: the rule the model's shards were cut by.
+            Model::Tp(m) => tp_norm_of(
+                adam.flat_views(grads)
+                    .into_iter()
+                    .map(|(name, grad)| (grad, split_of(name))),
+                m.tp(),
+            )?,
+            Model::Pp(m, _) => m.grad_norm_of(adam.flat_views(grads))?,
             Model::Fsdp(_) => {
                 return Err(RunError::Plan(
                     "an FSDP model's gradient is its shards' (`Fsdp::clip_grad_norm`)".into(),
