@@ -104,19 +104,11 @@ fn job(name: &str, edit: impl Fn(&str) -> String) -> (PathBuf, PathBuf) {
 }
 
 #[cfg(feature = "runtime")]
+/// Each step's metrics line without its timing fields ([`common::metric_records`]), as text.
 fn metrics(run: &Path) -> Vec<String> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let object = v.as_object_mut().unwrap();
-            // Timing: the step's seconds and rate, and its seconds per kind of op (`time/…`).
-            object.retain(|key, _| {
-                key != "seconds" && key != "tokens_per_s" && !key.starts_with("time/")
-            });
-            v.to_string()
-        })
+    common::metric_records(run)
+        .into_iter()
+        .map(|record| serde_json::Value::Object(record).to_string())
         .collect()
 }
 
