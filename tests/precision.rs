@@ -10,17 +10,19 @@ use common::{metric_records, refused, rlc, scratch, text};
 
 mod common;
 
+/// The policy's initial weights in the examples.
+const INIT: &str = "  init  = random(seed: 7)\n";
+
 /// `examples/NAME` with its policy in `precision` and `edit` applied, written to `path`.
 fn example(path: &Path, name: &str, precision: &str, edit: impl Fn(&str) -> String) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join("examples").join(name)).unwrap();
-    let init = "  init  = random(seed: 7)\n";
     assert!(
-        text.contains(init),
+        text.contains(INIT),
         "{name} no longer says `{}`",
-        init.trim()
+        INIT.trim()
     );
-    let source = edit(&text.replace(init, &format!("{init}  precision = {precision}\n")));
+    let source = edit(&text.replace(INIT, &format!("{INIT}  precision = {precision}\n")));
     std::fs::write(path, source).unwrap();
     path.to_path_buf()
 }
@@ -76,14 +78,18 @@ fn the_main_job_learns_in_bfloat16() {
 const TRAIN_PLACEMENT: &str = "place policy.train    on local[0..2] with dp(2)";
 const LAYOUTS: [&str; 4] = ["dp(2)", "tp(2)", "fsdp(2)", "pp(2)"];
 
+/// `text` with `policy.train` placed with `layout`.
+fn placed(text: &str, layout: &str) -> String {
+    assert!(text.contains(TRAIN_PLACEMENT), "no `{TRAIN_PLACEMENT}`");
+    text.replace(TRAIN_PLACEMENT, &TRAIN_PLACEMENT.replace("dp(2)", layout))
+}
+
 /// `examples/grpo_digits_by_hand.rl` in `precision`, `policy.train` placed with `layout`, a
 /// checkpoint after every step.
 fn by_hand(dir: &Path, precision: &str, layout: &str) -> PathBuf {
     let path = dir.join(format!("{precision}-{layout}.rl"));
     example(&path, "grpo_digits_by_hand.rl", precision, |text| {
-        assert!(text.contains(TRAIN_PLACEMENT));
-        text.replace("every 100 steps", "every 1 steps")
-            .replace(TRAIN_PLACEMENT, &TRAIN_PLACEMENT.replace("dp(2)", layout))
+        placed(&text.replace("every 100 steps", "every 1 steps"), layout)
     })
 }
 
@@ -142,11 +148,9 @@ fn against_float32_reference(dir: &Path, precision: &str, layout: &str) -> PathB
             .lines()
             .find(|l| l.trim_start().starts_with("arch"))
             .expect("the policy's architecture");
-        assert!(text.contains(FROZEN_REFERENCE) && text.contains(TRAIN_PLACEMENT));
-        let reference =
-            format!("model reference: CausalLM {{\n{arch}\n  init  = random(seed: 7)\n}}");
-        text.replace(FROZEN_REFERENCE, &reference)
-            .replace(TRAIN_PLACEMENT, &TRAIN_PLACEMENT.replace("dp(2)", layout))
+        assert!(text.contains(FROZEN_REFERENCE), "no `{FROZEN_REFERENCE}`");
+        let reference = format!("model reference: CausalLM {{\n{arch}\n{INIT}}}");
+        placed(&text.replace(FROZEN_REFERENCE, &reference), layout)
     })
 }
 
